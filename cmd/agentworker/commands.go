@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/worker"
+)
+
+const shutdownTimeout = 30 * time.Second
+
+func connect(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("DATABASE_URL is not set (agentworker demo runs without one, on an embedded Postgres)")
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		// pgx's parse errors can quote the URL, password included.
+		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL connection string")
+	}
+	pcfg.MaxConns = int32(max(cfg.WorkerConcurrency+5, 10))
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database %s: %w", pcfg.ConnConfig.Host, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database at %s:%d: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// store is the file store with its readiness check.
+type store interface {
+	storage.Store
+	Ping(ctx context.Context) error
+}
+
+func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error) {
+	if cfg.S3Endpoint != "" {
+		s, err := storage.NewS3(ctx, storage.S3Config{
+			Endpoint: cfg.S3Endpoint, AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey,
+			Bucket: cfg.S3Bucket, UseSSL: cfg.S3UseSSL,
+		})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("file store: S3", slog.String("endpoint", cfg.S3Endpoint), slog.String("bucket", cfg.S3Bucket))
+		return s, nil
+	}
+	dir := cfg.StorageDir
+	if dir == "" {
+		dir = "data"
+	}
+	s, err := storage.NewLocal(dir)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("file store: local directory", slog.String("dir", dir))
+	return s, nil
+}
+
+func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
+	if !cfg.llmConfigured() {
+		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint), or run agentworker demo")
+	}
+	return llm.New(llm.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Model: cfg.LLMModel, Logger: log})
+}
+
+// startWorker wires the runner and the River service and starts it.
+func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client) (*worker.Service, error) {
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log},
+		handlers.Config{MaxIterations: cfg.MaxIterations})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := worker.New(pool, runner.Handlers(), worker.Config{Concurrency: cfg.WorkerConcurrency, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+func serve(ctx context.Context, cfg config) error {
+	log := cfg.logger()
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := agentsql.MigrateWithResult(ctx, pool, log); err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	model, err := newLLM(cfg, log)
+	if err != nil {
+		return err
+	}
+	svc, err := startWorker(ctx, cfg, log, pool, st, model)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: healthMux(pool, st), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- srv.ListenAndServe() }()
+	log.Info("agentworker serving", slog.String("http_addr", cfg.HTTPAddr), slog.Int("concurrency", cfg.WorkerConcurrency))
+
+	select {
+	case <-ctx.Done():
+	case err := <-httpErr:
+		log.Error("http server stopped", slog.String("err", err.Error()))
+	}
+	log.Info("shutting down: finishing running tasks", slog.Duration("timeout", shutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return svc.Stop(sctx)
+}
+
+func healthMux(pool *pgxpool.Pool, st store) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if err := st.Ping(ctx); err != nil {
+			http.Error(w, "storage unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+func migrate(ctx context.Context, cfg config, out io.Writer) error {
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := agentsql.MigrateWithResult(ctx, pool, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "river migrations applied: %v\nagentworker migrations applied: %v\n", res.RiverVersions, res.Applied)
+	return nil
+}
+
+func submit(ctx context.Context, cfg config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	project := fs.String("project", "", "project id (uuid); a new one when empty")
+	taskType := fs.String("type", "build", "task type: chat, plan or build")
+	doFollow := fs.Bool("follow", false, "print the task's timeline until it ends")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	prompt := fs.Arg(0)
+	projectID := uuid.New()
+	if *project != "" {
+		var err error
+		if projectID, err = uuid.Parse(*project); err != nil {
+			return fmt.Errorf("submit: --project %q is not a uuid: %w", *project, err)
+		}
+	}
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: projectID, Type: *taskType, Prompt: prompt})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "task %s (project %s, %s) queued\n", task.ID, task.ProjectID, task.Type)
+	if !*doFollow {
+		return nil
+	}
+	return printTimeline(ctx, pool, task.ID, 0, out)
+}
+
+func follow(ctx context.Context, cfg config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("follow", flag.ContinueOnError)
+	after := fs.Int("after", 0, "print events after this seq (resume cursor)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	id, err := uuid.Parse(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("follow: task id %q is not a uuid: %w", fs.Arg(0), err)
+	}
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := agentsql.GetTask(ctx, pool, id); err != nil {
+		return err
+	}
+	return printTimeline(ctx, pool, id, *after, out)
+}
+
+// printTimeline prints a task's events until its terminal event.
+func printTimeline(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, after int, out io.Writer) error {
+	return events.Follow(ctx, pool, taskID, after, func(ev events.Event) error {
+		fmt.Fprintln(out, events.Format(ev))
+		if events.Terminal(ev) {
+			return events.ErrStopFollowing
+		}
+		return nil
+	})
+}

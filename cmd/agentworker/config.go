@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// config is the process configuration, read from the environment only.
+// Every variable is documented in README.md.
+type config struct {
+	DatabaseURL string `envconfig:"DATABASE_URL"`
+
+	S3Endpoint  string `envconfig:"S3_ENDPOINT"`
+	S3AccessKey string `envconfig:"S3_ACCESS_KEY"`
+	S3SecretKey string `envconfig:"S3_SECRET_KEY"`
+	S3Bucket    string `envconfig:"S3_BUCKET" default:"agentworker"`
+	S3UseSSL    bool   `envconfig:"S3_USE_SSL" default:"false"`
+	StorageDir  string `envconfig:"STORAGE_DIR"`
+
+	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL"`
+	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY"`
+	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini"`
+
+	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
+	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
+	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s"`
+	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080"`
+	JWTSecret         string        `envconfig:"JWT_SECRET"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
+	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text"`
+}
+
+// loadConfig reads and validates the environment. A malformed value gets
+// one error naming the variable (never echoing a secret's value).
+func loadConfig() (config, error) {
+	var c config
+	if err := envconfig.Process("", &c); err != nil {
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return c, fmt.Errorf("config: %s: invalid %s value %q", pe.KeyName, pe.TypeName, pe.Value)
+		}
+		return c, fmt.Errorf("config: %w", err)
+	}
+	switch {
+	case c.WorkerConcurrency < 1:
+		return c, fmt.Errorf("config: WORKER_CONCURRENCY must be at least 1, got %d", c.WorkerConcurrency)
+	case c.MaxIterations < 1:
+		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
+	case c.TaskLease <= 0:
+		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return c, fmt.Errorf("config: LOG_FORMAT must be text or json, got %q", c.LogFormat)
+	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
+		return c, errors.New("config: S3_ACCESS_KEY and S3_SECRET_KEY are required when S3_ENDPOINT is set")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return l, fmt.Errorf("config: LOG_LEVEL must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+func (c config) logger() *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// llmConfigured reports whether a real model endpoint is configured.
+func (c config) llmConfigured() bool {
+	return c.OpenAIBaseURL != "" || c.OpenAIAPIKey != ""
+}

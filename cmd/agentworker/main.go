@@ -1,0 +1,72 @@
+// Command agentworker turns ai_tasks rows into finished AI work.
+//
+//	agentworker serve     run the worker (and its HTTP endpoints)
+//	agentworker migrate   apply River's migrations and ours
+//	agentworker submit    create a task (--follow to watch it)
+//	agentworker follow    print a task's timeline live
+//	agentworker demo      run the whole path on the embedded default
+//
+// Configuration comes from the environment only (see README.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: agentworker <command> [flags]
+
+commands:
+  serve                       run the worker: claim tasks, run agents, serve HTTP
+  migrate                     apply database migrations (River's and ours)
+  submit [flags] <prompt>     create a task; --project, --type, --follow
+  follow [--after N] <task>   print a task's events live until it ends
+  demo                        run a build task end to end on the embedded default
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "agentworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return flag.ErrHelp
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		return serve(ctx, cfg)
+	case "migrate":
+		return migrate(ctx, cfg, out)
+	case "submit":
+		return submit(ctx, cfg, rest, out)
+	case "follow":
+		return follow(ctx, cfg, rest, out)
+	case "demo":
+		return demo(ctx, cfg, out)
+	case "help", "-h", "--help":
+		fmt.Fprint(out, usage)
+		return nil
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}

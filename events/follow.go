@@ -1,0 +1,103 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// ErrStopFollowing, returned by a Follow callback, ends Follow with a nil error.
+var ErrStopFollowing = errors.New("stop following")
+
+// notification is the NOTIFY payload of agent_events.
+type notification struct {
+	TaskID uuid.UUID `json:"task_id"`
+	Seq    int       `json:"seq"`
+}
+
+// followRecheck bounds how long Follow trusts notifications alone: it
+// re-reads the table this often even if none arrived (a dropped notify,
+// a listener reconnect).
+const followRecheck = 2 * time.Second
+
+const followBatch = 500
+
+// Follow calls fn with every event of a task whose seq is greater than
+// afterSeq, in seq order, each exactly once: first the backlog, then live
+// events as they are committed. It LISTENs before reading the backlog, so an
+// event committed in between is not missed. It returns when ctx is done (with
+// ctx's error), when fn returns ErrStopFollowing (nil), or fn's other errors.
+func Follow(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, afterSeq int, fn func(Event) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("follow task %s: acquire listener connection: %w", taskID, err)
+	}
+	// A connection that LISTENed must not go back to the pool still listening.
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "UNLISTEN *"); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+agentsql.EventsChannel); err != nil {
+		return fmt.Errorf("follow task %s: listen: %w", taskID, err)
+	}
+
+	cursor := afterSeq
+	catchUp := func() error {
+		for {
+			rows, err := agentsql.TaskEventsAfter(ctx, pool, taskID, cursor, followBatch)
+			if err != nil {
+				return fmt.Errorf("follow task %s: %w", taskID, err)
+			}
+			for _, row := range rows {
+				ev := fromRow(row)
+				cursor = ev.Seq
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			if len(rows) < followBatch {
+				return nil
+			}
+		}
+	}
+	if err := catchUp(); err != nil {
+		return stopErr(err)
+	}
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, followRecheck)
+		n, err := conn.Conn().WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			// Periodic re-check below.
+		case err != nil:
+			return fmt.Errorf("follow task %s: wait for notification: %w", taskID, err)
+		default:
+			var key notification
+			if json.Unmarshal([]byte(n.Payload), &key) != nil || key.TaskID != taskID || key.Seq <= cursor {
+				continue
+			}
+		}
+		if err := catchUp(); err != nil {
+			return stopErr(err)
+		}
+	}
+}
+
+func stopErr(err error) error {
+	if errors.Is(err, ErrStopFollowing) {
+		return nil
+	}
+	return err
+}

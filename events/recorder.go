@@ -1,0 +1,122 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// DefaultStreamInterval bounds how often stream_delta events are written per
+// task: deltas arriving faster are coalesced into one event.
+const DefaultStreamInterval = 250 * time.Millisecond
+
+// Recorder appends the events of one task. It is safe for concurrent use.
+type Recorder struct {
+	db        agentsql.DBTX
+	taskID    uuid.UUID
+	projectID uuid.UUID
+	now       func() time.Time
+	interval  time.Duration
+
+	mu         sync.Mutex
+	pending    strings.Builder // stream deltas not yet written
+	pendingID  string
+	streamSeq  int
+	lastFlush  time.Time
+	totalBytes int
+}
+
+// NewRecorder returns a Recorder for one task's timeline.
+func NewRecorder(db agentsql.DBTX, taskID, projectID uuid.UUID) *Recorder {
+	return &Recorder{db: db, taskID: taskID, projectID: projectID, now: time.Now, interval: DefaultStreamInterval}
+}
+
+// TaskID returns the task whose events this Recorder writes.
+func (r *Recorder) TaskID() uuid.UUID { return r.taskID }
+
+// Emit appends the payloads, in order, in one statement.
+func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
+	evs := make([]agentsql.NewEvent, len(ps))
+	for i, p := range ps {
+		if pr, ok := p.(Progress); ok && pr.Timestamp.IsZero() {
+			pr.Timestamp = r.now().UTC()
+			p = pr
+		}
+		body, err := json.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s event for task %s: %w", p.EventType(), r.taskID, err)
+		}
+		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: body}
+	}
+	rows, err := agentsql.InsertEvents(ctx, r.db, r.taskID, r.projectID, evs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(rows))
+	for i, row := range rows {
+		out[i] = fromRow(row)
+	}
+	return out, nil
+}
+
+// StreamDelta buffers a fragment of streamed model output and writes a
+// stream_delta event when the stream interval has passed since the last
+// one, so a task writes a few events per second, not one per token.
+func (r *Recorder) StreamDelta(ctx context.Context, messageID, delta string) error {
+	r.mu.Lock()
+	if r.pendingID != messageID {
+		r.pendingID, r.streamSeq, r.totalBytes = messageID, 0, 0
+		r.pending.Reset()
+	}
+	r.pending.WriteString(delta)
+	r.totalBytes += len(delta)
+	due := r.now().Sub(r.lastFlush) >= r.interval
+	r.mu.Unlock()
+	if !due {
+		return nil
+	}
+	return r.flushStream(ctx)
+}
+
+// StreamComplete writes any buffered delta, then one stream_complete event
+// carrying the whole text.
+func (r *Recorder) StreamComplete(ctx context.Context, messageID, content string) error {
+	if err := r.flushStream(ctx); err != nil {
+		return err
+	}
+	_, err := r.Emit(ctx, Progress{Kind: KindStreamComplete, MessageID: messageID, Content: content, TotalLength: len(content)})
+	return err
+}
+
+func (r *Recorder) flushStream(ctx context.Context) error {
+	r.mu.Lock()
+	if r.pending.Len() == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	r.streamSeq++
+	p := Progress{Kind: KindStreamDelta, MessageID: r.pendingID, Delta: r.pending.String(), Seq: r.streamSeq, TotalLength: r.totalBytes}
+	r.pending.Reset()
+	r.lastFlush = r.now()
+	r.mu.Unlock()
+	_, err := r.Emit(ctx, p)
+	return err
+}
+
+func fromRow(row agentsql.EventRow) Event {
+	e := Event{ID: row.ID, ProjectID: row.ProjectID, Type: Type(row.Type), Payload: row.Payload, CreatedAt: row.CreatedAt}
+	if row.TaskID != nil {
+		e.TaskID = *row.TaskID
+	}
+	if row.Seq != nil {
+		e.Seq = *row.Seq
+	}
+	return e
+}

@@ -1,0 +1,29 @@
+package tools
+
+// catalog returns every tool. Registries filter it by task type.
+func catalog() []Tool {
+	return []Tool{
+		listFilesTool(),
+		readFileTool(),
+		searchFilesTool(),
+		projectStructureTool(),
+		writeFileTool(),
+		deleteFileTool(),
+		moveFileTool(),
+		finishTool(),
+	}
+}
+
+func schema(required []string, props map[string]any) map[string]any {
+	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+func str(desc string) map[string]any  { return map[string]any{"type": "string", "description": desc} }
+func intg(desc string) map[string]any { return map[string]any{"type": "integer", "description": desc} }
+func boolean(desc string) map[string]any {
+	return map[string]any{"type": "boolean", "description": desc}
+}

@@ -1,0 +1,309 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/agentworker/agentworker/storage"
+)
+
+// Read limits: the model's context is the scarce resource.
+const (
+	maxReadBytes        = 100 << 10
+	defaultSearchLimit  = 50
+	maxSearchLimit      = 200
+	maxSearchFileBytes  = 1 << 20
+	defaultStructDepth  = 2
+	maxStructDepth      = 5
+	defaultStructMaxLen = 200
+)
+
+func storageFail(op, p string, err error) Result {
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return Fail(fmt.Sprintf("%s: file not found: %s", op, p), "use list_files or get_project_structure to see which files exist")
+	case errors.Is(err, storage.ErrInvalidPath):
+		return Fail(fmt.Sprintf("%s: invalid path %q: paths are relative to the project root, without '..'", op, p), "")
+	case errors.Is(err, storage.ErrExists):
+		return Fail(fmt.Sprintf("%s: file already exists: %s", op, p), "")
+	default:
+		return Fail(fmt.Sprintf("%s %s failed: %v", op, p, err), "")
+	}
+}
+
+func listFilesTool() Tool {
+	return Tool{
+		Name:        "list_files",
+		Description: "List the files and directories directly inside a directory of the project (not recursive).",
+		Parameters:  schema(nil, map[string]any{"path": str("Directory relative to the project root; empty for the root.")}),
+		Access:      ReadOnly,
+		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
+			var args struct {
+				Path string `json:"path"`
+			}
+			if r := decode("list_files", raw, &args); r != nil {
+				return *r
+			}
+			dir, err := storage.CleanDir(args.Path)
+			if err != nil {
+				return storageFail("list_files", args.Path, err)
+			}
+			files, err := env.Store.List(ctx, env.ProjectID, dir)
+			if err != nil {
+				return storageFail("list_files", args.Path, err)
+			}
+			seen := map[string]bool{}
+			var entries []map[string]any
+			for _, f := range files {
+				rel := strings.TrimPrefix(f.Path, dir)
+				rel = strings.TrimPrefix(rel, "/")
+				if first, _, isDir := strings.Cut(rel, "/"); isDir {
+					if !seen[first] {
+						seen[first] = true
+						entries = append(entries, map[string]any{"name": first + "/", "type": "dir"})
+					}
+					continue
+				}
+				entries = append(entries, map[string]any{"name": rel, "type": "file", "size": f.Size})
+			}
+			return OK(fmt.Sprintf("%d entries in /%s", len(entries), dir), map[string]any{"path": dir, "entries": entries})
+		},
+	}
+}
+
+func readFileTool() Tool {
+	return Tool{
+		Name:        "read_file",
+		Description: "Read a text file of the project, optionally only lines start_line..end_line (1-based, inclusive).",
+		Parameters: schema([]string{"path"}, map[string]any{
+			"path":       str("File path relative to the project root."),
+			"start_line": intg("First line to return (1-based). Optional."),
+			"end_line":   intg("Last line to return (inclusive). Optional."),
+		}),
+		Access: ReadOnly,
+		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
+			var args struct {
+				Path      string `json:"path"`
+				StartLine int    `json:"start_line"`
+				EndLine   int    `json:"end_line"`
+			}
+			if r := decode("read_file", raw, &args); r != nil {
+				return *r
+			}
+			p, err := storage.CleanPath(args.Path)
+			if err != nil {
+				return storageFail("read_file", args.Path, err)
+			}
+			content, _, err := env.Store.Read(ctx, env.ProjectID, p)
+			if err != nil {
+				return storageFail("read_file", p, err)
+			}
+			lines := strings.SplitAfter(string(content), "\n")
+			if len(lines) > 0 && lines[len(lines)-1] == "" {
+				lines = lines[:len(lines)-1]
+			}
+			total := len(lines)
+			start, end := args.StartLine, args.EndLine
+			if start <= 0 {
+				start = 1
+			}
+			if end <= 0 || end > total {
+				end = total
+			}
+			if total > 0 && start > total {
+				return Fail(fmt.Sprintf("read_file: start_line %d is past the end of %s (%d lines)", start, p, total), "")
+			}
+			if start > end && total > 0 {
+				return Fail(fmt.Sprintf("read_file: start_line %d is after end_line %d", start, end), "")
+			}
+			text := ""
+			if total > 0 {
+				text = strings.Join(lines[start-1:end], "")
+			}
+			body := map[string]any{"path": p, "content": text, "startLine": start, "endLine": end, "totalLines": total}
+			if len(text) > maxReadBytes {
+				body["content"] = text[:maxReadBytes]
+				body["truncated"] = true
+				body["note"] = fmt.Sprintf("output cut at %d bytes; read a smaller line range", maxReadBytes)
+			}
+			return OK(fmt.Sprintf("read %s (lines %d-%d of %d)", p, start, end, total), body)
+		},
+	}
+}
+
+func searchFilesTool() Tool {
+	return Tool{
+		Name:        "search_files",
+		Description: "Search the project's files recursively for a regular expression (or a literal string) and return matching lines with their line numbers.",
+		Parameters: schema([]string{"query"}, map[string]any{
+			"query":       str("Regular expression (RE2 syntax), or a literal string when literal is true."),
+			"path":        str("Directory to search, relative to the project root; empty for the whole project."),
+			"glob":        str("Only search files whose name matches this glob, e.g. *.ts."),
+			"literal":     boolean("Treat query as a literal string."),
+			"max_results": intg(fmt.Sprintf("Maximum matches to return (default %d, max %d).", defaultSearchLimit, maxSearchLimit)),
+		}),
+		Access: ReadOnly,
+		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
+			var args struct {
+				Query      string `json:"query"`
+				Path       string `json:"path"`
+				Glob       string `json:"glob"`
+				Literal    bool   `json:"literal"`
+				MaxResults int    `json:"max_results"`
+			}
+			if r := decode("search_files", raw, &args); r != nil {
+				return *r
+			}
+			if args.Query == "" {
+				return Fail("search_files: query is empty", "")
+			}
+			pattern := args.Query
+			if args.Literal {
+				pattern = regexp.QuoteMeta(pattern)
+			}
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				return Fail(fmt.Sprintf("search_files: invalid regular expression %q: %v", args.Query, err), "set literal to true to search for the text as is")
+			}
+			if args.Glob != "" {
+				if _, err := path.Match(args.Glob, "x"); err != nil {
+					return Fail(fmt.Sprintf("search_files: invalid glob %q: %v", args.Glob, err), "")
+				}
+			}
+			limit := args.MaxResults
+			if limit <= 0 {
+				limit = defaultSearchLimit
+			}
+			limit = min(limit, maxSearchLimit)
+			dir, err := storage.CleanDir(args.Path)
+			if err != nil {
+				return storageFail("search_files", args.Path, err)
+			}
+			files, err := env.Store.List(ctx, env.ProjectID, dir)
+			if err != nil {
+				return storageFail("search_files", args.Path, err)
+			}
+			var matches []map[string]any
+			more := false
+			for _, f := range files {
+				if args.Glob != "" {
+					if ok, _ := path.Match(args.Glob, path.Base(f.Path)); !ok {
+						if ok, _ := path.Match(args.Glob, f.Path); !ok {
+							continue
+						}
+					}
+				}
+				if f.Size > maxSearchFileBytes {
+					continue
+				}
+				content, _, err := env.Store.Read(ctx, env.ProjectID, f.Path)
+				if err != nil {
+					return storageFail("search_files", f.Path, err)
+				}
+				for i, line := range strings.Split(string(content), "\n") {
+					if !re.MatchString(line) {
+						continue
+					}
+					if len(matches) == limit {
+						more = true
+						break
+					}
+					matches = append(matches, map[string]any{"path": f.Path, "line": i + 1, "text": clip(line, 300)})
+				}
+				if more {
+					break
+				}
+			}
+			body := map[string]any{"matches": matches, "count": len(matches)}
+			if more {
+				body["note"] = fmt.Sprintf("more results: only the first %d matches are shown; narrow the query, path or glob", limit)
+			}
+			return OK(fmt.Sprintf("%d matches for %q", len(matches), args.Query), body)
+		},
+	}
+}
+
+// defaultExcluded are directories a project tree summary skips unless asked.
+var defaultExcluded = []string{"node_modules", ".git", "dist", "build"}
+
+func projectStructureTool() Tool {
+	return Tool{
+		Name:        "get_project_structure",
+		Description: "Show the project's directory tree up to a depth, with file counts.",
+		Parameters: schema(nil, map[string]any{
+			"depth":     intg(fmt.Sprintf("Directory depth to show (default %d, max %d).", defaultStructDepth, maxStructDepth)),
+			"max_files": intg(fmt.Sprintf("Maximum entries to show (default %d).", defaultStructMaxLen)),
+		}),
+		Access: ReadOnly,
+		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
+			var args struct {
+				Depth    int `json:"depth"`
+				MaxFiles int `json:"max_files"`
+			}
+			if r := decode("get_project_structure", raw, &args); r != nil {
+				return *r
+			}
+			depth := args.Depth
+			if depth <= 0 {
+				depth = defaultStructDepth
+			}
+			depth = min(depth, maxStructDepth)
+			maxFiles := args.MaxFiles
+			if maxFiles <= 0 {
+				maxFiles = defaultStructMaxLen
+			}
+			files, err := env.Store.List(ctx, env.ProjectID, "")
+			if err != nil {
+				return storageFail("get_project_structure", "", err)
+			}
+			entries := map[string]bool{}
+			total := 0
+			for _, f := range files {
+				parts := strings.Split(f.Path, "/")
+				if excluded(parts) {
+					continue
+				}
+				total++
+				for i := range parts {
+					if i >= depth {
+						break
+					}
+					name := strings.Join(parts[:i+1], "/")
+					if i < len(parts)-1 {
+						name += "/"
+					}
+					entries[name] = true
+				}
+			}
+			names := make([]string, 0, len(entries))
+			for n := range entries {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			truncated := len(names) > maxFiles
+			if truncated {
+				names = names[:maxFiles]
+			}
+			return OK(fmt.Sprintf("%d files, %d entries shown", total, len(names)), map[string]any{
+				"entries": names, "totalFiles": total, "depth": depth, "truncated": truncated,
+			})
+		},
+	}
+}
+
+func excluded(parts []string) bool {
+	for _, p := range parts[:len(parts)-1] {
+		for _, x := range defaultExcluded {
+			if p == x {
+				return true
+			}
+		}
+	}
+	return false
+}

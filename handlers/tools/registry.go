@@ -1,0 +1,184 @@
+// Package tools holds the agent's tools and the registry that decides which
+// of them a task may use: chat and plan tasks get the read-only set, build
+// tasks the full set. The check is made when a call is executed, not only
+// when tools are offered, so a model that names a write tool it was never
+// offered is still refused.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// Access says what a tool may do to the project.
+type Access int
+
+// Tool access levels.
+const (
+	ReadOnly Access = iota // never changes the project
+	Write                  // changes the project's files
+	Control                // steers the loop (finish)
+)
+
+// Env is what a tool call runs against.
+type Env struct {
+	Store     storage.Store
+	ProjectID string
+}
+
+// Result is the outcome of one tool call. Output is what the model reads
+// next; on failure it is a JSON error object the model can act on.
+type Result struct {
+	Success bool
+	Output  string
+	// Summary is a one-line description for the timeline.
+	Summary string
+	// Changes lists the file changes the call made, for file_update events.
+	Changes []events.FileUpdate
+	// Finished is set by the finish tool; Summary then holds the final summary.
+	Finished bool
+	// FromPath and ToPath are set by move_file, for its tool_call event.
+	FromPath, ToPath string
+}
+
+// Tool is one callable tool.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any
+	Access      Access
+	Run         func(ctx context.Context, env Env, args json.RawMessage) Result
+}
+
+// Registry is the set of tools one task may use.
+type Registry struct {
+	allowed  map[string]Tool
+	catalog  map[string]Tool
+	taskType string
+}
+
+// ForTaskType returns the registry of a task type: chat and plan tasks get
+// the read-only tools, build tasks every tool.
+func ForTaskType(taskType string) (*Registry, error) {
+	all := catalog()
+	r := &Registry{allowed: map[string]Tool{}, catalog: map[string]Tool{}, taskType: taskType}
+	for _, t := range all {
+		r.catalog[t.Name] = t
+	}
+	switch taskType {
+	case "chat", "plan":
+		for _, t := range all {
+			if t.Access == ReadOnly {
+				r.allowed[t.Name] = t
+			}
+		}
+	case "build":
+		for _, t := range all {
+			r.allowed[t.Name] = t
+		}
+	default:
+		return nil, fmt.Errorf("tool registry for task type %q: unknown type (want chat, plan or build)", taskType)
+	}
+	return r, nil
+}
+
+// Names returns the allowed tool names, sorted.
+func (r *Registry) Names() []string {
+	names := make([]string, 0, len(r.allowed))
+	for n := range r.allowed {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Definitions returns the tools to offer the model, sorted by name.
+func (r *Registry) Definitions() []llm.Tool {
+	var defs []llm.Tool
+	for _, n := range r.Names() {
+		t := r.allowed[n]
+		defs = append(defs, llm.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	return defs
+}
+
+// Has reports whether the registry allows the named tool.
+func (r *Registry) Has(name string) bool {
+	_, ok := r.allowed[name]
+	return ok
+}
+
+// Call runs one tool call. Unknown tools, tools the task type may not use
+// and malformed arguments come back as failed Results, never as a panic or
+// an error that would end the loop.
+func (r *Registry) Call(ctx context.Context, env Env, name, arguments string) Result {
+	t, ok := r.allowed[name]
+	if !ok {
+		if _, known := r.catalog[name]; known {
+			return Fail(fmt.Sprintf("tool %s is not allowed for %s tasks: they may only read the project", name, r.taskType),
+				"allowed tools: "+strings.Join(r.Names(), ", "))
+		}
+		return Fail(fmt.Sprintf("unknown tool %q", name), "allowed tools: "+strings.Join(r.Names(), ", "))
+	}
+	args := json.RawMessage(arguments)
+	if strings.TrimSpace(arguments) == "" {
+		args = json.RawMessage(`{}`)
+	}
+	if !json.Valid(args) {
+		return Fail(fmt.Sprintf("arguments of %s are not valid JSON: %s", name, clip(arguments, 200)),
+			"send the arguments as one JSON object matching the tool's parameters")
+	}
+	if err := ctx.Err(); err != nil {
+		return Fail(fmt.Sprintf("%s not run: %v", name, err), "")
+	}
+	return t.Run(ctx, env, args)
+}
+
+// Fail builds a failed Result whose Output is a JSON error for the model.
+func Fail(message, hint string) Result {
+	body := map[string]any{"success": false, "error": message}
+	if hint != "" {
+		body["hint"] = hint
+	}
+	out, _ := json.Marshal(body)
+	return Result{Success: false, Output: string(out), Summary: message}
+}
+
+// OK builds a successful Result whose Output is the JSON encoding of body.
+func OK(summary string, body map[string]any) Result {
+	if body == nil {
+		body = map[string]any{}
+	}
+	body["success"] = true
+	out, err := json.Marshal(body)
+	if err != nil {
+		return Fail("encode tool result: "+err.Error(), "")
+	}
+	return Result{Success: true, Output: string(out), Summary: summary}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// decode unmarshals tool arguments strictly: unknown fields are an error the
+// model can fix.
+func decode(name string, args json.RawMessage, v any) *Result {
+	dec := json.NewDecoder(strings.NewReader(string(args)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		r := Fail(fmt.Sprintf("invalid arguments for %s: %v", name, err), "check the parameter names and types")
+		return &r
+	}
+	return nil
+}

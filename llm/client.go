@@ -1,0 +1,366 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// Defaults applied by [New].
+const (
+	DefaultBaseURL    = "https://api.openai.com/v1"
+	DefaultMaxRetries = 3
+	DefaultTimeout    = 2 * time.Minute
+)
+
+// placeholderAPIKey is sent when Config.APIKey is empty: local
+// OpenAI-compatible endpoints ignore the key, but an Authorization header
+// is still expected by some of them.
+const placeholderAPIKey = "unused"
+
+// Config configures a [Client].
+type Config struct {
+	// BaseURL is the OpenAI-compatible endpoint, up to and including the
+	// version segment, e.g. "http://localhost:11434/v1".
+	// Defaults to "https://api.openai.com/v1".
+	BaseURL string
+	// APIKey is sent as a bearer token. It may be empty for local endpoints,
+	// in which case a placeholder is sent. It never appears in errors.
+	APIKey string
+	// Model is the model name sent with every request. Required.
+	Model string
+	// MaxRetries is how many times a call is retried after a rate limit
+	// (429), timeout (408), conflict (409), server error (5xx) or dropped
+	// connection; Retry-After is honoured. A negative value disables retries.
+	// Defaults to 3.
+	MaxRetries int
+	// Timeout bounds each HTTP attempt, including reading a streamed answer.
+	// Defaults to 2 minutes.
+	Timeout time.Duration
+	// HTTPClient sends the requests. Defaults to http.DefaultClient.
+	HTTPClient *http.Client
+	// Logger receives warnings, such as the tool_choice fallback.
+	// Defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// Client calls the Chat Completions API. It is safe for concurrent use.
+type Client struct {
+	chat    openai.ChatCompletionService
+	model   string
+	apiKey  string
+	timeout time.Duration
+	logger  *slog.Logger
+	// requiredUnsupported is set once the endpoint has rejected tool_choice
+	// "required"; later calls send "auto" instead.
+	requiredUnsupported atomic.Bool
+}
+
+// New returns a client for cfg after applying its defaults. It fails when
+// cfg.Model is empty or cfg.BaseURL is not a valid URL.
+func New(cfg Config) (*Client, error) {
+	if cfg.Model == "" {
+		return nil, errors.New("new llm client: model is required")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	apiKey := cfg.APIKey
+	if apiKey == "" {
+		apiKey = placeholderAPIKey
+	}
+
+	// openai-go defers base URL errors to the first request; check now.
+	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("new llm client: base url %q is not an absolute http(s) url", cfg.BaseURL)
+	}
+
+	return &Client{
+		// The chat completion service, unlike openai.NewClient, does not
+		// read OPENAI_* environment variables: cfg is the only source of
+		// settings.
+		chat: openai.NewChatCompletionService(
+			option.WithBaseURL(cfg.BaseURL),
+			option.WithAPIKey(apiKey),
+			option.WithMaxRetries(cfg.MaxRetries),
+			option.WithRequestTimeout(cfg.Timeout),
+			option.WithHTTPClient(cfg.HTTPClient),
+		),
+		model:   cfg.Model,
+		apiKey:  cfg.APIKey,
+		timeout: cfg.Timeout,
+		logger:  cfg.Logger,
+	}, nil
+}
+
+// Model returns the model name the client sends.
+func (c *Client) Model() string { return c.model }
+
+// Complete sends req and returns the assistant's answer.
+//
+// The call streams when req.OnDelta is set; either way the Response holds the
+// whole content, the assembled tool calls and the usage. req.ToolChoice is
+// sent only when req.Tools is not empty. Errors the endpoint answered with
+// are [*APIError]; see [IsTransient].
+func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
+	choice := req.ToolChoice
+	fallback := false
+	if choice == ToolChoiceRequired && c.requiredUnsupported.Load() {
+		choice, fallback = ToolChoiceAuto, true
+	}
+
+	resp, err := c.complete(ctx, req, choice)
+	if status, rejected := rejectedStatus(err); rejected && choice == ToolChoiceRequired {
+		c.logger.WarnContext(ctx, "endpoint rejected tool_choice required, repeating the call with auto",
+			slog.String("model", c.model), slog.Int("status", status))
+		choice, fallback = ToolChoiceAuto, true
+		resp, err = c.complete(ctx, req, choice)
+		// A second rejection means the request itself is at fault, not
+		// tool_choice: only remember the fallback when "auto" was accepted.
+		if _, rejectedAgain := rejectedStatus(err); !rejectedAgain {
+			c.requiredUnsupported.Store(true)
+		}
+	}
+	if err != nil {
+		if choice != "" {
+			return Response{}, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.model, choice, err)
+		}
+		return Response{}, fmt.Errorf("complete with model %q: %w", c.model, err)
+	}
+	resp.ToolChoiceFallback = fallback
+	return resp, nil
+}
+
+// rejectedStatus reports whether the endpoint refused the request as invalid
+// (400 or 422), and with which status.
+func rejectedStatus(err error) (int, bool) {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) {
+		return 0, false
+	}
+	switch apiErr.StatusCode {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return apiErr.StatusCode, true
+	}
+	return 0, false
+}
+
+// complete makes one call, with openai-go's retries, using choice as the
+// tool choice.
+func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (Response, error) {
+	params, err := c.params(req, choice)
+	if err != nil {
+		return Response{}, err
+	}
+	if req.OnDelta == nil {
+		completion, err := c.chat.New(ctx, params)
+		if err != nil {
+			return Response{}, c.convertError(ctx, err)
+		}
+		return c.response(completion)
+	}
+	return c.stream(ctx, params, req.OnDelta)
+}
+
+// stream makes one streamed call, reporting content fragments to onDelta.
+func (c *Client) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string)) (Response, error) {
+	params.StreamOptions.IncludeUsage = openai.Bool(true)
+	stream := c.chat.NewStreaming(ctx, params)
+	defer stream.Close()
+
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		chunk := stream.Current()
+		if !acc.AddChunk(chunk) {
+			return Response{}, fmt.Errorf("accumulate stream chunk %q: malformed chunk", chunk.ID)
+		}
+		for _, choice := range chunk.Choices {
+			if choice.Index == 0 && choice.Delta.Content != "" {
+				onDelta(choice.Delta.Content)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return Response{}, c.convertError(ctx, err)
+	}
+	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+		return Response{}, fmt.Errorf("read stream: ended before a finish reason: %w", io.ErrUnexpectedEOF)
+	}
+	return c.response(&acc.ChatCompletion)
+}
+
+// params converts req to openai-go request parameters.
+func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNewParams, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:    shared.ChatModel(c.model),
+		Messages: make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)),
+	}
+	for i, m := range req.Messages {
+		p, err := messageParam(m)
+		if err != nil {
+			return params, fmt.Errorf("convert message %d: %w", i, err)
+		}
+		params.Messages = append(params.Messages, p)
+	}
+	for _, t := range req.Tools {
+		def := shared.FunctionDefinitionParam{
+			Name:       t.Name,
+			Parameters: shared.FunctionParameters(t.Parameters),
+		}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(def))
+	}
+	if len(req.Tools) > 0 && choice != "" {
+		params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(string(choice))}
+	}
+	return params, nil
+}
+
+// messageParam converts one message to its openai-go form.
+func messageParam(m Message) (openai.ChatCompletionMessageParamUnion, error) {
+	switch m.Role {
+	case RoleSystem:
+		return openai.SystemMessage(m.Content), nil
+	case RoleUser:
+		return openai.UserMessage(m.Content), nil
+	case RoleTool:
+		if m.ToolCallID == "" {
+			return openai.ChatCompletionMessageParamUnion{}, errors.New("tool message without tool_call_id")
+		}
+		return openai.ToolMessage(m.Content, m.ToolCallID), nil
+	case RoleAssistant:
+		var p openai.ChatCompletionAssistantMessageParam
+		// Content may only be left out when the message calls tools.
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			p.Content.OfString = openai.String(m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			p.ToolCalls = append(p.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: tc.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name:      tc.Name,
+						Arguments: tc.Arguments,
+					},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &p}, nil
+	default:
+		return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
+	}
+}
+
+// response converts the first choice of a completion to a Response.
+func (c *Client) response(completion *openai.ChatCompletion) (Response, error) {
+	if len(completion.Choices) == 0 {
+		return Response{}, fmt.Errorf("read completion %q: %w", completion.ID, ErrNoChoices)
+	}
+	choice := completion.Choices[0]
+	msg := Message{Role: RoleAssistant, Content: choice.Message.Content}
+	for _, tc := range choice.Message.ToolCalls {
+		if tc.Type == "custom" {
+			continue // only function tools are ever offered
+		}
+		msg.ToolCalls = append(msg.ToolCalls, ToolCall{
+			ID:        tc.ID,
+			Name:      tc.Function.Name,
+			Arguments: tc.Function.Arguments,
+		})
+	}
+	model := completion.Model
+	if model == "" {
+		model = c.model
+	}
+	return Response{
+		Message:      msg,
+		FinishReason: choice.FinishReason,
+		Usage: Usage{
+			PromptTokens:     completion.Usage.PromptTokens,
+			CompletionTokens: completion.Usage.CompletionTokens,
+			TotalTokens:      completion.Usage.TotalTokens,
+		},
+		Model: model,
+	}, nil
+}
+
+// convertError turns an openai-go error into an *APIError when the endpoint
+// answered with one, and keeps the caller's cancellation visible to
+// errors.Is.
+func (c *Client) convertError(ctx context.Context, err error) error {
+	var sdkErr *openai.Error
+	if errors.As(err, &sdkErr) {
+		return &APIError{
+			StatusCode: sdkErr.StatusCode,
+			Type:       redact(sdkErr.Type, c.apiKey),
+			Code:       redact(sdkErr.Code, c.apiKey),
+			Message:    redact(sdkErr.Message, c.apiKey),
+			Transient:  transientStatus(sdkErr.StatusCode),
+		}
+	}
+	var streamErr *ssestream.StreamError
+	if errors.As(err, &streamErr) {
+		return c.streamError(streamErr)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ctxErr, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer within the timeout of %s: %w", c.timeout, err)
+	}
+	return err
+}
+
+// streamError converts an error event received in the middle of a stream.
+func (c *Client) streamError(streamErr *ssestream.StreamError) *APIError {
+	var event struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+	}
+	apiErr := &APIError{Transient: true}
+	if err := json.Unmarshal(streamErr.Event.Data, &event); err != nil {
+		apiErr.Message = "undecodable error event"
+		return apiErr
+	}
+	apiErr.Type = redact(event.Error.Type, c.apiKey)
+	apiErr.Message = redact(event.Error.Message, c.apiKey)
+	if event.Error.Code != nil {
+		apiErr.Code = redact(fmt.Sprint(event.Error.Code), c.apiKey)
+	}
+	return apiErr
+}

@@ -1,0 +1,434 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/storage"
+)
+
+// runConformance checks that a Store keeps the contract documented on
+// storage.Store. newStore returns an empty store; it is called once per
+// subtest.
+func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
+	t.Helper()
+
+	setup := func(t *testing.T) (storage.Store, string) {
+		t.Helper()
+		return newStore(t), uuid.NewString()
+	}
+	ctx := context.Background()
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		t.Parallel()
+		binary := make([]byte, 256*3)
+		for i := range binary {
+			binary[i] = byte(i)
+		}
+		tests := []struct {
+			name     string
+			path     string
+			wantPath string
+			content  []byte
+		}{
+			{name: "Text", path: "README.md", wantPath: "README.md", content: []byte("# hello\n")},
+			{name: "Binary", path: "img/logo.bin", wantPath: "img/logo.bin", content: binary},
+			{name: "Empty", path: "empty", wantPath: "empty", content: []byte{}},
+			{name: "Nested", path: "a/b/c/d.txt", wantPath: "a/b/c/d.txt", content: []byte("deep")},
+			{name: "DotfileAndUnicode", path: ".config/été.json", wantPath: ".config/été.json", content: []byte("{}")},
+			{name: "Normalised", path: "./src//x/../main.go/", wantPath: "src/main.go", content: []byte("package main")},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				s, project := setup(t)
+
+				written, err := s.Write(ctx, project, tt.path, tt.content)
+				if err != nil {
+					t.Fatalf("Write: %v", err)
+				}
+				checkInfo(t, "Write", written, tt.wantPath, tt.content)
+
+				got, read, err := s.Read(ctx, project, tt.path)
+				if err != nil {
+					t.Fatalf("Read: %v", err)
+				}
+				if !bytes.Equal(got, tt.content) {
+					t.Errorf("Read content = %q, want %q", got, tt.content)
+				}
+				checkInfo(t, "Read", read, tt.wantPath, tt.content)
+				if read.ETag != written.ETag {
+					t.Errorf("Read ETag = %q, Write ETag = %q", read.ETag, written.ETag)
+				}
+
+				stat, err := s.Stat(ctx, project, tt.wantPath)
+				if err != nil {
+					t.Fatalf("Stat: %v", err)
+				}
+				checkInfo(t, "Stat", stat, tt.wantPath, tt.content)
+				if stat.ETag != written.ETag {
+					t.Errorf("Stat ETag = %q, Write ETag = %q", stat.ETag, written.ETag)
+				}
+			})
+		}
+	})
+
+	t.Run("Overwrite", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+
+		first := mustWrite(t, s, project, "f.txt", "one")
+		again := mustWrite(t, s, project, "f.txt", "one")
+		if again.ETag != first.ETag {
+			t.Errorf("same content: ETag %q, then %q", first.ETag, again.ETag)
+		}
+		second := mustWrite(t, s, project, "f.txt", "two, longer")
+		if second.ETag == first.ETag {
+			t.Errorf("new content kept ETag %q", first.ETag)
+		}
+		got, info, err := s.Read(ctx, project, "f.txt")
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if string(got) != "two, longer" || info.ETag != second.ETag {
+			t.Errorf("Read = %q, ETag %q; want %q, ETag %q", got, info.ETag, "two, longer", second.ETag)
+		}
+	})
+
+	t.Run("Missing", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		mustWrite(t, s, project, "present.txt", "x")
+
+		ops := []struct {
+			name string
+			call func(path string) error
+		}{
+			{name: "Read", call: func(p string) error { _, _, err := s.Read(ctx, project, p); return err }},
+			{name: "Stat", call: func(p string) error { _, err := s.Stat(ctx, project, p); return err }},
+			{name: "Delete", call: func(p string) error { return s.Delete(ctx, project, p) }},
+			{name: "Move", call: func(p string) error { return s.Move(ctx, project, p, "target.txt", false) }},
+		}
+		for _, op := range ops {
+			for _, p := range []string{"absent.txt", "present.txt/below", "dir/absent.txt"} {
+				if err := op.call(p); !errors.Is(err, storage.ErrNotFound) {
+					t.Errorf("%s(%q) = %v, want ErrNotFound", op.name, p, err)
+				}
+			}
+		}
+		if _, err := s.Stat(ctx, project, "target.txt"); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("Move of a missing file created the target: Stat = %v", err)
+		}
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		mustWrite(t, s, project, "a/b.txt", "b")
+		mustWrite(t, s, project, "a/c.txt", "c")
+
+		if err := s.Delete(ctx, project, "a/b.txt"); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if _, _, err := s.Read(ctx, project, "a/b.txt"); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("Read after Delete = %v, want ErrNotFound", err)
+		}
+		if err := s.Delete(ctx, project, "a/b.txt"); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("second Delete = %v, want ErrNotFound", err)
+		}
+		checkList(t, s, project, "", "a/c.txt")
+	})
+
+	t.Run("List", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		files := []string{"b.txt", "a/z.txt", "a/b/c.txt", "a.txt", "ab/x.txt", "c/d/e/f.txt", ".hidden"}
+		written := map[string]storage.FileInfo{}
+		for _, f := range files {
+			written[f] = mustWrite(t, s, project, f, "content of "+f)
+		}
+
+		tests := []struct {
+			name string
+			dir  string
+			want []string
+		}{
+			{name: "Root", dir: "", want: []string{".hidden", "a.txt", "a/b/c.txt", "a/z.txt", "ab/x.txt", "b.txt", "c/d/e/f.txt"}},
+			{name: "RootDot", dir: ".", want: []string{".hidden", "a.txt", "a/b/c.txt", "a/z.txt", "ab/x.txt", "b.txt", "c/d/e/f.txt"}},
+			{name: "RootSlash", dir: "/", want: []string{".hidden", "a.txt", "a/b/c.txt", "a/z.txt", "ab/x.txt", "b.txt", "c/d/e/f.txt"}},
+			{name: "Subdir", dir: "a", want: []string{"a/b/c.txt", "a/z.txt"}},
+			{name: "SubdirTrailingSlash", dir: "./a/", want: []string{"a/b/c.txt", "a/z.txt"}},
+			{name: "Nested", dir: "c/d", want: []string{"c/d/e/f.txt"}},
+			{name: "Missing", dir: "nope", want: []string{}},
+			{name: "File", dir: "a.txt", want: []string{}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				got := checkList(t, s, project, tt.dir, tt.want...)
+				for _, fi := range got {
+					w := written[fi.Path]
+					if fi.Size != w.Size || fi.ETag != w.ETag || fi.ModTime.IsZero() {
+						t.Errorf("List info %+v, Write info %+v", fi, w)
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("ListEmptyProject", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		got, err := s.List(ctx, project, "")
+		if err != nil || len(got) != 0 {
+			t.Errorf("List = %v, %v; want empty, nil", got, err)
+		}
+	})
+
+	t.Run("ProjectsIsolated", func(t *testing.T) {
+		t.Parallel()
+		s, p1 := setup(t)
+		p2 := p1 + "x" // a prefix of p2 must not leak p2's files into p1
+		mustWrite(t, s, p1, "same.txt", "one")
+		mustWrite(t, s, p2, "same.txt", "two")
+		mustWrite(t, s, p2, "only2.txt", "two")
+
+		for project, want := range map[string]string{p1: "one", p2: "two"} {
+			got, _, err := s.Read(ctx, project, "same.txt")
+			if err != nil || string(got) != want {
+				t.Errorf("Read(%s) = %q, %v; want %q", project, got, err, want)
+			}
+		}
+		checkList(t, s, p1, "", "same.txt")
+		if _, err := s.Stat(ctx, p1, "only2.txt"); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("Stat of the other project's file = %v, want ErrNotFound", err)
+		}
+		if err := s.Delete(ctx, p1, "same.txt"); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		checkList(t, s, p2, "", "only2.txt", "same.txt")
+	})
+
+	t.Run("Move", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			name      string
+			from, to  string
+			overwrite bool
+			existing  map[string]string
+			wantErr   error
+			want      map[string]string // every file afterwards
+		}{
+			{
+				name: "Renames", from: "a.txt", to: "b.txt",
+				existing: map[string]string{"a.txt": "A"},
+				want:     map[string]string{"b.txt": "A"},
+			},
+			{
+				name: "IntoNewDir", from: "a.txt", to: "x/y/a.txt",
+				existing: map[string]string{"a.txt": "A"},
+				want:     map[string]string{"x/y/a.txt": "A"},
+			},
+			{
+				name: "OutOfDir", from: "x/y/a.txt", to: "a.txt",
+				existing: map[string]string{"x/y/a.txt": "A"},
+				want:     map[string]string{"a.txt": "A"},
+			},
+			{
+				name: "SourceMissing", from: "missing.txt", to: "b.txt", overwrite: true,
+				existing: map[string]string{"b.txt": "B"},
+				wantErr:  storage.ErrNotFound,
+				want:     map[string]string{"b.txt": "B"},
+			},
+			{
+				name: "TargetExists", from: "a.txt", to: "b.txt",
+				existing: map[string]string{"a.txt": "A", "b.txt": "B"},
+				wantErr:  storage.ErrExists,
+				want:     map[string]string{"a.txt": "A", "b.txt": "B"},
+			},
+			{
+				name: "Overwrite", from: "a.txt", to: "b.txt", overwrite: true,
+				existing: map[string]string{"a.txt": "A", "b.txt": "B"},
+				want:     map[string]string{"b.txt": "A"},
+			},
+			{
+				name: "OntoItself", from: "a.txt", to: "./a.txt",
+				existing: map[string]string{"a.txt": "A"},
+				wantErr:  storage.ErrExists,
+				want:     map[string]string{"a.txt": "A"},
+			},
+			{
+				name: "OntoItselfOverwrite", from: "a.txt", to: "a.txt", overwrite: true,
+				existing: map[string]string{"a.txt": "A"},
+				want:     map[string]string{"a.txt": "A"},
+			},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				s, project := setup(t)
+				for p, c := range tt.existing {
+					mustWrite(t, s, project, p, c)
+				}
+
+				err := s.Move(ctx, project, tt.from, tt.to, tt.overwrite)
+				if !errors.Is(err, tt.wantErr) {
+					t.Errorf("Move = %v, want %v", err, tt.wantErr)
+				}
+
+				want := slices.Sorted(maps.Keys(tt.want))
+				for _, fi := range checkList(t, s, project, "", want...) {
+					got, _, err := s.Read(ctx, project, fi.Path)
+					if err != nil || string(got) != tt.want[fi.Path] {
+						t.Errorf("Read(%q) = %q, %v; want %q", fi.Path, got, err, tt.want[fi.Path])
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("InvalidPath", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		mustWrite(t, s, project, "ok.txt", "ok")
+
+		type op struct {
+			name string
+			call func(project, path string) error
+		}
+		fileOps := []op{
+			{name: "Read", call: func(pr, p string) error { _, _, err := s.Read(ctx, pr, p); return err }},
+			{name: "Write", call: func(pr, p string) error { _, err := s.Write(ctx, pr, p, []byte("x")); return err }},
+			{name: "Delete", call: func(pr, p string) error { return s.Delete(ctx, pr, p) }},
+			{name: "Stat", call: func(pr, p string) error { _, err := s.Stat(ctx, pr, p); return err }},
+			{name: "MoveFrom", call: func(pr, p string) error { return s.Move(ctx, pr, p, "moved.txt", true) }},
+			{name: "MoveTo", call: func(pr, p string) error { return s.Move(ctx, pr, "ok.txt", p, true) }},
+		}
+		listOp := op{name: "List", call: func(pr, p string) error { _, err := s.List(ctx, pr, p); return err }}
+
+		badPaths := []string{"../x", "/etc/passwd", "a/../../b", "a\\b", "a\x00b", "a\nb", "..", "./", "\xff"}
+		for _, o := range append(fileOps, listOp) {
+			for _, p := range append(badPaths, "") {
+				if o.name == "List" && (p == "" || p == "./") {
+					continue // the project root is a valid directory
+				}
+				if err := o.call(project, p); !errors.Is(err, storage.ErrInvalidPath) {
+					t.Errorf("%s(%q) = %v, want ErrInvalidPath", o.name, p, err)
+				}
+			}
+			for _, pr := range []string{"", ".", "..", "../" + project, project + "/sub", "a\x00b", ".hidden"} {
+				p := "ok.txt"
+				if err := o.call(pr, p); !errors.Is(err, storage.ErrInvalidPath) {
+					t.Errorf("%s with project %q = %v, want ErrInvalidPath", o.name, pr, err)
+				}
+			}
+		}
+		checkList(t, s, project, "", "ok.txt")
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		mustWrite(t, s, project, "ok.txt", "ok")
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+
+		ops := []struct {
+			name string
+			call func() error
+		}{
+			{name: "Read", call: func() error { _, _, err := s.Read(cancelled, project, "ok.txt"); return err }},
+			{name: "Write", call: func() error { _, err := s.Write(cancelled, project, "new.txt", []byte("x")); return err }},
+			{name: "Delete", call: func() error { return s.Delete(cancelled, project, "ok.txt") }},
+			{name: "Stat", call: func() error { _, err := s.Stat(cancelled, project, "ok.txt"); return err }},
+			{name: "List", call: func() error { _, err := s.List(cancelled, project, ""); return err }},
+			{name: "Move", call: func() error { return s.Move(cancelled, project, "ok.txt", "moved.txt", true) }},
+		}
+		for _, op := range ops {
+			if err := op.call(); !errors.Is(err, context.Canceled) {
+				t.Errorf("%s = %v, want context.Canceled", op.name, err)
+			}
+		}
+		checkList(t, s, project, "", "ok.txt")
+	})
+
+	t.Run("ConcurrentWrites", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		const writers, rounds = 4, 5
+		contents := make([][]byte, writers)
+		for i := range contents {
+			contents[i] = bytes.Repeat([]byte{byte('a' + i)}, 64<<10+i)
+		}
+		mustWrite(t, s, project, "hot.bin", string(contents[0]))
+
+		var wg sync.WaitGroup
+		errs := make(chan error, writers*rounds*2)
+		for i := range writers {
+			wg.Go(func() {
+				for range rounds {
+					if _, err := s.Write(ctx, project, "hot.bin", contents[i]); err != nil {
+						errs <- err
+					}
+					got, _, err := s.Read(ctx, project, "hot.bin")
+					if err != nil {
+						errs <- err
+					} else if !slices.ContainsFunc(contents, func(c []byte) bool { return bytes.Equal(c, got) }) {
+						errs <- fmt.Errorf("read a torn file of %d bytes", len(got))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		checkList(t, s, project, "", "hot.bin")
+	})
+}
+
+func mustWrite(t *testing.T, s storage.Store, project, path, content string) storage.FileInfo {
+	t.Helper()
+	info, err := s.Write(context.Background(), project, path, []byte(content))
+	if err != nil {
+		t.Fatalf("Write(%q): %v", path, err)
+	}
+	return info
+}
+
+// checkList lists dir and checks that it holds exactly the paths want, in
+// that order.
+func checkList(t *testing.T, s storage.Store, project, dir string, want ...string) []storage.FileInfo {
+	t.Helper()
+	got, err := s.List(context.Background(), project, dir)
+	if err != nil {
+		t.Fatalf("List(%q): %v", dir, err)
+	}
+	paths := make([]string, 0, len(got))
+	for _, fi := range got {
+		paths = append(paths, fi.Path)
+	}
+	if want == nil {
+		want = []string{}
+	}
+	if !slices.Equal(paths, want) {
+		t.Errorf("List(%q) = %q, want %q", dir, paths, want)
+	}
+	return got
+}
+
+func checkInfo(t *testing.T, op string, info storage.FileInfo, wantPath string, content []byte) {
+	t.Helper()
+	if info.Path != wantPath || info.Size != int64(len(content)) || info.ETag == "" || info.ModTime.IsZero() {
+		t.Errorf("%s info = %+v, want path %q, size %d, an ETag and a ModTime", op, info, wantPath, len(content))
+	}
+}

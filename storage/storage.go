@@ -1,0 +1,47 @@
+// Package storage holds the project file store: one contract (Store) with an
+// S3 implementation (minio-go) and a local-directory implementation. A project
+// is its id; its files live under "<project_id>/<path>".
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrNotFound reports that a file does not exist in the project.
+	ErrNotFound = errors.New("file not found")
+	// ErrExists reports that a target file already exists and overwrite was not asked for.
+	ErrExists = errors.New("file already exists")
+	// ErrInvalidPath reports a path that escapes the project or is malformed.
+	ErrInvalidPath = errors.New("invalid path")
+)
+
+// FileInfo describes one stored file. Path is relative to the project root,
+// slash-separated, without a leading slash.
+type FileInfo struct {
+	Path    string
+	Size    int64
+	ETag    string // content version: S3 ETag, or a content hash for the local store
+	ModTime time.Time
+}
+
+// Store is the project file store. The one deliberate seam of the service:
+// S3 in production, a local directory as the embedded default.
+type Store interface {
+	// Read returns the content and info of a file, or ErrNotFound.
+	Read(ctx context.Context, projectID, path string) ([]byte, FileInfo, error)
+	// Write creates or replaces a file.
+	Write(ctx context.Context, projectID, path string, content []byte) (FileInfo, error)
+	// Delete removes a file, or returns ErrNotFound.
+	Delete(ctx context.Context, projectID, path string) error
+	// Stat returns a file's info, or ErrNotFound.
+	Stat(ctx context.Context, projectID, path string) (FileInfo, error)
+	// List returns every file under dir ("" for the whole project),
+	// recursively, sorted by path.
+	List(ctx context.Context, projectID, dir string) ([]FileInfo, error)
+	// Move renames a file: ErrNotFound when from is missing, ErrExists when
+	// to exists and overwrite is false.
+	Move(ctx context.Context, projectID, from, to string, overwrite bool) error
+}

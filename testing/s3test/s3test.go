@@ -1,0 +1,196 @@
+// Package s3test gives tests a real S3 server: the one named by
+// TEST_S3_ENDPOINT, or else a MinIO server it starts from the minio binary,
+// once per test process. Each call to Config or NewStore gets its own fresh
+// bucket, emptied and removed when the test ends.
+//
+// Where the server comes from, in order:
+//
+//  1. TEST_S3_ENDPOINT (host:port), with TEST_S3_ACCESS_KEY and
+//     TEST_S3_SECRET_KEY (both default to "minioadmin") and TEST_S3_USE_SSL
+//     (defaults to false).
+//  2. The minio binary at MINIO_BIN, on PATH, or in $GOBIN, $GOPATH/bin or
+//     $HOME/go/bin, started as "minio server" on 127.0.0.1 with random
+//     credentials and a data directory under os.TempDir.
+//
+// When neither is available the test is skipped, unless CI=true, where it
+// fails: CI must not skip silently.
+//
+// The started server is killed with the test process (Linux parent-death
+// signal). Its data directories, named agentworker-s3test-*, are removed by
+// a later run once their server is gone.
+package s3test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"go.uber.org/goleak"
+
+	"github.com/agentworker/agentworker/storage"
+)
+
+// installHint says how to get a server; it is part of the skip message.
+const installHint = "no MinIO: set TEST_S3_ENDPOINT or install the minio binary " +
+	"(bash .ci/run installs it with go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c)"
+
+// Config returns the config of a fresh bucket on the test server. The bucket
+// does not exist yet (storage.NewS3 creates it); whatever exists under that
+// name when the test ends is emptied and removed.
+func Config(t testing.TB) storage.S3Config {
+	t.Helper()
+	cfg, err := serverConfig()
+	if errors.Is(err, errNoServer) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("s3test: %s (CI=true, refusing to skip)", installHint)
+		}
+		t.Skip("s3test: " + installHint)
+	}
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	cfg.Bucket = "s3test-" + randomHex(12)
+	t.Cleanup(func() {
+		if err := removeBucket(cfg); err != nil {
+			t.Errorf("s3test: %v", err)
+		}
+	})
+	return cfg
+}
+
+// NewStore returns a store on a fresh bucket of the test server, closed when
+// the test ends.
+func NewStore(t testing.TB) *storage.S3 {
+	t.Helper()
+	cfg := Config(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := storage.NewS3(ctx, cfg)
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// LeakOption is the goleak option for packages that check for goroutine
+// leaks in TestMain: it ignores the goroutine that waits on the shared
+// MinIO server, which lives as long as the test process.
+//
+//	goleak.VerifyTestMain(m, s3test.LeakOption())
+func LeakOption() goleak.Option {
+	return goleak.IgnoreAnyFunction("github.com/agentworker/agentworker/testing/s3test.(*server).supervise")
+}
+
+// serverConfig returns the endpoint and credentials of the test server,
+// without a bucket, or an error wrapping errNoServer.
+func serverConfig() (storage.S3Config, error) {
+	if endpoint := os.Getenv("TEST_S3_ENDPOINT"); endpoint != "" {
+		cfg := storage.S3Config{
+			Endpoint:  endpoint,
+			AccessKey: envOr("TEST_S3_ACCESS_KEY", "minioadmin"),
+			SecretKey: envOr("TEST_S3_SECRET_KEY", "minioadmin"),
+		}
+		if v := os.Getenv("TEST_S3_USE_SSL"); v != "" {
+			ssl, err := strconv.ParseBool(v)
+			if err != nil {
+				return storage.S3Config{}, fmt.Errorf("parse TEST_S3_USE_SSL %q: %w", v, err)
+			}
+			cfg.UseSSL = ssl
+		}
+		return cfg, nil
+	}
+	return shared.config()
+}
+
+// findMinio returns the path of the minio binary, or an error wrapping
+// errNoServer.
+func findMinio() (string, error) {
+	if bin := os.Getenv("MINIO_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("find minio from MINIO_BIN: %w", err)
+		}
+		return bin, nil
+	}
+	if bin, err := exec.LookPath("minio"); err == nil {
+		return bin, nil
+	}
+	var candidates []string
+	if gobin := os.Getenv("GOBIN"); gobin != "" {
+		candidates = append(candidates, filepath.Join(gobin, "minio"))
+	}
+	if gopath := os.Getenv("GOPATH"); gopath != "" {
+		candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "minio"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		candidates = append(candidates, filepath.Join(home, "go", "bin", "minio"))
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("find minio in PATH and %s: %w", strings.Join(candidates, ", "), errNoServer)
+}
+
+// removeBucket empties and removes the bucket of cfg if it exists.
+func removeBucket(cfg storage.S3Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	transport, err := minio.DefaultTransport(cfg.UseSSL)
+	if err != nil {
+		return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)
+	}
+	defer transport.CloseIdleConnections()
+	client, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:    cfg.UseSSL,
+		Transport: transport,
+	})
+	if err != nil {
+		return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)
+	}
+	ok, err := client.BucketExists(ctx, cfg.Bucket)
+	if err != nil || !ok {
+		if err != nil {
+			return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)
+		}
+		return nil
+	}
+	for oi := range client.ListObjectsIter(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if oi.Err != nil {
+			return fmt.Errorf("remove bucket %q: list: %w", cfg.Bucket, oi.Err)
+		}
+		if err := client.RemoveObject(ctx, cfg.Bucket, oi.Key, minio.RemoveObjectOptions{}); err != nil {
+			return fmt.Errorf("remove bucket %q: remove object %q: %w", cfg.Bucket, oi.Key, err)
+		}
+	}
+	if err := client.RemoveBucket(ctx, cfg.Bucket); err != nil {
+		return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)
+	}
+	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,289 @@
+// Package worker holds the River side of agentworker: the River client, the
+// ai_tasks → River job bridge (pickup trigger, Submit, and a reconciler
+// backstop run on River's leader), the idempotent claim, dispatch by task
+// type, and graceful shutdown.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers"
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// River names. The pickup trigger in sql/migrations uses the same kind and queue.
+const (
+	TaskKind        = "ai_task"
+	TaskQueue       = "ai_tasks"
+	MaintenanceKind = "ai_task_reconcile"
+	// MaintenanceQueue keeps the reconciler off the task queue's slots.
+	MaintenanceQueue = "agentworker_maintenance"
+	taskMaxAttempts  = 5
+)
+
+// TaskArgs is the River job of one ai_tasks row.
+type TaskArgs struct {
+	TaskID uuid.UUID `json:"task_id"`
+}
+
+// Kind implements river.JobArgs.
+func (TaskArgs) Kind() string { return TaskKind }
+
+// InsertOpts implements river.JobArgsWithInsertOpts.
+func (TaskArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: TaskQueue, MaxAttempts: taskMaxAttempts}
+}
+
+// Config tunes the worker.
+type Config struct {
+	// Concurrency is how many tasks this process runs at once. Defaults to 10.
+	Concurrency int
+	// FetchCooldown is River's minimum time between fetches. Defaults to 5 ms:
+	// River's 100 ms default would put every pickup ~100 ms behind the insert.
+	FetchCooldown time.Duration
+	// FetchPollInterval is River's fallback poll when no notification
+	// arrives. Defaults to 1 second.
+	FetchPollInterval time.Duration
+	// TaskTimeout bounds one attempt at a task. Defaults to 1 hour.
+	TaskTimeout time.Duration
+	// ReconcileInterval is how often the leader looks for queued tasks
+	// without a job. Defaults to 15 seconds.
+	ReconcileInterval time.Duration
+	// ReconcileMinAge is how old a queued task must be before the reconciler
+	// considers it orphaned. Defaults to 5 seconds.
+	ReconcileMinAge time.Duration
+	// ID names this worker in task_runs and logs. Defaults to host-pid.
+	ID string
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 10
+	}
+	if c.FetchCooldown <= 0 {
+		c.FetchCooldown = 5 * time.Millisecond
+	}
+	if c.FetchPollInterval <= 0 {
+		c.FetchPollInterval = time.Second
+	}
+	if c.TaskTimeout <= 0 {
+		c.TaskTimeout = time.Hour
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = 15 * time.Second
+	}
+	if c.ReconcileMinAge <= 0 {
+		c.ReconcileMinAge = 5 * time.Second
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Service runs tasks: a River client with the task and reconcile workers.
+type Service struct {
+	pool     *pgxpool.Pool
+	client   *river.Client[pgx.Tx]
+	handlers map[string]handlers.Handler
+	cfg      Config
+}
+
+// New builds the service. handlers maps task type to its handler.
+func New(pool *pgxpool.Pool, hs map[string]handlers.Handler, cfg Config) (*Service, error) {
+	cfg = cfg.withDefaults()
+	s := &Service{pool: pool, handlers: hs, cfg: cfg}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &taskWorker{svc: s}); err != nil {
+		return nil, fmt.Errorf("register task worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &reconcileWorker{svc: s}); err != nil {
+		return nil, fmt.Errorf("register reconcile worker: %w", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:                cfg.ID,
+		Logger:            cfg.Logger,
+		FetchCooldown:     cfg.FetchCooldown,
+		FetchPollInterval: cfg.FetchPollInterval,
+		JobTimeout:        cfg.TaskTimeout,
+		Queues: map[string]river.QueueConfig{
+			TaskQueue:        {MaxWorkers: cfg.Concurrency},
+			MaintenanceQueue: {MaxWorkers: 1},
+		},
+		Workers: workers,
+		// Periodic jobs run only on River's elected leader, so the backstop
+		// runs once per cluster, however many replicas there are.
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return reconcileArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create river client: %w", err)
+	}
+	s.client = client
+	return s, nil
+}
+
+// Start starts fetching and working jobs. It returns at once.
+func (s *Service) Start(ctx context.Context) error {
+	if err := s.client.Start(ctx); err != nil {
+		return fmt.Errorf("start river client: %w", err)
+	}
+	return nil
+}
+
+// Stop stops taking new tasks and waits for running ones to finish. If ctx
+// ends first, running tasks are cancelled; River retries them later, on
+// this replica or another.
+func (s *Service) Stop(ctx context.Context) error {
+	err := s.client.Stop(ctx)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("stop river client: %w", err)
+	}
+	s.cfg.Logger.Warn("graceful stop timed out; cancelling running tasks")
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.client.StopAndCancel(cctx); err != nil {
+		return fmt.Errorf("stop and cancel river client: %w", err)
+	}
+	return nil
+}
+
+// Submit creates a task from Go. The River job is inserted with InsertTx in
+// the same transaction (the pickup trigger is told to stand aside), so the
+// task and its job commit together.
+func (s *Service) Submit(ctx context.Context, nt agentsql.NewTask) (agentsql.Task, error) {
+	var task agentsql.Task
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+			return fmt.Errorf("submit task: %w", err)
+		}
+		var err error
+		if task, err = agentsql.InsertTask(ctx, tx, nt); err != nil {
+			return err
+		}
+		if _, err := s.client.InsertTx(ctx, tx, TaskArgs{TaskID: task.ID}, nil); err != nil {
+			return fmt.Errorf("submit task %s: insert river job: %w", task.ID, err)
+		}
+		return nil
+	})
+	return task, err
+}
+
+// taskWorker claims a task and dispatches it to its type's handler.
+type taskWorker struct {
+	river.WorkerDefaults[TaskArgs]
+	svc *Service
+}
+
+func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
+	s := w.svc
+	log := s.cfg.Logger.With(slog.String("task_id", job.Args.TaskID.String()), slog.Int64("job_id", job.ID))
+	task, claimed, err := s.claim(ctx, job)
+	if errors.Is(err, agentsql.ErrTaskNotFound) {
+		return river.JobCancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		log.DebugContext(ctx, "task not claimable; nothing to do", slog.String("status", string(task.Status)))
+		return nil
+	}
+	h, ok := s.handlers[task.Type]
+	if !ok {
+		return river.JobCancel(fmt.Errorf("task %s: no handler for type %q", task.ID, task.Type))
+	}
+	return h.Handle(ctx, task, handlers.Attempt{JobID: job.ID, Number: job.Attempt, MaxAttempts: job.MaxAttempts, WorkerID: s.cfg.ID})
+}
+
+// claim runs the claim stage: lock the row, take it if claimable, and write
+// the stage and lifecycle events in the same transaction.
+func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql.Task, bool, error) {
+	var (
+		task    agentsql.Task
+		claimed bool
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		task, claimed, err = agentsql.ClaimTask(ctx, tx, job.Args.TaskID, job.ID, s.cfg.ID)
+		if err != nil || !claimed {
+			return err
+		}
+		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
+		_, err = rec.Emit(ctx,
+			events.Progress{Kind: events.KindStageEnter, Stage: handlers.StageClaim},
+			events.AgentPhase{Phase: events.PhaseStarted, Status: string(agentsql.StatusRunning), TaskType: task.Type, Attempt: task.Attempt},
+			events.Progress{Kind: events.KindStageExit, Stage: handlers.StageClaim, Message: fmt.Sprintf("attempt %d on %s", task.Attempt, s.cfg.ID)},
+		)
+		return err
+	})
+	if err != nil {
+		return agentsql.Task{}, false, fmt.Errorf("claim task %s for job %d: %w", job.Args.TaskID, job.ID, err)
+	}
+	return task, claimed, nil
+}
+
+type reconcileArgs struct{}
+
+func (reconcileArgs) Kind() string { return MaintenanceKind }
+
+func (reconcileArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: MaintenanceQueue, MaxAttempts: 1}
+}
+
+// reconcileWorker enqueues queued tasks that have no live job: the backstop
+// for a lost pickup (rows copied in with triggers disabled, a job deleted by
+// hand).
+type reconcileWorker struct {
+	river.WorkerDefaults[reconcileArgs]
+	svc *Service
+}
+
+func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs]) error {
+	n, err := w.svc.Reconcile(ctx)
+	if n > 0 {
+		w.svc.cfg.Logger.InfoContext(ctx, "reconciler enqueued orphaned tasks", slog.Int("count", n))
+	}
+	return err
+}
+
+// Reconcile enqueues a River job for every queued task older than
+// ReconcileMinAge that has none, and returns how many it enqueued.
+func (s *Service) Reconcile(ctx context.Context) (int, error) {
+	ids, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, 1000)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	params := make([]river.InsertManyParams, len(ids))
+	for i, id := range ids {
+		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: id}}
+	}
+	if _, err := s.client.InsertMany(ctx, params); err != nil {
+		return 0, fmt.Errorf("reconcile: enqueue %d orphaned tasks: %w", len(ids), err)
+	}
+	return len(ids), nil
+}

@@ -1,0 +1,450 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/s3test"
+	"github.com/agentworker/agentworker/worker"
+)
+
+func TestMain(m *testing.M) {
+	dbtest.Main(m, s3test.LeakOption())
+}
+
+type harness struct {
+	url   string
+	pool  *pgxpool.Pool
+	store *storage.S3
+	llm   *llmtest.Server
+	svc   *worker.Service
+}
+
+type setupOpts struct {
+	responder     scripted.Responder
+	llmOpts       []llmtest.Option
+	maxRetries    int
+	maxIterations int
+}
+
+// setup starts the whole pipeline against a real Postgres, a real MinIO and
+// a scripted model speaking the Chat Completions protocol.
+func setup(t *testing.T, o setupOpts) *harness {
+	t.Helper()
+	h := &harness{url: dbtest.NewURL(t)}
+	var err error
+	h.pool, err = pgxpool.New(t.Context(), h.url)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(h.pool.Close)
+	h.store = s3test.NewStore(t)
+	h.llm = llmtest.NewWith(t, o.responder, o.llmOpts...)
+	lc := h.llm.Config()
+	lc.MaxRetries = o.maxRetries
+	if lc.MaxRetries == 0 {
+		lc.MaxRetries = -1 // no retries inside a call unless the test asks
+	}
+	client, err := llm.New(lc)
+	if err != nil {
+		t.Fatalf("llm client: %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
+		handlers.Config{MaxIterations: o.maxIterations})
+	if err != nil {
+		t.Fatalf("runner: %v", err)
+	}
+	h.svc, err = worker.New(h.pool, runner.Handlers(), worker.Config{Concurrency: 4, Logger: logger})
+	if err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	if err := h.svc.Start(t.Context()); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := h.svc.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+	return h
+}
+
+// insertTask inserts a task with plain SQL, as any app would.
+func (h *harness) insertTask(t *testing.T, projectID uuid.UUID, taskType, prompt string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, $2, $3) RETURNING id`,
+		projectID, taskType, prompt).Scan(&id); err != nil {
+		t.Fatalf("insert %s task: %v", taskType, err)
+	}
+	return id
+}
+
+// waitDone follows the task's timeline until its terminal event and returns
+// every event and the final row.
+func (h *harness) waitDone(t *testing.T, id uuid.UUID) ([]events.Event, agentsql.Task) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var evs []events.Event
+	err := events.Follow(ctx, h.pool, id, 0, func(ev events.Event) error {
+		evs = append(evs, ev)
+		if events.Terminal(ev) {
+			return events.ErrStopFollowing
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("follow task %s: %v (events so far: %d)", id, err, len(evs))
+	}
+	task, err := agentsql.GetTask(t.Context(), h.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs, task
+}
+
+func checkSeqs(t *testing.T, evs []events.Event, from int) {
+	t.Helper()
+	for i, ev := range evs {
+		if ev.Seq != from+i {
+			t.Fatalf("event %d has seq %d, want %d (gap or duplicate)", i, ev.Seq, from+i)
+		}
+	}
+}
+
+func payloadsOf[T any](t *testing.T, evs []events.Event) []*T {
+	t.Helper()
+	var out []*T
+	for _, ev := range evs {
+		p, err := ev.Decode()
+		if err != nil {
+			t.Fatalf("decode event %d: %v", ev.Seq, err)
+		}
+		if v, ok := any(p).(*T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func TestBuildTaskFromPlainSQL(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(
+		llmtest.Call("write_file", map[string]string{"path": "hello.txt", "content": "hi\n"}),
+		scripted.Reply{Delay: 300 * time.Millisecond, ToolCalls: []llm.ToolCall{{Name: "read_file", Arguments: `{"path":"hello.txt"}`}}},
+		llmtest.Call("finish", map[string]string{"summary": "Created hello.txt saying hi"}),
+	)})
+
+	// A raw LISTEN subscriber, started before the insert.
+	listener, err := pgx.Connect(t.Context(), h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { listener.Close(context.Background()) })
+	if _, err := listener.Exec(t.Context(), "LISTEN agent_events"); err != nil {
+		t.Fatal(err)
+	}
+
+	projectID := uuid.New()
+	inserted := time.Now()
+	id := h.insertTask(t, projectID, "build", "create hello.txt saying hi")
+
+	// A late subscriber: follows the first events, stops, then resumes from
+	// its cursor while the task is still running.
+	var early []events.Event
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := events.Follow(ctx, h.pool, id, 0, func(ev events.Event) error {
+		early = append(early, ev)
+		if len(early) == 5 {
+			return events.ErrStopFollowing
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pickup := early[0].CreatedAt.Sub(inserted)
+	var resumed []events.Event
+	if err := events.Follow(ctx, h.pool, id, early[len(early)-1].Seq, func(ev events.Event) error {
+		resumed = append(resumed, ev)
+		if events.Terminal(ev) {
+			return events.ErrStopFollowing
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	all, task := h.waitDone(t, id)
+	t.Logf("insert → claim event %s; insert → done %s; %d events", pickup, all[len(all)-1].CreatedAt.Sub(inserted), len(all))
+	checkSeqs(t, all, 1)
+	if got := append(append([]events.Event{}, early...), resumed...); len(got) != len(all) {
+		t.Fatalf("early+resumed subscriber got %d events, want %d", len(got), len(all))
+	} else {
+		checkSeqs(t, got, 1)
+	}
+
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	var res handlers.Result
+	if err := json.Unmarshal(task.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Summary != "Created hello.txt saying hi" || len(res.FilesChanged) != 1 || res.FilesChanged[0].Path != "hello.txt" {
+		t.Errorf("result = %+v", res)
+	}
+	if task.TokensIn == 0 || task.TokensOut == 0 {
+		t.Errorf("usage not recorded: in %d out %d", task.TokensIn, task.TokensOut)
+	}
+	content, _, err := h.store.Read(t.Context(), projectID.String(), "hello.txt")
+	if err != nil || string(content) != "hi\n" {
+		t.Fatalf("hello.txt in MinIO = %q, %v", content, err)
+	}
+
+	// Every stage entered and exited, in runner order.
+	var stages []string
+	for _, p := range payloadsOf[events.Progress](t, all) {
+		if p.Kind == events.KindStageEnter {
+			stages = append(stages, p.Stage)
+		}
+	}
+	want := []string{"claim", "load_context", "assemble_prompt", "agent_loop", "final_response", "write_result", "cleanup"}
+	if strings.Join(stages, ",") != strings.Join(want, ",") {
+		t.Errorf("stages = %v, want %v", stages, want)
+	}
+	calls := payloadsOf[events.ToolCall](t, all)
+	if len(calls) != 3 || calls[0].ToolName != "write_file" || !calls[0].Success {
+		t.Errorf("tool_call events = %+v", calls)
+	}
+	if ups := payloadsOf[events.FileUpdate](t, all); len(ups) != 1 || ups[0].Op != events.OpCreate || ups[0].Path != "hello.txt" {
+		t.Errorf("file_update events = %+v", ups)
+	}
+
+	// The raw listener saw a notification for every event, in seq order, once.
+	seen := 0
+	for seen < len(all) {
+		wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+		n, err := listener.WaitForNotification(wctx)
+		wcancel()
+		if err != nil {
+			t.Fatalf("listener got %d of %d notifications: %v", seen, len(all), err)
+		}
+		var key struct {
+			TaskID uuid.UUID `json:"task_id"`
+			Seq    int       `json:"seq"`
+			Type   string    `json:"type"`
+		}
+		if err := json.Unmarshal([]byte(n.Payload), &key); err != nil {
+			t.Fatalf("notification payload %q: %v", n.Payload, err)
+		}
+		if key.TaskID != id {
+			continue
+		}
+		seen++
+		if key.Seq != seen || key.Type != string(all[seen-1].Type) {
+			t.Fatalf("notification %d = %+v, want seq %d type %s", seen, key, seen, all[seen-1].Type)
+		}
+	}
+
+	// The scripted model was offered the write tools and asked to use tools.
+	reqs := h.llm.Requests()
+	if len(reqs) != 3 || !reqs[0].HasTool("write_file") {
+		t.Fatalf("model got %d requests; first offers write_file: %v", len(reqs), len(reqs) > 0 && reqs[0].HasTool("write_file"))
+	}
+}
+
+func TestChatTaskCannotWrite(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(
+		llmtest.Call("write_file", map[string]string{"path": "evil.txt", "content": "x"}),
+		llmtest.Text("I cannot write files in a chat task."),
+	)})
+	projectID := uuid.New()
+	id := h.insertTask(t, projectID, "chat", "please write evil.txt")
+	all, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	calls := payloadsOf[events.ToolCall](t, all)
+	if len(calls) != 1 || calls[0].Success || !strings.Contains(calls[0].ResultSummary, "not allowed for chat tasks") {
+		t.Fatalf("tool_call events = %+v, want one refused write_file", calls)
+	}
+	if _, _, err := h.store.Read(t.Context(), projectID.String(), "evil.txt"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("evil.txt was written (read err %v)", err)
+	}
+	if files, _ := h.store.List(t.Context(), projectID.String(), ""); len(files) != 0 {
+		t.Fatalf("chat task left files: %v", files)
+	}
+	reqs := h.llm.Requests()
+	if reqs[0].HasTool("write_file") || !reqs[0].HasTool("read_file") {
+		t.Errorf("chat task was offered write_file or not read_file")
+	}
+}
+
+func TestTaskFailures(t *testing.T) {
+	t.Parallel()
+	malformed := llmtest.Call("write_file", `{"path": "a.txt", "content": `)
+	tests := []struct {
+		name     string
+		taskType string // default build
+		prompt   string
+		replies  []scripted.Reply
+		wantCode string
+		wantMsg  string
+		wantReqs int
+	}{
+		{name: "EmptyPrompt", prompt: "  ", wantCode: handlers.CodeEmptyPrompt, wantMsg: "prompt is empty"},
+		{name: "MalformedToolArguments", prompt: "x", replies: []scripted.Reply{malformed, malformed, malformed},
+			wantCode: handlers.ReasonToolFailures, wantMsg: "not valid JSON", wantReqs: 3},
+		{name: "UnknownTool", prompt: "x", replies: []scripted.Reply{llmtest.Call("rm_rf", "{}"), llmtest.Call("rm_rf", "{}"), llmtest.Call("rm_rf", "{}")},
+			wantCode: handlers.ReasonToolFailures, wantMsg: `unknown tool "rm_rf"`, wantReqs: 3},
+		{name: "ToolError", prompt: "x", replies: []scripted.Reply{
+			llmtest.Call("read_file", `{"path":"missing.txt"}`), llmtest.Call("read_file", `{"path":"missing.txt"}`), llmtest.Call("read_file", `{"path":"../etc/passwd"}`)},
+			wantCode: handlers.ReasonToolFailures, wantMsg: "invalid path", wantReqs: 3},
+		// A chat task: for build, a 400 first triggers the tool_choice fallback.
+		{name: "LLMBadRequest", taskType: "chat", prompt: "x", replies: []scripted.Reply{{Status: 400, ErrorMessage: "bad model"}},
+			wantCode: handlers.CodeLLMError, wantMsg: "400", wantReqs: 1},
+		{name: "MaxIterations", prompt: "x", replies: []scripted.Reply{
+			llmtest.Call("list_files", "{}"), llmtest.Call("list_files", "{}")},
+			wantCode: handlers.ReasonMaxIterations, wantMsg: "within 2 iterations", wantReqs: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, setupOpts{responder: scripted.Queue(tt.replies...), maxIterations: 3 - boolInt(tt.name == "MaxIterations")})
+			taskType := tt.taskType
+			if taskType == "" {
+				taskType = "build"
+			}
+			id := h.insertTask(t, uuid.New(), taskType, tt.prompt)
+			all, task := h.waitDone(t, id)
+			if task.Status != agentsql.StatusFailed {
+				t.Fatalf("status = %s, want failed", task.Status)
+			}
+			var te handlers.TaskError
+			if err := json.Unmarshal(task.Error, &te); err != nil {
+				t.Fatalf("task error %s: %v", task.Error, err)
+			}
+			if te.Code != tt.wantCode || !strings.Contains(te.Message, tt.wantMsg) {
+				t.Fatalf("task error = %+v, want code %s containing %q", te, tt.wantCode, tt.wantMsg)
+			}
+			errs := payloadsOf[events.Error](t, all)
+			if len(errs) != 1 || errs[0].ErrorType != tt.wantCode || errs[0].Recoverable {
+				t.Fatalf("error events = %+v", errs)
+			}
+			if got := len(h.llm.Requests()); got != tt.wantReqs {
+				t.Errorf("model got %d requests, want %d", got, tt.wantReqs)
+			}
+			checkSeqs(t, all, 1)
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestTransientLLMErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("RateLimitedThenOK", func(t *testing.T) {
+		t.Parallel()
+		// 429 with Retry-After is retried inside the call by the client.
+		h := setup(t, setupOpts{maxRetries: 2, responder: scripted.Queue(
+			llmtest.Error(429, "0"), llmtest.Text("hello"))})
+		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		_, task := h.waitDone(t, id)
+		if task.Status != agentsql.StatusSucceeded {
+			t.Fatalf("status = %s, error %s", task.Status, task.Error)
+		}
+		if got := len(h.llm.Requests()); got != 2 {
+			t.Errorf("model got %d requests, want 2", got)
+		}
+	})
+	t.Run("ServerErrorRetriedByRiver", func(t *testing.T) {
+		t.Parallel()
+		// A 500 that outlives the client's retries fails the attempt; River
+		// retries the job, which claims the task again and finishes it.
+		h := setup(t, setupOpts{responder: scripted.Queue(
+			llmtest.Error(500, ""), llmtest.Text("hello after a retry"))})
+		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		all, task := h.waitDone(t, id)
+		if task.Status != agentsql.StatusSucceeded {
+			t.Fatalf("status = %s, error %s", task.Status, task.Error)
+		}
+		if task.Attempt != 2 {
+			t.Errorf("attempt = %d, want 2", task.Attempt)
+		}
+		errs := payloadsOf[events.Error](t, all)
+		if len(errs) != 1 || !errs[0].Recoverable || errs[0].ErrorType != handlers.CodeLLMTransient {
+			t.Errorf("error events = %+v, want one recoverable", errs)
+		}
+		var runs []string
+		rows, _ := h.pool.Query(t.Context(), "SELECT status FROM task_runs WHERE task_id = $1 ORDER BY attempt", id)
+		runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || strings.Join(runs, ",") != "retry_scheduled,succeeded" {
+			t.Errorf("task_runs = %v, %v", runs, err)
+		}
+		checkSeqs(t, all, 1)
+	})
+}
+
+func TestRequiredToolChoiceFallback(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{llmOpts: []llmtest.Option{llmtest.RejectRequiredToolChoice()}, responder: scripted.Queue(
+		llmtest.Call("finish", map[string]string{"summary": "nothing to do"}))})
+	id := h.insertTask(t, uuid.New(), "build", "do nothing")
+	all, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	var res handlers.Result
+	if err := json.Unmarshal(task.Result, &res); err != nil || !res.ToolChoiceFallback {
+		t.Errorf("result = %s, want toolChoiceFallback", task.Result)
+	}
+	warned := false
+	for _, l := range payloadsOf[events.Log](t, all) {
+		warned = warned || strings.Contains(l.Message, `tool_choice "required"`)
+	}
+	if !warned {
+		t.Error("no log event about the tool_choice fallback")
+	}
+}
+
+func TestUnknownTypeRejectedByTable(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	_, err := pool.Exec(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'deploy', 'x')`, uuid.New())
+	if err == nil || !strings.Contains(err.Error(), "ai_tasks_type_check") {
+		t.Fatalf("insert of type deploy: err = %v, want the type CHECK violation", err)
+	}
+	var jobs int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM river_job").Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("river jobs after a rejected insert = %d, %v", jobs, err)
+	}
+}
