@@ -1,0 +1,123 @@
+// Package auth verifies the bearer tokens of agentworker's HTTP endpoints,
+// the way Supabase does: an HS256 JWT signed with JWT_SECRET, carried in
+// "Authorization: Bearer …" or, for browsers' EventSource which cannot set
+// headers, in the access_token query parameter.
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+var (
+	// ErrUnauthenticated: no token, or one that is malformed, expired or
+	// signed with another key. Answer 401.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrForbidden: a valid token that may not read the resource. Answer 403.
+	ErrForbidden = errors.New("forbidden")
+)
+
+// RoleService may read every project (Supabase's service_role).
+const RoleService = "service_role"
+
+// Claims are the claims agentworker reads from a token.
+type Claims struct {
+	// Role is "service_role" for full access; anything else is limited to Projects.
+	Role string `json:"role,omitempty"`
+	// Projects lists the project ids the bearer may read.
+	Projects []string `json:"projects,omitempty"`
+	jwt.RegisteredClaims
+}
+
+// CanAccess reports whether the claims allow access to a project.
+func (c Claims) CanAccess(projectID string) bool {
+	return c.Role == RoleService || slices.Contains(c.Projects, projectID)
+}
+
+// Verifier checks tokens signed with one HS256 secret.
+type Verifier struct {
+	secret []byte
+	now    func() time.Time
+}
+
+// NewVerifier returns a Verifier for secret. now defaults to time.Now.
+func NewVerifier(secret string, now func() time.Time) (*Verifier, error) {
+	if len(secret) < 16 {
+		return nil, errors.New("auth: JWT_SECRET must be at least 16 bytes")
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Verifier{secret: []byte(secret), now: now}, nil
+}
+
+// Verify parses and checks a token: HS256 only, signature, and exp (which
+// is required).
+func (v *Verifier) Verify(token string) (Claims, error) {
+	var c Claims
+	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(v.now),
+	)
+	if err != nil {
+		// The reason stays server-side; callers answer a bare 401.
+		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+	}
+	return c, nil
+}
+
+// FromRequest verifies the request's token, from the Authorization header
+// or the access_token query parameter.
+func (v *Verifier) FromRequest(r *http.Request) (Claims, error) {
+	token := r.URL.Query().Get("access_token")
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return Claims{}, fmt.Errorf("%w: authorization header is not a bearer token", ErrUnauthenticated)
+		}
+		token = strings.TrimSpace(rest)
+	}
+	if token == "" {
+		return Claims{}, fmt.Errorf("%w: no token", ErrUnauthenticated)
+	}
+	return v.Verify(token)
+}
+
+// Authorize verifies the request's token and checks it may access projectID.
+func (v *Verifier) Authorize(r *http.Request, projectID string) (Claims, error) {
+	c, err := v.FromRequest(r)
+	if err != nil {
+		return Claims{}, err
+	}
+	if !c.CanAccess(projectID) {
+		return c, fmt.Errorf("%w: token may not access project %s", ErrForbidden, projectID)
+	}
+	return c, nil
+}
+
+// Sign issues a token for claims; for tests, the CLI and trusted backends.
+func (v *Verifier) Sign(c Claims) (string, error) {
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(v.secret)
+	if err != nil {
+		return "", fmt.Errorf("sign token: %w", err)
+	}
+	return s, nil
+}
+
+// WriteError answers an auth failure with 401 or 403 and a body that says
+// nothing about why (no token, which project).
+func WriteError(w http.ResponseWriter, err error) {
+	if errors.Is(err, ErrForbidden) {
+		http.Error(w, `{"error":"forbidden"}`, http.StatusForbidden)
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="agentworker"`)
+	http.Error(w, `{"error":"unauthorized"}`, http.StatusUnauthorized)
+}

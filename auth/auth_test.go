@@ -1,0 +1,93 @@
+package auth_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/agentworker/agentworker/auth"
+)
+
+const secret = "test-secret-0123456789"
+
+func TestAuthorize(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	v, err := auth.NewVerifier(secret, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := auth.NewVerifier("another-secret-0123456789", nil)
+	exp := jwt.NewNumericDate(now.Add(time.Hour))
+	sign := func(t *testing.T, v *auth.Verifier, c auth.Claims) string {
+		t.Helper()
+		s, err := v.Sign(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	projectA := "11111111-1111-1111-1111-111111111111"
+	tokenA := sign(t, v, auth.Claims{Projects: []string{projectA}, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: exp}})
+	none := jwt.NewWithClaims(jwt.SigningMethodNone, auth.Claims{Role: auth.RoleService, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: exp}})
+	noneToken, _ := none.SignedString(jwt.UnsafeAllowNoneSignatureType)
+
+	tests := []struct {
+		name    string
+		header  string
+		query   string
+		project string
+		want    error
+	}{
+		{name: "HeaderOwnProject", header: "Bearer " + tokenA, project: projectA},
+		{name: "QueryOwnProject", query: tokenA, project: projectA},
+		{name: "OtherProject", header: "Bearer " + tokenA, project: "22222222-2222-2222-2222-222222222222", want: auth.ErrForbidden},
+		{name: "ServiceRole", header: "Bearer " + sign(t, v, auth.Claims{Role: auth.RoleService, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: exp}}), project: "any"},
+		{name: "NoToken", project: projectA, want: auth.ErrUnauthenticated},
+		{name: "NotBearer", header: "Basic abc", project: projectA, want: auth.ErrUnauthenticated},
+		{name: "Garbage", header: "Bearer not.a.jwt", project: projectA, want: auth.ErrUnauthenticated},
+		{name: "WrongKey", header: "Bearer " + sign(t, other, auth.Claims{Role: auth.RoleService, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: exp}}), project: projectA, want: auth.ErrUnauthenticated},
+		{name: "Expired", header: "Bearer " + sign(t, v, auth.Claims{Role: auth.RoleService, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(now.Add(-time.Minute))}}), project: projectA, want: auth.ErrUnauthenticated},
+		{name: "NoExpiry", header: "Bearer " + sign(t, v, auth.Claims{Role: auth.RoleService}), project: projectA, want: auth.ErrUnauthenticated},
+		{name: "AlgNone", header: "Bearer " + noneToken, project: projectA, want: auth.ErrUnauthenticated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(http.MethodGet, "/x?access_token="+tt.query, nil)
+			if tt.header != "" {
+				r.Header.Set("Authorization", tt.header)
+			}
+			_, err := v.Authorize(r, tt.project)
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("Authorize = %v, want %v", err, tt.want)
+			}
+			if err == nil {
+				return
+			}
+			rec := httptest.NewRecorder()
+			auth.WriteError(rec, err)
+			wantStatus := http.StatusUnauthorized
+			if errors.Is(tt.want, auth.ErrForbidden) {
+				wantStatus = http.StatusForbidden
+			}
+			if rec.Code != wantStatus {
+				t.Errorf("status = %d, want %d", rec.Code, wantStatus)
+			}
+			if body := rec.Body.String(); len(body) > 30 {
+				t.Errorf("error body says too much: %q", body)
+			}
+		})
+	}
+}
+
+func TestNewVerifierRejectsShortSecret(t *testing.T) {
+	t.Parallel()
+	if _, err := auth.NewVerifier("short", nil); err == nil {
+		t.Fatal("NewVerifier accepted a 5-byte secret")
+	}
+}
