@@ -131,6 +131,9 @@ func (c *Client) Model() string { return c.model }
 // are [*APIError]; see [IsTransient].
 func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 	choice := req.ToolChoice
+	if len(req.Tools) == 0 {
+		choice = "" // endpoints reject tool_choice without tools
+	}
 	fallback := false
 	if choice == ToolChoiceRequired && c.requiredUnsupported.Load() {
 		choice, fallback = ToolChoiceAuto, true
@@ -239,7 +242,7 @@ func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNe
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(def))
 	}
-	if len(req.Tools) > 0 && choice != "" {
+	if choice != "" {
 		params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(string(choice))}
 	}
 	return params, nil

@@ -65,7 +65,7 @@ func (u Usage) Add(o Usage) Usage {
 type Request struct {
 	Messages   []Message
 	Tools      []Tool
-	ToolChoice ToolChoice // empty means the endpoint's default
+	ToolChoice ToolChoice // empty means the endpoint's default; sent only with Tools
 	// OnDelta, when set, makes the call stream and receives each content
 	// fragment as it arrives. It is called from the calling goroutine.
 	OnDelta func(delta string)
@@ -77,7 +77,8 @@ type Response struct {
 	FinishReason string
 	Usage        Usage
 	Model        string
-	// ToolChoiceFallback is true when the endpoint rejected tool_choice
-	// "required" and the call was repeated with "auto".
+	// ToolChoiceFallback is true when the request asked for tool_choice
+	// "required" but "auto" was sent instead, because the endpoint rejected
+	// "required" on this call (which was then repeated) or on an earlier one.
 	ToolChoiceFallback bool
 }

@@ -1,12 +1,15 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +46,9 @@ type setupOpts struct {
 	llmOpts       []llmtest.Option
 	maxRetries    int
 	maxIterations int
+	apiKey        string
+	logs          io.Writer // defaults to stderr at warn level
+	workerConfig  worker.Config
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -60,6 +66,7 @@ func setup(t *testing.T, o setupOpts) *harness {
 	h.llm = llmtest.NewWith(t, o.responder, o.llmOpts...)
 	lc := h.llm.Config()
 	lc.MaxRetries = o.maxRetries
+	lc.APIKey = o.apiKey
 	if lc.MaxRetries == 0 {
 		lc.MaxRetries = -1 // no retries inside a call unless the test asks
 	}
@@ -67,13 +74,20 @@ func setup(t *testing.T, o setupOpts) *harness {
 	if err != nil {
 		t.Fatalf("llm client: %v", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs, level := o.logs, slog.LevelDebug
+	if logs == nil {
+		logs, level = os.Stderr, slog.LevelWarn
+	}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	lc.Logger = logger
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
 		handlers.Config{MaxIterations: o.maxIterations})
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}
-	h.svc, err = worker.New(h.pool, runner.Handlers(), worker.Config{Concurrency: 4, Logger: logger})
+	wc := o.workerConfig
+	wc.Concurrency, wc.Logger = 4, logger
+	h.svc, err = worker.New(h.pool, runner.Handlers(), wc)
 	if err != nil {
 		t.Fatalf("worker: %v", err)
 	}
@@ -446,5 +460,155 @@ func TestUnknownTypeRejectedByTable(t *testing.T) {
 	var jobs int
 	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM river_job").Scan(&jobs); err != nil || jobs != 0 {
 		t.Fatalf("river jobs after a rejected insert = %d, %v", jobs, err)
+	}
+}
+
+// syncBuffer is a log sink safe for the worker's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestSecretsStayOutOfErrorsEventsAndLogs(t *testing.T) {
+	t.Parallel()
+	const secret = "sk-test-SECRETVALUE-0123456789"
+	var logs syncBuffer
+	h := setup(t, setupOpts{apiKey: secret, logs: &logs, responder: scripted.Queue(
+		scripted.Reply{Status: 401, ErrorMessage: "Incorrect API key provided"})})
+	id := h.insertTask(t, uuid.New(), "chat", "hello")
+	all, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusFailed {
+		t.Fatalf("status = %s", task.Status)
+	}
+	var te handlers.TaskError
+	if err := json.Unmarshal(task.Error, &te); err != nil || te.Code != handlers.CodeLLMError || !strings.Contains(te.Message, "401") {
+		t.Fatalf("task error = %s (%v)", task.Error, err)
+	}
+	// The key did reach the model server, so the test can fail.
+	if got := h.llm.Requests()[0].Header.Get("Authorization"); !strings.Contains(got, secret) {
+		t.Fatalf("model server saw Authorization %q", got)
+	}
+	if strings.Contains(string(task.Error), "SECRETVALUE") {
+		t.Errorf("task error holds the API key: %s", task.Error)
+	}
+	for _, ev := range all {
+		if strings.Contains(string(ev.Payload), "SECRETVALUE") {
+			t.Errorf("event %d holds the API key: %s", ev.Seq, ev.Payload)
+		}
+	}
+	if strings.Contains(logs.String(), "SECRETVALUE") {
+		t.Errorf("logs hold the API key:\n%s", logs.String())
+	}
+}
+
+func TestReconcilerEnqueuesOrphanedTasks(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder:    scripted.Queue(llmtest.Text("hi")),
+		workerConfig: worker.Config{ReconcileInterval: 100 * time.Millisecond, ReconcileMinAge: time.Millisecond},
+	})
+	// A row that arrived without its job (as if copied in with triggers off).
+	var id uuid.UUID
+	err := pgx.BeginFunc(t.Context(), h.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+			return err
+		}
+		return tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'hi') RETURNING id`, uuid.New()).Scan(&id)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+}
+
+func TestDuplicateJobIsHarmless(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(llmtest.Text("hi"))})
+	id := h.insertTask(t, uuid.New(), "chat", "hi")
+	all, _ := h.waitDone(t, id)
+	// A second job for the finished task: claimed as nothing to do.
+	var jobID int64
+	if err := h.pool.QueryRow(t.Context(), `INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
+		VALUES (jsonb_build_object('task_id', $1::uuid), 'ai_task', 'ai_tasks', 5, 1, 'available') RETURNING id`, id).Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var state string
+		if err := h.pool.QueryRow(t.Context(), "SELECT state FROM river_job WHERE id = $1", jobID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "completed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("duplicate job still %s", state)
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+	rows, err := agentsql.TaskEventsAfter(t.Context(), h.pool, id, 0, 1000)
+	if err != nil || len(rows) != len(all) {
+		t.Fatalf("events after the duplicate job: %d, want %d (%v)", len(rows), len(all), err)
+	}
+	if n := len(h.llm.Requests()); n != 1 {
+		t.Fatalf("model got %d requests, want 1", n)
+	}
+}
+
+func TestStopWaitsForRunningTasks(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(scripted.Reply{Content: "slow answer", Delay: 500 * time.Millisecond})})
+	id := h.insertTask(t, uuid.New(), "chat", "hi")
+	// Wait until the model is being asked, then stop the worker.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := events.Follow(ctx, h.pool, id, 0, func(ev events.Event) error {
+		if p, _ := ev.Decode(); p != nil {
+			if pr, ok := p.(*events.Progress); ok && pr.Kind == events.KindThinking {
+				return events.ErrStopFollowing
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	task, err := agentsql.GetTask(t.Context(), h.pool, id)
+	if err != nil || task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("after a graceful stop the task is %s (%v), want succeeded", task.Status, err)
+	}
+}
+
+func TestSubmitFromGo(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(llmtest.Text("hi"))})
+	task, err := h.svc.Submit(t.Context(), agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, done := h.waitDone(t, task.ID)
+	if done.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s", done.Status)
+	}
+	var jobs int
+	if err := h.pool.QueryRow(t.Context(), "SELECT count(*) FROM river_job WHERE kind = 'ai_task'").Scan(&jobs); err != nil || jobs != 1 {
+		t.Fatalf("Submit made %d jobs (%v), want exactly 1 (the trigger must stand aside)", jobs, err)
 	}
 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// clearEnv unsets every variable the binary reads, so the host's
+// environment cannot leak into a test.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"DATABASE_URL", "S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "S3_USE_SSL",
+		"STORAGE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL", "WORKER_CONCURRENCY", "MAX_ITERATIONS",
+		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "LOG_LEVEL", "LOG_FORMAT"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"WORKER_CONCURRENCY": "many"}, "WORKER_CONCURRENCY"},
+		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY must be at least 1"},
+		{map[string]string{"MAX_ITERATIONS": "-1"}, "MAX_ITERATIONS"},
+		{map[string]string{"TASK_LEASE": "soon"}, "TASK_LEASE"},
+		{map[string]string{"S3_USE_SSL": "maybe"}, "S3_USE_SSL"},
+		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
+		{map[string]string{"S3_ENDPOINT": "localhost:9000"}, "S3_ACCESS_KEY and S3_SECRET_KEY are required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			_, err := loadConfig()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("loadConfig() = %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestServeNeedsDatabaseAndModel(t *testing.T) {
+	clearEnv(t)
+	err := run(t.Context(), []string{"serve"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL is not set") {
+		t.Fatalf("serve without DATABASE_URL: %v", err)
+	}
+	t.Setenv("DATABASE_URL", "postgres://u:hunter2secret@127.0.0.1:1/x?connect_timeout=1")
+	err = run(t.Context(), []string{"serve"}, &bytes.Buffer{})
+	if err == nil || strings.Contains(err.Error(), "hunter2secret") {
+		t.Fatalf("serve with an unreachable database: %v (must fail without the password)", err)
+	}
+	t.Setenv("DATABASE_URL", "::not a url::")
+	err = run(t.Context(), []string{"serve"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL is not a valid") {
+		t.Fatalf("serve with a malformed DATABASE_URL: %v", err)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	clearEnv(t)
+	if err := run(t.Context(), []string{"frobnicate"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "frobnicate") {
+		t.Fatalf("run(frobnicate) = %v", err)
+	}
+}
+
+// The demo runs the whole path on the embedded default: a private Postgres
+// from the local binaries, a local-directory store, the scripted model.
+func TestDemoOnEmbeddedDefault(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	t.Setenv("STORAGE_DIR", dir)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"demo"}, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"bundled scripted demo model", "stage_enter claim", "tool_call", "write_file(hello.txt) ok",
+		"file_update create hello.txt", "completed  succeeded", "ended succeeded", "--- hello.txt (3 bytes)\nhi"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", "hello.txt"))
+	if len(matches) != 1 {
+		t.Fatalf("hello.txt files under STORAGE_DIR: %v", matches)
+	}
+}

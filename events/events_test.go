@@ -1,0 +1,134 @@
+package events_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/events"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func allPayloads() []events.Payload {
+	ok := true
+	return []events.Payload{
+		&events.AgentPhase{Phase: events.PhaseStarted, Status: "running", TaskType: "build", Attempt: 1},
+		&events.ToolCall{ToolName: "move_file", ArgsSummary: "a → b", Success: true, Duration: 3, FromPath: "a", ToPath: "b"},
+		&events.FileUpdate{Path: "b", Op: events.OpMove, FromPath: "a", ToPath: "b"},
+		&events.SelfRepair{AttemptNumber: 1, MaxAttempts: 2, Trigger: "static check", Result: "pending"},
+		&events.Log{Level: events.LevelWarn, Message: "m", Metadata: map[string]any{"raw": true}},
+		&events.Error{ErrorType: "llm_error", Message: "boom", Recoverable: false},
+		&events.Progress{Kind: events.KindToolComplete, Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), ToolName: "read_file", ToolSuccess: &ok, ToolResult: json.RawMessage(`{"success": true}`)}, // as jsonb renders it
+	}
+}
+
+// Every payload type survives Go → agent_events → Go unchanged.
+func TestRoundTripThroughDatabase(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "build", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
+	want := allPayloads()
+	var in []events.Payload
+	for _, p := range want {
+		in = append(in, reflect.ValueOf(p).Elem().Interface().(events.Payload))
+	}
+	written, err := rec.Emit(t.Context(), in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []events.Event
+	err = events.Follow(t.Context(), pool, task.ID, 0, func(ev events.Event) error {
+		got = append(got, ev)
+		if len(got) == len(want) {
+			return events.ErrStopFollowing
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range got {
+		if ev.Seq != i+1 || ev.ID != written[i].ID || ev.TaskID != task.ID || ev.ProjectID != task.ProjectID {
+			t.Errorf("event %d = %+v", i, ev)
+		}
+		p, err := ev.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(p, want[i]) {
+			t.Errorf("event %d decoded to %#v, want %#v", i, p, want[i])
+		}
+	}
+}
+
+func TestFollowStopsWithContext(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	err = events.Follow(ctx, pool, task.ID, 0, func(events.Event) error { return nil })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Follow = %v, want the context's error", err)
+	}
+	// The listening connection went back to the pool clean.
+	if pool.Stat().AcquiredConns() != 0 {
+		t.Fatalf("%d connections still acquired", pool.Stat().AcquiredConns())
+	}
+}
+
+func TestDecodeRejectsUnknownType(t *testing.T) {
+	t.Parallel()
+	if _, err := (events.Event{ID: 1, Type: "nope", Payload: []byte(`{}`)}).Decode(); err == nil {
+		t.Fatal("Decode accepted an unknown type")
+	}
+	if _, err := (events.Event{ID: 1, Type: events.TypeLog, Payload: []byte(`{`)}).Decode(); err == nil {
+		t.Fatal("Decode accepted malformed JSON")
+	}
+}
+
+func TestFormatAndTerminal(t *testing.T) {
+	t.Parallel()
+	mk := func(p events.Payload) events.Event {
+		body, _ := json.Marshal(p)
+		return events.Event{Seq: 3, Type: p.EventType(), Payload: body}
+	}
+	tests := []struct {
+		payload  events.Payload
+		want     string
+		terminal bool
+	}{
+		{events.AgentPhase{Phase: events.PhaseCompleted, Status: "succeeded", Summary: "done"}, "completed  succeeded: done", true},
+		{events.AgentPhase{Phase: events.PhaseFailed, Status: "failed"}, "failed  failed", true},
+		{events.AgentPhase{Phase: events.PhaseCoder, Action: "enter"}, "coder enter", false},
+		{events.ToolCall{ToolName: "write_file", ArgsSummary: "a.txt", Success: false, ResultSummary: "nope"}, "write_file(a.txt) FAILED 0ms: nope", false},
+		{events.FileUpdate{Op: events.OpMove, Path: "b", FromPath: "a", ToPath: "b"}, "move a → b", false},
+		{events.Error{ErrorType: "x", Message: "y"}, "x: y (recoverable=false)", false},
+		{events.Progress{Kind: events.KindStageEnter, Stage: "claim"}, "stage_enter claim", false},
+	}
+	for _, tt := range tests {
+		ev := mk(tt.payload)
+		if got := events.Format(ev); !strings.HasSuffix(got, tt.want) {
+			t.Errorf("Format(%T) = %q, want suffix %q", tt.payload, got, tt.want)
+		}
+		if got := events.Terminal(ev); got != tt.terminal {
+			t.Errorf("Terminal(%T %+v) = %t", tt.payload, tt.payload, got)
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package sql_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	// dbtest's database is already migrated; run Migrate from several
+	// "replicas" at once: all succeed and none applies anything again.
+	url := dbtest.NewURL(t)
+	var wg sync.WaitGroup
+	results := make([]agentsql.MigrateResult, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := pgxpool.New(context.Background(), url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			results[i], errs[i] = agentsql.MigrateWithResult(context.Background(), pool, nil)
+		}()
+	}
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		if len(results[i].Applied) != 0 || len(results[i].RiverVersions) != 0 {
+			t.Errorf("replica %d applied %v / river %v on a migrated database", i, results[i].Applied, results[i].RiverVersions)
+		}
+	}
+}
+
+func TestMigrateFreshDatabaseFromSeveralReplicas(t *testing.T) {
+	t.Parallel()
+	admin := dbtest.New(t)
+	name := "aw_fresh_" + uuid.NewString()[:8]
+	if _, err := admin.Exec(t.Context(), "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	cfg := admin.Config().ConnConfig.Copy()
+	cfg.Database = name
+	url := cfg.ConnString()
+	var wg sync.WaitGroup
+	applied := make([][]string, 3)
+	errs := make([]error, 3)
+	for i := range applied {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pcfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			pcfg.ConnConfig.Database = name
+			pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			res, err := agentsql.MigrateWithResult(context.Background(), pool, nil)
+			applied[i], errs[i] = res.Applied, err
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range applied {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		total += len(applied[i])
+	}
+	migrations, _ := agentsql.Migrations()
+	if total != len(migrations) {
+		t.Fatalf("migrations applied %d times in all, want each once (%d)", total, len(migrations))
+	}
+}
+
+func TestCanTransition(t *testing.T) {
+	t.Parallel()
+	all := []agentsql.Status{agentsql.StatusQueued, agentsql.StatusRunning, agentsql.StatusSucceeded, agentsql.StatusFailed,
+		agentsql.StatusBlocked, agentsql.StatusCancelled, agentsql.StatusPaused, agentsql.StatusAwaitingInput}
+	legal := map[[2]agentsql.Status]bool{}
+	for _, m := range [][2]agentsql.Status{
+		{"queued", "running"}, {"queued", "cancelled"}, {"queued", "paused"},
+		{"running", "succeeded"}, {"running", "failed"}, {"running", "blocked"}, {"running", "cancelled"},
+		{"running", "paused"}, {"running", "awaiting_input"}, {"running", "queued"},
+		{"paused", "queued"}, {"paused", "cancelled"}, {"awaiting_input", "queued"}, {"awaiting_input", "cancelled"},
+		{"failed", "queued"}, {"blocked", "queued"}, {"cancelled", "queued"},
+	} {
+		legal[m] = true
+	}
+	for _, from := range all {
+		for _, to := range all {
+			if got := agentsql.CanTransition(from, to); got != legal[[2]agentsql.Status{from, to}] {
+				t.Errorf("CanTransition(%s, %s) = %t", from, to, got)
+			}
+		}
+	}
+}
+
+func TestClaimIsIdempotent(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "build", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(jobID int64) (agentsql.Task, bool) {
+		t.Helper()
+		var got agentsql.Task
+		var ok bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			got, ok, err = agentsql.ClaimTask(ctx, tx, task.ID, jobID, "test")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, ok
+	}
+	if got, ok := claim(1); !ok || got.Status != agentsql.StatusRunning || got.Attempt != 1 {
+		t.Fatalf("first claim = %v, %+v", ok, got)
+	}
+	if _, ok := claim(2); ok {
+		t.Fatal("a second job claimed a running task")
+	}
+	// River retrying the same job after a crash takes it again.
+	if got, ok := claim(1); !ok || got.Attempt != 2 {
+		t.Fatalf("retry of the same job = %v, attempt %d", ok, got.Attempt)
+	}
+	var runs []string
+	rows, _ := pool.Query(ctx, "SELECT status FROM task_runs WHERE task_id = $1 ORDER BY attempt", task.ID)
+	runs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(runs) != 2 || runs[0] != "interrupted" || runs[1] != "running" {
+		t.Fatalf("task_runs = %v, %v", runs, err)
+	}
+	// Finishing from another job is refused.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := agentsql.FinishTask(ctx, tx, task.ID, 2, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded"})
+		return err
+	})
+	if !errors.Is(err, agentsql.ErrNotClaimed) {
+		t.Fatalf("FinishTask from another job: %v, want ErrNotClaimed", err)
+	}
+	if _, err := agentsql.GetTask(ctx, pool, uuid.New()); !errors.Is(err, agentsql.ErrTaskNotFound) {
+		t.Fatalf("GetTask of a missing id: %v", err)
+	}
+}
+
+func TestEventSeqPerTask(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Concurrent writers to one task: seqs stay gap-free and unique.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{
+					{Type: "log", Payload: []byte(`{"level":"info","message":"a"}`)},
+					{Type: "log", Payload: []byte(`{"level":"info","message":"b"}`)},
+				}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rows, err := agentsql.TaskEventsAfter(ctx, pool, task.ID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 160 {
+		t.Fatalf("got %d events, want 160", len(rows))
+	}
+	for i, r := range rows {
+		if *r.Seq != i+1 {
+			t.Fatalf("event %d has seq %d", i, *r.Seq)
+		}
+	}
+	if rest, _ := agentsql.TaskEventsAfter(ctx, pool, task.ID, 150, 1000); len(rest) != 10 || *rest[0].Seq != 151 {
+		t.Fatalf("events after 150: %d", len(rest))
+	}
+	_, err = agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "progress_bar", Payload: []byte(`{}`)}})
+	if err == nil {
+		t.Fatal("an unknown event type was accepted")
+	}
+}
