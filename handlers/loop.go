@@ -130,7 +130,7 @@ func (l *loop) complete(ctx context.Context, messages []llm.Message) (llm.Respon
 		"model":            resp.Model,
 		"promptTokens":     resp.Usage.PromptTokens,
 		"completionTokens": resp.Usage.CompletionTokens,
-		"durationMs":       time.Since(start).Milliseconds(),
+		"durationMs":       float64(time.Since(start).Microseconds()) / 1000,
 		"finishReason":     resp.FinishReason,
 		"toolCalls":        len(resp.Message.ToolCalls),
 	}}}

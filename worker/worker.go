@@ -70,6 +70,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns the configuration New uses for zero fields.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 10

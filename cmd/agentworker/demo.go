@@ -132,7 +132,7 @@ func startDemoModel() (url string, stop func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("demo: listen for the scripted model: %w", err)
 	}
-	srv := &http.Server{Handler: &scripted.Server{Responder: scripted.DemoModel()}, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: &scripted.Server{Responder: scripted.DemoModel(), DiscardRequests: true}, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Default().Error("scripted model server", slog.String("err", err.Error()))

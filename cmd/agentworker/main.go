@@ -5,6 +5,7 @@
 //	agentworker submit    create a task (--follow to watch it)
 //	agentworker follow    print a task's timeline live
 //	agentworker demo      run the whole path on the embedded default
+//	agentworker bench     measure it against raw River
 //
 // Configuration comes from the environment only (see README.md).
 package main
@@ -28,6 +29,7 @@ commands:
   submit [flags] <prompt>     create a task; --project, --type, --follow
   follow [--after N] <task>   print a task's events live until it ends
   demo                        run a build task end to end on the embedded default
+  bench [--quick] [--json]    measure latency, throughput, events, tools, memory vs raw River
 `
 
 func main() {
@@ -62,6 +64,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return follow(ctx, cfg, rest, out)
 	case "demo":
 		return demo(ctx, cfg, out)
+	case "bench":
+		return runBench(ctx, cfg, rest, out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return nil

@@ -31,6 +31,9 @@ type Server struct {
 	RejectRequiredToolChoice bool
 	// Clock gives the created time of completions. Defaults to time.Now.
 	Clock func() time.Time
+	// DiscardRequests stops the server from keeping requests, for
+	// long-running servers (the demo model, benchmarks).
+	DiscardRequests bool
 
 	mu          sync.Mutex
 	requests    []Request
@@ -98,6 +101,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) record(req Request) {
+	if s.DiscardRequests {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = append(s.requests, req)

@@ -510,3 +510,17 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestDiscardRequests(t *testing.T) {
+	t.Parallel()
+	s := &scripted.Server{Responder: scripted.Queue(scripted.Reply{Content: "a"}), DiscardRequests: true}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Fatalf("kept %d requests", n)
+	}
+}

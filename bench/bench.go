@@ -1,0 +1,225 @@
+// Package bench measures agentworker against raw River on one machine, in
+// one run: pickup latency, throughput, event delivery, storage tools, the
+// agent loop's own overhead and worker memory. `agentworker bench` prints
+// its Report as a markdown table or JSON.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// Options configures a run.
+type Options struct {
+	// AdminURL is a PostgreSQL URL whose role may CREATE DATABASE; every
+	// scenario runs in a fresh database created there.
+	AdminURL string
+	// Store holds the projects of the storage scenarios (MinIO in the
+	// reference figures). Defaults to a local directory.
+	Store storage.Store
+	// StoreName describes Store in the report ("minio", "local").
+	StoreName string
+	// Binary is the agentworker executable, for the memory scenario, which
+	// runs `agentworker serve` as a child process. Empty skips it.
+	Binary string
+	// Quick runs reduced sizes (CI smoke checks).
+	Quick bool
+	// Concurrency is the worker's WORKER_CONCURRENCY. Defaults to 10.
+	Concurrency int
+	// Logger receives progress lines. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Percentiles of a latency distribution, in milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+}
+
+// Report is the result of a run. Zero values mean "not measured"; Notes
+// says why.
+type Report struct {
+	Machine   string `json:"machine"`
+	Quick     bool   `json:"quick"`
+	StoreName string `json:"store"`
+
+	LatencyMS      Percentiles `json:"latency_ms"`
+	RiverLatencyMS Percentiles `json:"river_latency_ms"`
+	LatencyRatio   float64     `json:"latency_ratio"`
+
+	Tasks               int     `json:"throughput_tasks"`
+	TasksPerS           float64 `json:"tasks_per_s"`
+	RiverJobsPerS       float64 `json:"river_jobs_per_s"`
+	RiverSameWritesPerS float64 `json:"river_same_writes_per_s"`
+	EventsPerTask       int     `json:"events_per_task"`
+
+	EventsWrittenPerS float64     `json:"events_written_per_s"`
+	EventReceiptMS    Percentiles `json:"event_receipt_ms"`
+	SSEReceiptMS      Percentiles `json:"sse_receipt_ms"`
+
+	ContextBuildMS struct {
+		Files200  float64 `json:"files_200"`
+		Files2000 float64 `json:"files_2000"`
+	} `json:"context_build_ms"`
+	ToolCallMS struct {
+		Read   Percentiles `json:"read"`
+		Search Percentiles `json:"search"`
+		Edit   Percentiles `json:"edit"`
+	} `json:"tool_call_ms"`
+
+	LoopOverheadMS float64 `json:"loop_overhead_ms"`
+
+	RSSMB struct {
+		Tasks1   float64 `json:"tasks_1"`
+		Tasks10  float64 `json:"tasks_10"`
+		Tasks100 float64 `json:"tasks_100"`
+	} `json:"rss_mb"`
+
+	Notes []string `json:"notes,omitempty"`
+}
+
+func (r *Report) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// Run runs every scenario and returns the report.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 10
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Store == nil {
+		dir, err := os.MkdirTemp("", "agentworker-bench-files-")
+		if err != nil {
+			return Report{}, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		local, err := storage.NewLocal(dir)
+		if err != nil {
+			return Report{}, err
+		}
+		opts.Store, opts.StoreName = local, "local"
+	}
+	r := Report{Machine: machine(), Quick: opts.Quick, StoreName: opts.StoreName}
+	steps := []struct {
+		name string
+		run  func(context.Context, Options, *Report) error
+	}{
+		{"latency", runLatency},
+		{"throughput", runThroughput},
+		{"events", runEventDelivery},
+		{"storage", runStorage},
+		{"loop", runLoopOverhead},
+		{"memory", runMemory},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		opts.Logger.InfoContext(ctx, "bench: "+s.name)
+		if err := s.run(ctx, opts, &r); err != nil {
+			return r, fmt.Errorf("bench %s: %w", s.name, err)
+		}
+		opts.Logger.InfoContext(ctx, "bench: "+s.name+" done", slog.Duration("took", time.Since(start)))
+	}
+	return r, nil
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d CPUs %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), model, runtime.Version())
+}
+
+// database is a fresh, migrated database for one scenario.
+type database struct {
+	url  string
+	pool *pgxpool.Pool
+	drop func()
+}
+
+func newDatabase(ctx context.Context, adminURL string, maxConns int32) (*database, error) {
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(adminURL), err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "agentworker_bench_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	cfg, err := pgxpool.ParseConfig(adminURL)
+	if err != nil {
+		admin.Close(ctx)
+		return nil, err
+	}
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = maxConns
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close(dctx)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	if err := agentsql.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		drop()
+		return nil, err
+	}
+	url := cfg.ConnString()
+	if u, err := replaceDatabase(adminURL, name); err == nil {
+		url = u
+	}
+	return &database{url: url, pool: pool, drop: func() { pool.Close(); drop() }}, nil
+}
+
+func percentiles(samples []time.Duration) Percentiles {
+	if len(samples) == 0 {
+		return Percentiles{}
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		i = max(0, min(i, len(s)-1))
+		return float64(s[i].Microseconds()) / 1000
+	}
+	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99)}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return math.Round(a/b*100) / 100
+}

@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/worker"
+)
+
+// instantModel answers at once: write_file on the first turn, finish after
+// any tool result. One task is two LLM calls and one file write.
+func instantModel() scripted.Responder {
+	return scripted.Func(func(req *scripted.Request) scripted.Reply {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == llm.RoleTool {
+			return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"wrote out.txt"}`}}}
+		}
+		return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "write_file", Arguments: `{"path":"out.txt","content":"x\n"}`}}}
+	})
+}
+
+// iterationsModel calls list_files n times, then finish.
+func iterationsModel(n int) scripted.Responder {
+	return scripted.Func(func(req *scripted.Request) scripted.Reply {
+		calls := 0
+		for _, m := range req.Messages {
+			calls += len(m.ToolCalls)
+		}
+		if calls < n {
+			return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "list_files", Arguments: `{}`}}}
+		}
+		return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"done"}`}}}
+	})
+}
+
+// modelServer serves a scripted model on loopback.
+type modelServer struct {
+	url string
+	srv *http.Server
+}
+
+func startModel(responder scripted.Responder) (*modelServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for the scripted model: %w", err)
+	}
+	// A server that forgets requests: the bench sends tens of thousands.
+	srv := &http.Server{Handler: &scripted.Server{Responder: responder, DiscardRequests: true}, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &modelServer{url: "http://" + ln.Addr().String() + "/v1", srv: srv}, nil
+}
+
+func (m *modelServer) close() { _ = m.srv.Close() }
+
+// timedHandlers wraps handlers to report when each task's handler starts
+// and returns.
+type timedHandlers struct {
+	mu       sync.Mutex
+	started  map[uuid.UUID]time.Time
+	finished map[uuid.UUID]time.Time
+	done     chan uuid.UUID
+}
+
+func newTimedHandlers() *timedHandlers {
+	return &timedHandlers{started: map[uuid.UUID]time.Time{}, finished: map[uuid.UUID]time.Time{}, done: make(chan uuid.UUID, 100000)}
+}
+
+func (t *timedHandlers) wrap(hs map[string]handlers.Handler) map[string]handlers.Handler {
+	out := map[string]handlers.Handler{}
+	for k, h := range hs {
+		out[k] = timedHandler{inner: h, t: t}
+	}
+	return out
+}
+
+type timedHandler struct {
+	inner handlers.Handler
+	t     *timedHandlers
+}
+
+func (h timedHandler) Handle(ctx context.Context, task agentsql.Task, at handlers.Attempt) error {
+	now := time.Now()
+	h.t.mu.Lock()
+	if _, ok := h.t.started[task.ID]; !ok {
+		h.t.started[task.ID] = now
+	}
+	h.t.mu.Unlock()
+	err := h.inner.Handle(ctx, task, at)
+	h.t.mu.Lock()
+	h.t.finished[task.ID] = time.Now()
+	h.t.mu.Unlock()
+	h.t.done <- task.ID
+	return err
+}
+
+func (t *timedHandlers) startedAt(id uuid.UUID) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started[id]
+}
+
+// pipeline is our worker over one scenario database.
+type pipeline struct {
+	db    *database
+	model *modelServer
+	svc   *worker.Service
+	timed *timedHandlers
+	llm   *llm.Client
+}
+
+func startPipeline(ctx context.Context, opts Options, db *database, responder scripted.Responder, start bool) (*pipeline, error) {
+	model, err := startModel(responder)
+	if err != nil {
+		return nil, err
+	}
+	client, err := llm.New(llm.Config{BaseURL: model.url, Model: "bench-instant", MaxRetries: -1})
+	if err != nil {
+		model.close()
+		return nil, err
+	}
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: db.pool, Store: opts.Store, LLM: client, Logger: opts.Logger},
+		handlers.Config{MaxIterations: 50})
+	if err != nil {
+		model.close()
+		return nil, err
+	}
+	timed := newTimedHandlers()
+	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, Logger: opts.Logger})
+	if err != nil {
+		model.close()
+		return nil, err
+	}
+	p := &pipeline{db: db, model: model, svc: svc, timed: timed, llm: client}
+	if start {
+		if err := svc.Start(ctx); err != nil {
+			model.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *pipeline) stop(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = p.svc.Stop(sctx)
+	p.model.close()
+}
+
+// insertTask inserts a build task with plain SQL, as an app would.
+func insertTask(ctx context.Context, db *database, prompt string) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := db.pool.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', $2) RETURNING id`,
+		uuid.New(), prompt).Scan(&id)
+	if err != nil {
+		return id, fmt.Errorf("insert task: %w", err)
+	}
+	return id, nil
+}
+
+func waitFor(ctx context.Context, ch <-chan uuid.UUID, id uuid.UUID) error {
+	for {
+		select {
+		case got := <-ch:
+			if got == id {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("wait for task %s: %w", id, ctx.Err())
+		}
+	}
+}
+

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/agentworker/agentworker/handlers/tools"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// runStorage measures building a task's context on projects of 200 and
+// 2,000 files, and read_file / search_files / edit_file latency on the
+// 2,000-file project, through the tool registry a build task uses.
+func runStorage(ctx context.Context, opts Options, r *Report) error {
+	small, err := seedProject(ctx, opts.Store, 200)
+	if err != nil {
+		return err
+	}
+	large, err := seedProject(ctx, opts.Store, 2000)
+	if err != nil {
+		return err
+	}
+	reps := 5
+	if opts.Quick {
+		reps = 2
+	}
+	if r.ContextBuildMS.Files200, err = contextBuildMS(ctx, opts.Store, small, reps); err != nil {
+		return err
+	}
+	if r.ContextBuildMS.Files2000, err = contextBuildMS(ctx, opts.Store, large, reps); err != nil {
+		return err
+	}
+
+	reg, err := tools.ForTaskType("build")
+	if err != nil {
+		return err
+	}
+	env := tools.Env{Store: opts.Store, ProjectID: large}
+	n := 200
+	if opts.Quick {
+		n = 40
+	}
+	call := func(name string, args func(i int) any) (Percentiles, error) {
+		var samples []time.Duration
+		for i := range n {
+			raw, _ := json.Marshal(args(i))
+			t0 := time.Now()
+			res := reg.Call(ctx, env, name, string(raw))
+			samples = append(samples, time.Since(t0))
+			if !res.Success {
+				return Percentiles{}, fmt.Errorf("%s: %s", name, res.Output)
+			}
+		}
+		return percentiles(samples), nil
+	}
+	if r.ToolCallMS.Read, err = call("read_file", func(i int) any {
+		return map[string]any{"path": benchFile(i % 2000)}
+	}); err != nil {
+		return err
+	}
+	searchN := n / 10
+	n, searchN = searchN, n
+	if r.ToolCallMS.Search, err = call("search_files", func(i int) any {
+		return map[string]any{"query": fmt.Sprintf("Component%d\\b", i), "path": "src"}
+	}); err != nil {
+		return err
+	}
+	n = searchN
+	if reg.Has("edit_file") {
+		if r.ToolCallMS.Edit, err = call("edit_file", func(i int) any {
+			return map[string]any{"path": benchFile(i % 2000), "old_string": fmt.Sprintf("value: %d,", i%2000), "new_string": fmt.Sprintf("value: %d,", i%2000)}
+		}); err != nil {
+			return err
+		}
+	} else {
+		r.note("edit_file is not in this build's tool set; edit latency not measured")
+	}
+	r.note("storage figures on the %s store; search_files scans the whole 2,000-file tree per call", opts.StoreName)
+	return nil
+}
+
+func benchFile(i int) string {
+	return fmt.Sprintf("src/components/group%02d/Component%d.tsx", i%40, i)
+}
+
+// seedProject writes n small TypeScript files into a new project.
+func seedProject(ctx context.Context, store storage.Store, n int) (string, error) {
+	project := uuid.NewString()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			var b strings.Builder
+			fmt.Fprintf(&b, "import React from 'react';\n\nexport const config = {\n  value: %d,\n};\n\n", i)
+			fmt.Fprintf(&b, "export function Component%d() {\n  return <div className=\"c%d\">Component %d</div>;\n}\n", i, i, i)
+			_, err := store.Write(gctx, project, benchFile(i), []byte(b.String()))
+			return err
+		})
+	}
+	g.Go(func() error {
+		_, err := store.Write(gctx, project, "package.json", []byte(`{"name":"bench","dependencies":{"react":"^19.0.0"}}`))
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return "", fmt.Errorf("seed a %d-file project: %w", n, err)
+	}
+	return project, nil
+}
+
+// contextBuildMS is the median time to build a task's context: what the
+// runner's load_context stage does.
+func contextBuildMS(ctx context.Context, store storage.Store, project string, reps int) (float64, error) {
+	var samples []time.Duration
+	for range reps {
+		t0 := time.Now()
+		if _, err := store.List(ctx, project, ""); err != nil {
+			return 0, err
+		}
+		samples = append(samples, time.Since(t0))
+	}
+	return percentiles(samples).P50, nil
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/agentworker/agentworker/bench"
+	"github.com/agentworker/agentworker/sql/localpg"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// runBench measures the service against raw River (see package bench).
+func runBench(ctx context.Context, cfg config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "reduced sizes, under two minutes")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, set := os.LookupEnv("LOG_LEVEL"); !set {
+		cfg.LogLevel = "warn"
+	}
+	log := cfg.logger()
+	opts := bench.Options{Quick: *quick, Concurrency: cfg.WorkerConcurrency, Logger: log}
+	if exe, err := os.Executable(); err == nil {
+		opts.Binary = exe
+	}
+	opts.AdminURL = cfg.DatabaseURL
+	if opts.AdminURL == "" {
+		cluster, err := localpg.Start(ctx, localpg.Config{Logger: log})
+		if err != nil {
+			return fmt.Errorf("bench: start embedded postgres: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = cluster.Stop(sctx)
+		}()
+		opts.AdminURL = cluster.URL("postgres")
+	}
+	store, name, stop, err := benchStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	opts.Store, opts.StoreName = store, name
+
+	report, err := bench.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	_, err = fmt.Fprint(out, report.Markdown())
+	return err
+}
+
+// benchStore is the configured S3 store, else a local directory.
+func benchStore(ctx context.Context, cfg config, log *slog.Logger) (storage.Store, string, func(), error) {
+	if cfg.S3Endpoint != "" {
+		s, err := openStore(ctx, cfg, log)
+		return s, "s3 " + cfg.S3Endpoint, func() {}, err
+	}
+	return nil, "", func() {}, nil
+}
