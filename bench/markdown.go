@@ -11,7 +11,9 @@ func (r Report) Markdown() string {
 	fmt.Fprintf(&b, "Machine: %s  \nStore: %s%s\n\n", r.Machine, r.StoreName, map[bool]string{true: " (quick run)"}[r.Quick])
 	b.WriteString("| measure | agentworker | raw River | target |\n|---|---|---|---|\n")
 	pc := func(p Percentiles) string { return fmt.Sprintf("p50 %.2f / p95 %.2f / p99 %.2f", p.P50, p.P95, p.P99) }
-	row := func(name, ours, river, target string) { fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ours, river, target) }
+	row := func(name, ours, river, target string) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ours, river, target)
+	}
 	row("insert → handler start (ms)", pc(r.LatencyMS), pc(r.RiverLatencyMS), fmt.Sprintf("≤ 1.2× River (now %.2f×)", r.LatencyRatio))
 	row(fmt.Sprintf("throughput, %d tasks (per s)", r.Tasks), fmt.Sprintf("%.0f", r.TasksPerS),
 		fmt.Sprintf("no-op %.0f; same writes %.0f", r.RiverJobsPerS, r.RiverSameWritesPerS),

@@ -180,4 +180,3 @@ func waitFor(ctx context.Context, ch <-chan uuid.UUID, id uuid.UUID) error {
 		}
 	}
 }
-
