@@ -9,15 +9,16 @@
 //     TEST_S3_SECRET_KEY (both default to "minioadmin") and TEST_S3_USE_SSL
 //     (defaults to false).
 //  2. The minio binary at MINIO_BIN, on PATH, or in $GOBIN, $GOPATH/bin or
-//     $HOME/go/bin, started as "minio server" on 127.0.0.1 with random
-//     credentials and a data directory under os.TempDir.
+//     $HOME/go/bin, started with storage/localminio: "minio server" on
+//     127.0.0.1 with random credentials and a data directory under
+//     os.TempDir.
 //
 // When neither is available the test is skipped, unless CI=true, where it
 // fails: CI must not skip silently.
 //
 // The started server is killed with the test process (Linux parent-death
-// signal). Its data directories, named agentworker-s3test-*, are removed by
-// a later run once their server is gone.
+// signal). Its data directories, named agentworker-minio-*, are removed by
+// a later start once their server is gone.
 package s3test
 
 import (
@@ -27,10 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +37,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/localminio"
 )
 
 // installHint says how to get a server; it is part of the skip message.
@@ -51,7 +50,7 @@ const installHint = "no MinIO: set TEST_S3_ENDPOINT or install the minio binary 
 func Config(t testing.TB) storage.S3Config {
 	t.Helper()
 	cfg, err := serverConfig()
-	if errors.Is(err, errNoServer) {
+	if errors.Is(err, localminio.ErrNotInstalled) {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("s3test: %s (CI=true, refusing to skip)", installHint)
 		}
@@ -90,11 +89,12 @@ func NewStore(t testing.TB) *storage.S3 {
 //
 //	goleak.VerifyTestMain(m, s3test.LeakOption())
 func LeakOption() goleak.Option {
-	return goleak.IgnoreAnyFunction("github.com/agentworker/agentworker/testing/s3test.(*server).supervise")
+	return goleak.IgnoreAnyFunction("github.com/agentworker/agentworker/storage/localminio.(*Server).supervise")
 }
 
 // serverConfig returns the endpoint and credentials of the test server,
-// without a bucket, or an error wrapping errNoServer.
+// without a bucket. The error wraps localminio.ErrNotInstalled when there is
+// neither TEST_S3_ENDPOINT nor a minio binary.
 func serverConfig() (storage.S3Config, error) {
 	if endpoint := os.Getenv("TEST_S3_ENDPOINT"); endpoint != "" {
 		cfg := storage.S3Config{
@@ -112,36 +112,6 @@ func serverConfig() (storage.S3Config, error) {
 		return cfg, nil
 	}
 	return shared.config()
-}
-
-// findMinio returns the path of the minio binary, or an error wrapping
-// errNoServer.
-func findMinio() (string, error) {
-	if bin := os.Getenv("MINIO_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err != nil {
-			return "", fmt.Errorf("find minio from MINIO_BIN: %w", err)
-		}
-		return bin, nil
-	}
-	if bin, err := exec.LookPath("minio"); err == nil {
-		return bin, nil
-	}
-	var candidates []string
-	if gobin := os.Getenv("GOBIN"); gobin != "" {
-		candidates = append(candidates, filepath.Join(gobin, "minio"))
-	}
-	if gopath := os.Getenv("GOPATH"); gopath != "" {
-		candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "minio"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, "go", "bin", "minio"))
-	}
-	for _, c := range candidates {
-		if fi, err := os.Stat(c); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("find minio in PATH and %s: %w", strings.Join(candidates, ", "), errNoServer)
 }
 
 // removeBucket empties and removes the bucket of cfg if it exists.

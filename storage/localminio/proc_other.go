@@ -1,11 +1,11 @@
 //go:build !linux
 
-package s3test
+package localminio
 
 import "syscall"
 
 // dieWithParent returns nil: only Linux has a parent-death signal, so
-// elsewhere a server can outlive a test process that is killed.
+// elsewhere a server can outlive a parent that is killed.
 func dieWithParent() *syscall.SysProcAttr { return nil }
 
 // processAlive answers true, so that data directories are never swept

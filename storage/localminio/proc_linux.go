@@ -1,4 +1,4 @@
-package s3test
+package localminio
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"syscall"
 )
 
-// dieWithParent has the kernel kill the server when the test process ends.
+// dieWithParent has the kernel kill the server when this process ends.
 func dieWithParent() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

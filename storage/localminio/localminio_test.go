@@ -1,0 +1,254 @@
+package localminio
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentworker/agentworker/storage"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// start starts a server for the test and stops it in t.Cleanup. Without the
+// minio binary the test is skipped, unless CI=true.
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
+	s, err := Start(t.Context(), cfg)
+	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skipf("localminio: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s
+}
+
+// roundTrip writes an object through storage.NewS3 on bucket and reads it
+// back.
+func roundTrip(t *testing.T, s *Server, bucket string) {
+	t.Helper()
+	ctx := t.Context()
+	cfg := s.Config()
+	cfg.Bucket = bucket
+	store, err := storage.NewS3(ctx, cfg)
+	if err != nil {
+		t.Fatalf("NewS3(%s): %v", cfg, err)
+	}
+	defer store.Close()
+	want := []byte("hello\x00minio")
+	if _, err := store.Write(ctx, "project", "dir/file.bin", want); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	got, _, err := store.Read(ctx, "project", "dir/file.bin")
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("Read = %q, want %q", got, want)
+	}
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+	s := start(t, Config{})
+
+	cfg := s.Config()
+	if cfg.Bucket != "" || cfg.UseSSL || cfg.AccessKey == "" || cfg.SecretKey == "" {
+		t.Errorf("Config() = %s; want credentials, no bucket, no SSL", cfg)
+	}
+	roundTrip(t, s, "probe")
+
+	if s.tempDir == "" {
+		t.Fatal("no temporary directory for Config{Dir: \"\"}")
+	}
+	if err := s.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := s.Stop(t.Context()); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if _, err := os.Stat(s.tempDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(%s) after Stop: %v; want not exist", s.tempDir, err)
+	}
+}
+
+func TestStartDir(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "minio")
+
+	first := start(t, Config{Dir: dir})
+	roundTrip(t, first, "kept")
+	if err := first.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+
+	second := start(t, Config{Dir: dir})
+	cfg := second.Config()
+	cfg.Bucket = "kept"
+	store, err := storage.NewS3(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("NewS3: %v", err)
+	}
+	defer store.Close()
+	if _, _, err := store.Read(t.Context(), "project", "dir/file.bin"); err != nil {
+		t.Errorf("Read from the second server on the same Dir: %v", err)
+	}
+	if err := second.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, logName)); err != nil {
+		t.Errorf("Stop removed a given Dir: %v", err)
+	}
+}
+
+func TestStopAfterExit(t *testing.T) {
+	t.Parallel()
+	s := start(t, Config{})
+	s.kill()
+	if err := s.Stop(t.Context()); err == nil {
+		t.Error("Stop after the server died = nil, want an error")
+	}
+	if _, err := os.Stat(s.tempDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(%s) after Stop: %v; want not exist", s.tempDir, err)
+	}
+}
+
+func TestStartBadBin(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "minio")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho broken >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "minio")
+	_, err := Start(t.Context(), Config{Bin: bin, Dir: dir})
+	if !errors.Is(err, errExited) {
+		t.Fatalf("Start with a failing binary = %v, want errExited", err)
+	}
+	if !bytes.Contains([]byte(err.Error()), []byte("broken")) {
+		t.Errorf("Start error %q does not carry the server's output", err)
+	}
+}
+
+func TestSweepStale(t *testing.T) {
+	t.Parallel()
+	mk := func(pid string) string {
+		t.Helper()
+		dir, err := os.MkdirTemp("", tempPattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		if pid != "" {
+			if err := os.WriteFile(filepath.Join(dir, pidName), []byte(pid), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	alive := mk(strconv.Itoa(os.Getpid()))
+	starting := mk("")
+	dead := mk("2147483646") // above any pid_max
+
+	sweepStale(slog.New(slog.NewTextHandler(t.Output(), nil)))
+
+	for _, dir := range []string{alive, starting} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("sweepStale removed %s: %v", dir, err)
+		}
+	}
+	if _, err := os.Stat(dead); processAlive(2147483646) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(%s) of a dead server's directory after sweepStale: %v; want not exist", dead, err)
+	}
+}
+
+func TestWithoutMinioEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{name: "Empty", in: nil, want: []string{}},
+		{name: "KeepsOthers", in: []string{"HOME=/root", "PATH=/bin"}, want: []string{"HOME=/root", "PATH=/bin"}},
+		{name: "DropsMinio", in: []string{"MINIO_VOLUMES=/x", "HOME=/root", "MINIO_ROOT_USER=u"}, want: []string{"HOME=/root"}},
+		{name: "KeepsLookalikes", in: []string{"XMINIO_A=1", "minio_b=2"}, want: []string{"XMINIO_A=1", "minio_b=2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := withoutMinioEnv(tt.in); !slices.Equal(got, tt.want) {
+				t.Errorf("withoutMinioEnv(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFindBinary changes the environment, so it cannot run in parallel.
+func TestFindBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "minio")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("MinioBin", func(t *testing.T) {
+		t.Setenv("MINIO_BIN", bin)
+		if got, err := FindBinary(); err != nil || got != bin {
+			t.Errorf("FindBinary() = %q, %v; want %q", got, err, bin)
+		}
+	})
+
+	t.Run("MinioBinMissing", func(t *testing.T) {
+		t.Setenv("MINIO_BIN", filepath.Join(dir, "absent"))
+		if _, err := FindBinary(); err == nil || errors.Is(err, ErrNotInstalled) {
+			t.Errorf("FindBinary() = %v; want an error that is not ErrNotInstalled", err)
+		}
+	})
+
+	t.Run("GOBIN", func(t *testing.T) {
+		t.Setenv("MINIO_BIN", "")
+		t.Setenv("PATH", "")
+		t.Setenv("GOBIN", dir)
+		if got, err := FindBinary(); err != nil || got != bin {
+			t.Errorf("FindBinary() = %q, %v; want %q", got, err, bin)
+		}
+	})
+
+	t.Run("Nowhere", func(t *testing.T) {
+		t.Setenv("MINIO_BIN", "")
+		t.Setenv("PATH", "")
+		t.Setenv("GOBIN", "")
+		t.Setenv("GOPATH", dir)
+		t.Setenv("HOME", dir)
+		_, err := FindBinary()
+		if !errors.Is(err, ErrNotInstalled) {
+			t.Errorf("FindBinary() = %v, want ErrNotInstalled", err)
+		}
+		if _, err := Start(t.Context(), Config{}); !errors.Is(err, ErrNotInstalled) {
+			t.Errorf("Start() = %v, want ErrNotInstalled", err)
+		}
+	})
+}
+
+func TestProcessAlive(t *testing.T) {
+	t.Parallel()
+	if !processAlive(os.Getpid()) {
+		t.Error("processAlive(own pid) = false")
+	}
+}
