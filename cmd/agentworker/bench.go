@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/agentworker/agentworker/bench"
 	"github.com/agentworker/agentworker/sql/localpg"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/localminio"
 )
 
 // runBench measures the service against raw River (see package bench).
@@ -64,11 +66,32 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	return err
 }
 
-// benchStore is the configured S3 store, else a local directory.
+// benchStore is the configured S3 store, else a private MinIO from the
+// local minio binary, else (said in the report) a local directory.
 func benchStore(ctx context.Context, cfg config, log *slog.Logger) (storage.Store, string, func(), error) {
 	if cfg.S3Endpoint != "" {
 		s, err := openStore(ctx, cfg, log)
 		return s, "s3 " + cfg.S3Endpoint, func() {}, err
 	}
-	return nil, "", func() {}, nil
+	srv, err := localminio.Start(ctx, localminio.Config{Logger: log})
+	if errors.Is(err, localminio.ErrNotInstalled) {
+		log.Warn("bench: no S3_ENDPOINT and no minio binary; storage figures use a local directory")
+		return nil, "", func() {}, nil
+	}
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("bench: start minio: %w", err)
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = srv.Stop(sctx)
+	}
+	s3cfg := srv.Config()
+	s3cfg.Bucket = "bench"
+	s, err := storage.NewS3(ctx, s3cfg)
+	if err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	return s, "minio (private, loopback)", func() { _ = s.Close(); stop() }, nil
 }
