@@ -98,14 +98,19 @@ func (r *Report) note(format string, args ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
-// Run runs every scenario and returns the report.
-func Run(ctx context.Context, opts Options) (Report, error) {
+func withDefaults(opts Options) Options {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 10
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	return opts
+}
+
+// Run runs every scenario and returns the report.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	opts = withDefaults(opts)
 	if opts.Store == nil {
 		dir, err := os.MkdirTemp("", "agentworker-bench-files-")
 		if err != nil {

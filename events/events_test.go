@@ -132,3 +132,44 @@ func TestFormatAndTerminal(t *testing.T) {
 		}
 	}
 }
+
+func TestAddAndFlushWriteInOrderInOneStatement(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
+	rec.Add(events.Log{Level: "info", Message: "1"}, events.Log{Level: "info", Message: "2"})
+	if got, _ := agentsql.TaskEventsAfter(t.Context(), pool, task.ID, 0, 10); len(got) != 0 {
+		t.Fatalf("Add wrote %d events before a flush", len(got))
+	}
+	written, err := rec.Emit(t.Context(), events.Log{Level: "info", Message: "3"})
+	if err != nil || len(written) != 3 {
+		t.Fatalf("Emit wrote %d events, %v", len(written), err)
+	}
+	for i, ev := range written {
+		if ev.Seq != i+1 || !ev.CreatedAt.Equal(written[0].CreatedAt) {
+			t.Errorf("event %d: seq %d created %s (want one statement, in order)", i, ev.Seq, ev.CreatedAt)
+		}
+		var l events.Log
+		_ = json.Unmarshal(ev.Payload, &l)
+		if l.Message != string(rune('1'+i)) {
+			t.Errorf("event %d is %q", i, l.Message)
+		}
+	}
+	if evs, err := rec.Flush(t.Context()); err != nil || len(evs) != 0 {
+		t.Fatalf("empty Flush = %d, %v", len(evs), err)
+	}
+	// A failed write keeps the events for the next one.
+	rec.Add(events.Log{Level: "info", Message: "4"})
+	cctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := rec.Flush(cctx); err == nil {
+		t.Fatal("Flush with a cancelled context succeeded")
+	}
+	if evs, err := rec.Flush(t.Context()); err != nil || len(evs) != 1 || evs[0].Seq != 4 {
+		t.Fatalf("retry after a failed flush = %v, %v", evs, err)
+	}
+}

@@ -26,6 +26,7 @@ type Recorder struct {
 	interval  time.Duration
 
 	mu         sync.Mutex
+	buffered   []Payload       // events added but not yet written
 	pending    strings.Builder // stream deltas not yet written
 	pendingID  string
 	streamSeq  int
@@ -41,8 +42,32 @@ func NewRecorder(db agentsql.DBTX, taskID, projectID uuid.UUID) *Recorder {
 // TaskID returns the task whose events this Recorder writes.
 func (r *Recorder) TaskID() uuid.UUID { return r.taskID }
 
-// Emit appends the payloads, in order, in one statement.
+// Add queues payloads to be written by the next Emit or Flush, in order.
+// A runner adds what happens between two waits (an LLM call, a tool) and
+// flushes before it waits: one statement instead of one per event, with the
+// same order and no event later than the wait it precedes.
+func (r *Recorder) Add(ps ...Payload) {
+	r.mu.Lock()
+	r.buffered = append(r.buffered, ps...)
+	r.mu.Unlock()
+}
+
+// Flush writes the queued payloads in one statement.
+func (r *Recorder) Flush(ctx context.Context) ([]Event, error) {
+	return r.Emit(ctx)
+}
+
+// Emit writes the queued payloads, then ps, in order, in one statement.
 func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
+	r.mu.Lock()
+	if len(r.buffered) > 0 {
+		ps = append(r.buffered, ps...)
+		r.buffered = nil
+	}
+	r.mu.Unlock()
+	if len(ps) == 0 {
+		return nil, nil
+	}
 	evs := make([]agentsql.NewEvent, len(ps))
 	for i, p := range ps {
 		if pr, ok := p.(Progress); ok && pr.Timestamp.IsZero() {
@@ -57,6 +82,11 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 	}
 	rows, err := agentsql.InsertEvents(ctx, r.db, r.taskID, r.projectID, evs)
 	if err != nil {
+		// Keep them for the next write (the failure path records an error
+		// event): a timeline may be late, never missing events.
+		r.mu.Lock()
+		r.buffered = append(ps, r.buffered...)
+		r.mu.Unlock()
 		return nil, err
 	}
 	out := make([]Event, len(rows))
