@@ -14,6 +14,7 @@ const timeline = new Timeline(100);
 const tree = new FileTree();
 let source = null;
 let lastSeq = 0;
+let applied = 0; // events applied, for the reconnect check: equals lastSeq when none was skipped
 const streams = new Map(); // messageId → text
 
 for (const s of STAGES) {
@@ -65,6 +66,7 @@ function reset() {
   tree.clear();
   streams.clear();
   lastSeq = 0;
+  applied = 0;
   $("timeline").replaceChildren();
   $("stream").textContent = "";
   $("status").textContent = "";
@@ -92,8 +94,14 @@ function watch(taskId, token) {
   };
   source.onmessage = (m) => {
     const ev = JSON.parse(m.data);
-    if (ev.seq <= lastSeq) return; // already applied (never expected, but cheap)
+    if (ev.seq <= lastSeq) { // already applied: never expected, counted to prove it
+      document.body.dataset.duplicates = Number(document.body.dataset.duplicates || 0) + 1;
+      return;
+    }
     lastSeq = ev.seq;
+    applied++;
+    document.body.dataset.lastSeq = lastSeq;
+    document.body.dataset.applied = applied;
     apply(ev);
   };
 }
@@ -169,8 +177,8 @@ function describe(ev) {
   const p = ev.payload || {};
   switch (ev.type) {
     case "agent_phase": return { cls: "phase", text: `${p.phase}${p.action ? " " + p.action : ""}${p.status ? " · " + p.status : ""}${p.summary ? ": " + p.summary : ""}` };
-    case "tool_call": return { cls: `tool${p.success ? "" : " failed"}`, text: `🔧 ${p.toolName}${p.fromPath ? ` ${p.fromPath} → ${p.toPath}` : p.argsSummary ? `(${p.argsSummary})` : ""} ${p.success ? "✓" : "✗"} ${p.resultSummary || ""}` };
-    case "file_update": return { cls: "file", text: p.op === "move" ? `📄 move ${p.fromPath} → ${p.toPath}` : `📄 ${p.op} ${p.path}` };
+    case "tool_call": return { cls: `tool${p.success ? "" : " failed"}`, text: `› ${p.toolName}${p.fromPath ? ` ${p.fromPath} → ${p.toPath}` : p.argsSummary ? `(${p.argsSummary})` : ""} ${p.success ? "✓" : "✗"} ${p.resultSummary || ""}` };
+    case "file_update": return { cls: "file", text: p.op === "move" ? `• move ${p.fromPath} → ${p.toPath}` : `• ${p.op} ${p.path}` };
     case "self_repair": return { cls: "warning", text: `⚠ self-repair attempt ${p.attemptNumber}/${p.maxAttempts} (${p.result}): ${p.trigger}` };
     case "error": return { cls: "error", text: `✖ ${p.errorType}: ${p.message}${p.recoverable ? " (recoverable)" : ""}` };
     case "log": return { cls: p.level === "error" ? "error" : p.level === "warn" ? "log warning" : "log", text: `${p.level}: ${p.message}` };
