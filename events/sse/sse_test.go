@@ -47,7 +47,7 @@ type envOpts struct {
 	noVerify bool
 }
 
-func setup(t *testing.T, o envOpts) *env {
+func setup(t testing.TB, o envOpts) *env {
 	t.Helper()
 	e := &env{pool: dbtest.New(t)}
 	var err error
@@ -82,7 +82,7 @@ func setup(t *testing.T, o envOpts) *env {
 	return e
 }
 
-func (e *env) token(t *testing.T, role string, projects ...uuid.UUID) string {
+func (e *env) token(t testing.TB, role string, projects ...uuid.UUID) string {
 	t.Helper()
 	c := auth.Claims{Role: role}
 	for _, p := range projects {
@@ -96,7 +96,7 @@ func (e *env) token(t *testing.T, role string, projects ...uuid.UUID) string {
 	return tok
 }
 
-func (e *env) newTask(t *testing.T, projectID uuid.UUID) uuid.UUID {
+func (e *env) newTask(t testing.TB, projectID uuid.UUID) uuid.UUID {
 	t.Helper()
 	task, err := agentsql.InsertTask(t.Context(), e.pool, agentsql.NewTask{ProjectID: projectID, Type: "build", Prompt: "x"})
 	if err != nil {
