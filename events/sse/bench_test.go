@@ -199,4 +199,3 @@ func percentiles(d []time.Duration) (p50, p99 float64) {
 	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
 	return ms(d[len(d)*50/100]), ms(d[min(len(d)-1, len(d)*99/100)])
 }
-
