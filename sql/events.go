@@ -111,29 +111,42 @@ type ProjectEventRow struct {
 // that a long-running transaction anywhere in the cluster delays project
 // streams (not task streams) until it ends.
 func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur ProjectCursor, limit int) (rows []ProjectEventRow, held bool, err error) {
-	r, err := db.Query(ctx, `SELECT `+eventColumns+`, xid::text::bigint FROM agent_events
-		WHERE project_id = $1
-		  AND (xid, id) > ($2::bigint::text::xid8, $3)
-		  AND xid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY xid, id LIMIT $4`, projectID, cur.Xid, cur.ID, limit)
+	// One statement, so the rows and held see the same snapshot: with two,
+	// xmin could advance in between and hide rows without reporting them held.
+	r, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at, e.xid, h.held
+		FROM (SELECT EXISTS (SELECT 1 FROM agent_events
+		        WHERE project_id = $1 AND xid >= pg_snapshot_xmin(pg_current_snapshot())) AS held) h
+		LEFT JOIN LATERAL (
+		    SELECT `+eventColumns+`, xid::text::bigint AS xid FROM agent_events
+		    WHERE project_id = $1
+		      AND (xid, id) > ($2::bigint::text::xid8, $3)
+		      AND xid < pg_snapshot_xmin(pg_current_snapshot())
+		    ORDER BY xid, id LIMIT $4) e ON true
+		ORDER BY e.xid, e.id`, projectID, cur.Xid, cur.ID, limit)
 	if err != nil {
 		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
 	}
-	rows, err = pgx.CollectRows(r, func(row pgx.CollectableRow) (ProjectEventRow, error) {
-		var e ProjectEventRow
-		err := row.Scan(&e.ID, &e.TaskID, &e.ProjectID, &e.Seq, &e.Type, &e.Payload, &e.CreatedAt, &e.Cursor.Xid)
-		e.Cursor.ID = e.ID
-		return e, err
-	})
-	if err != nil {
+	defer r.Close()
+	for r.Next() {
+		var (
+			id, xid   *int64
+			pid       *uuid.UUID
+			typ       *string
+			createdAt *time.Time
+			e         ProjectEventRow
+		)
+		if err := r.Scan(&id, &e.TaskID, &pid, &e.Seq, &typ, &e.Payload, &createdAt, &xid, &held); err != nil {
+			return nil, false, fmt.Errorf("read events of project %s: %w", projectID, err)
+		}
+		if id == nil { // no event: the row carries only held
+			continue
+		}
+		e.ID, e.ProjectID, e.Type, e.CreatedAt = *id, *pid, *typ, *createdAt
+		e.Cursor = ProjectCursor{Xid: *xid, ID: *id}
+		rows = append(rows, e)
+	}
+	if err := r.Err(); err != nil {
 		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
-	}
-	if len(rows) == limit {
-		return rows, false, nil
-	}
-	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_events
-		WHERE project_id = $1 AND xid >= pg_snapshot_xmin(pg_current_snapshot()))`, projectID).Scan(&held); err != nil {
-		return nil, false, fmt.Errorf("check held events of project %s: %w", projectID, err)
 	}
 	return rows, held, nil
 }
