@@ -58,7 +58,7 @@ func Follow(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, afterSeq 
 				return fmt.Errorf("follow task %s: %w", taskID, err)
 			}
 			for _, row := range rows {
-				ev := fromRow(row)
+				ev := FromRow(row)
 				cursor = ev.Seq
 				if err := fn(ev); err != nil {
 					return err

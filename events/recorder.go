@@ -34,9 +34,28 @@ type Recorder struct {
 	totalBytes int
 }
 
+// RecorderOption configures a Recorder.
+type RecorderOption func(*Recorder)
+
+// WithClock sets the Recorder's clock, which stamps progress events and
+// paces stream deltas. Defaults to time.Now.
+func WithClock(now func() time.Time) RecorderOption {
+	return func(r *Recorder) { r.now = now }
+}
+
+// WithStreamInterval sets the least time between two stream_delta events
+// of a task. Defaults to DefaultStreamInterval.
+func WithStreamInterval(d time.Duration) RecorderOption {
+	return func(r *Recorder) { r.interval = d }
+}
+
 // NewRecorder returns a Recorder for one task's timeline.
-func NewRecorder(db agentsql.DBTX, taskID, projectID uuid.UUID) *Recorder {
-	return &Recorder{db: db, taskID: taskID, projectID: projectID, now: time.Now, interval: DefaultStreamInterval}
+func NewRecorder(db agentsql.DBTX, taskID, projectID uuid.UUID, opts ...RecorderOption) *Recorder {
+	r := &Recorder{db: db, taskID: taskID, projectID: projectID, now: time.Now, interval: DefaultStreamInterval}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
 }
 
 // TaskID returns the task whose events this Recorder writes.
@@ -91,7 +110,7 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 	}
 	out := make([]Event, len(rows))
 	for i, row := range rows {
-		out[i] = fromRow(row)
+		out[i] = FromRow(row)
 	}
 	return out, nil
 }
@@ -140,7 +159,8 @@ func (r *Recorder) flushStream(ctx context.Context) error {
 	return err
 }
 
-func fromRow(row agentsql.EventRow) Event {
+// FromRow converts a stored agent_events row to an Event.
+func FromRow(row agentsql.EventRow) Event {
 	e := Event{ID: row.ID, ProjectID: row.ProjectID, Type: Type(row.Type), Payload: row.Payload, CreatedAt: row.CreatedAt}
 	if row.TaskID != nil {
 		e.TaskID = *row.TaskID

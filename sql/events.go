@@ -3,6 +3,7 @@ package sql
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -84,3 +85,85 @@ func TaskEventsAfter(ctx context.Context, db DBTX, taskID uuid.UUID, afterSeq, l
 	}
 	return out, nil
 }
+
+// ProjectCursor is a position in a project's event stream: the event with
+// the greatest (Xid, ID) delivered so far. The zero value is the start.
+type ProjectCursor struct {
+	Xid int64 // the writing transaction's id (agent_events.xid)
+	ID  int64
+}
+
+// ProjectEventRow is an event of a project's stream with its cursor.
+type ProjectEventRow struct {
+	EventRow
+	Cursor ProjectCursor
+}
+
+// ProjectEventsAfter returns a project's events after cur in commit-safe
+// order, and held: whether events of the project exist that are not yet
+// deliverable because a transaction older than theirs is still running.
+//
+// Rows are ordered by (xid, id) and only those whose xid is below the xmin
+// of the statement's snapshot are returned. Every transaction with an xid
+// below xmin has finished, so once an event with xid x is returned, no event
+// with a smaller xid can commit later: a reader that keeps the last cursor it
+// saw never skips an event, however transactions interleave. The price is
+// that a long-running transaction anywhere in the cluster delays project
+// streams (not task streams) until it ends.
+func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur ProjectCursor, limit int) (rows []ProjectEventRow, held bool, err error) {
+	// One statement, so the rows and held see the same snapshot: with two,
+	// xmin could advance in between and hide rows without reporting them held.
+	r, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at, e.xid, h.held
+		FROM (SELECT EXISTS (SELECT 1 FROM agent_events
+		        WHERE project_id = $1 AND xid >= pg_snapshot_xmin(pg_current_snapshot())) AS held) h
+		LEFT JOIN LATERAL (
+		    SELECT `+eventColumns+`, xid::text::bigint AS xid FROM agent_events
+		    WHERE project_id = $1
+		      AND (xid, id) > ($2::bigint::text::xid8, $3)
+		      AND xid < pg_snapshot_xmin(pg_current_snapshot())
+		    ORDER BY xid, id LIMIT $4) e ON true
+		ORDER BY e.xid, e.id`, projectID, cur.Xid, cur.ID, limit)
+	if err != nil {
+		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
+	}
+	defer r.Close()
+	for r.Next() {
+		var (
+			id, xid   *int64
+			pid       *uuid.UUID
+			typ       *string
+			createdAt *time.Time
+			e         ProjectEventRow
+		)
+		if err := r.Scan(&id, &e.TaskID, &pid, &e.Seq, &typ, &e.Payload, &createdAt, &xid, &held); err != nil {
+			return nil, false, fmt.Errorf("read events of project %s: %w", projectID, err)
+		}
+		if id == nil { // no event: the row carries only held
+			continue
+		}
+		e.ID, e.ProjectID, e.Type, e.CreatedAt = *id, *pid, *typ, *createdAt
+		e.Cursor = ProjectCursor{Xid: *xid, ID: *id}
+		rows = append(rows, e)
+	}
+	if err := r.Err(); err != nil {
+		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
+	}
+	return rows, held, nil
+}
+
+// EventCursor returns the project cursor of the event with the given id, for
+// clients that resume a project stream from a plain event id.
+func EventCursor(ctx context.Context, db DBTX, projectID uuid.UUID, id int64) (ProjectCursor, error) {
+	cur := ProjectCursor{ID: id}
+	err := db.QueryRow(ctx, `SELECT xid::text::bigint FROM agent_events WHERE id = $1 AND project_id = $2`, id, projectID).Scan(&cur.Xid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return cur, fmt.Errorf("cursor of event %d in project %s: %w", id, projectID, ErrEventNotFound)
+	}
+	if err != nil {
+		return cur, fmt.Errorf("cursor of event %d in project %s: %w", id, projectID, err)
+	}
+	return cur, nil
+}
+
+// ErrEventNotFound reports that no agent_events row has the given id.
+var ErrEventNotFound = errors.New("event not found")

@@ -14,7 +14,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/events/sse"
+	"github.com/agentworker/agentworker/events/timeline"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -123,7 +126,12 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: healthMux(pool, st), ReadHeaderTimeout: 10 * time.Second,
+	handler, err := httpHandler(ctx, cfg, log, pool, st)
+	if err != nil {
+		return err
+	}
+	// No WriteTimeout: event streams are long-lived. They end with ctx.
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.ListenAndServe() }()
@@ -141,7 +149,27 @@ func serve(ctx context.Context, cfg config) error {
 	return svc.Stop(sctx)
 }
 
-func healthMux(pool *pgxpool.Pool, st store) http.Handler {
+// httpHandler is everything served on HTTP_ADDR: health, the SSE gateway
+// (whose hub runs until ctx ends) and the Activity Timeline page.
+func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store) (http.Handler, error) {
+	var verifier *auth.Verifier
+	if cfg.JWTSecret == "" {
+		log.Warn("JWT_SECRET is not set: /v1 event streams and task submission answer 503 until it is")
+	} else {
+		var err error
+		if verifier, err = auth.NewVerifier(cfg.JWTSecret, nil); err != nil {
+			return nil, err
+		}
+	}
+	hub := sse.NewHub(pool, log)
+	go func() { _ = hub.Run(ctx) }()
+	mux := healthMux(pool, st)
+	sse.New(pool, hub, sse.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Heartbeat: cfg.SSEHeartbeat, Logger: log}).Register(mux)
+	mux.Handle("GET /", timeline.Handler())
+	return mux, nil
+}
+
+func healthMux(pool *pgxpool.Pool, st store) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

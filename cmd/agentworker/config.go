@@ -32,6 +32,8 @@ type config struct {
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080"`
 	JWTSecret         string        `envconfig:"JWT_SECRET"`
+	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS"`
+	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text"`
 }
@@ -54,6 +56,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
 	case c.TaskLease <= 0:
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
+	case c.SSEHeartbeat <= 0:
+		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return c, fmt.Errorf("config: LOG_FORMAT must be text or json, got %q", c.LogFormat)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
