@@ -16,7 +16,6 @@ import (
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
 
 func allPayloads() []events.Payload {
 	ok := true

@@ -14,7 +14,6 @@ import (
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
 
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
