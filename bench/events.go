@@ -2,15 +2,22 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/agentworker/agentworker/auth"
+	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -40,16 +47,15 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	payload := []agentsql.NewEvent{{Type: "log", Payload: []byte(`{"level":"info","message":"bench event"}`)}}
 
 	// Write rate: 8 writers, one event per statement, as fast as they go.
+	// Writers stop at a deadline rather than by cancellation, so no write
+	// is left running on the server when the next phase reads last_seq.
 	var written atomic.Int64
-	wctx, cancel := context.WithTimeout(ctx, dur/2)
-	g, gctx := errgroup.WithContext(wctx)
+	end := time.Now().Add(dur / 2)
+	g, gctx := errgroup.WithContext(ctx)
 	for w := range 8 {
 		g.Go(func() error {
-			for i := w; gctx.Err() == nil; i += 8 {
+			for i := w; time.Now().Before(end); i += 8 {
 				if _, err := agentsql.InsertEvents(gctx, db.pool, ids[i%tasks], projects[i%tasks], payload); err != nil {
-					if gctx.Err() != nil {
-						return nil
-					}
 					return err
 				}
 				written.Add(1)
@@ -58,7 +64,6 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 		})
 	}
 	err = g.Wait()
-	cancel()
 	if err != nil {
 		return fmt.Errorf("write events: %w", err)
 	}
@@ -93,6 +98,24 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	total := int(dur.Seconds()) * 1000
 	lctx, lcancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer lcancel()
+
+	// The same events through the SSE gateway: one task stream per task.
+	var sseMu sync.Mutex
+	var sseReceipts []time.Duration
+	sseDone, stopSSE, err := sseSubscribers(lctx, opts, db, ids, total, func(task uuid.UUID, seq int, at time.Time) {
+		mu.Lock()
+		t0, ok := sent[key{task, seq}]
+		mu.Unlock()
+		if ok {
+			sseMu.Lock()
+			sseReceipts = append(sseReceipts, at.Sub(t0))
+			sseMu.Unlock()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer stopSSE()
 	listenDone := make(chan error, 1)
 	go func() {
 		got := 0
@@ -120,6 +143,7 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 		listenDone <- nil
 	}()
 
+	time.Sleep(500 * time.Millisecond) // let the 100 streams connect before the clock starts
 	g, gctx = errgroup.WithContext(ctx)
 	start := time.Now()
 	perTask := total / tasks
@@ -146,7 +170,72 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	if err := <-listenDone; err != nil {
 		return err
 	}
+	if err := <-sseDone; err != nil {
+		return err
+	}
 	r.EventReceiptMS = percentiles(receipts)
-	r.note("event receipt: %d events at 1,000/s over %d tasks, one LISTEN connection", len(receipts), tasks)
+	r.SSEReceiptMS = percentiles(sseReceipts)
+	r.note("event receipt: %d events at 1,000/s over %d tasks; LISTEN: one connection; SSE: %d task streams through the gateway (one shared LISTEN hub)",
+		len(receipts), tasks, tasks)
 	return nil
+}
+
+// sseSubscribers serves the SSE gateway on loopback and follows one task
+// stream per task, calling got for each event received. done yields once
+// total events arrived (or the first error).
+func sseSubscribers(ctx context.Context, opts Options, db *database, tasks []uuid.UUID, total int,
+	got func(task uuid.UUID, seq int, at time.Time)) (<-chan error, func(), error) {
+	secret := make([]byte, 24)
+	_, _ = rand.Read(secret)
+	verifier, err := auth.NewVerifier(hex.EncodeToString(secret), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	token, err := verifier.Sign(auth.Claims{Role: auth.RoleService,
+		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}})
+	if err != nil {
+		return nil, nil, err
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	hub := sse.NewHub(db.pool, opts.Logger)
+	go func() { _ = hub.Run(hctx) }()
+	mux := http.NewServeMux()
+	sse.New(db.pool, hub, sse.Config{Verifier: verifier, Logger: opts.Logger}).Register(mux)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return hctx }}
+	go func() { _ = srv.Serve(ln) }()
+	var count atomic.Int64
+	done := make(chan error, 1)
+	var once sync.Once
+	finish := func(err error) { once.Do(func() { done <- err }) }
+	client := &sse.Client{Token: token, HTTPClient: &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: len(tasks)}}}
+	var wg sync.WaitGroup
+	for _, id := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := fmt.Sprintf("http://%s/v1/tasks/%s/events", ln.Addr(), id)
+			err := client.Follow(hctx, url, "", func(m sse.Message) error {
+				got(id, m.Event.Seq, time.Now())
+				if count.Add(1) == int64(total) {
+					finish(nil)
+				}
+				return nil
+			})
+			if err != nil && hctx.Err() == nil {
+				finish(fmt.Errorf("sse stream of task %s: %w", id, err))
+			}
+		}()
+	}
+	stop := func() {
+		cancel()
+		_ = srv.Close()
+		wg.Wait()
+		<-hub.Done()
+	}
+	return done, stop, nil
 }
