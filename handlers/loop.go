@@ -270,12 +270,20 @@ func estimateTokens(messages []llm.Message) int {
 	return n / 4
 }
 
-// complete makes one LLM call, streaming content into coalesced
-// stream_delta events.
+// complete makes one LLM call offering the tools, streaming content into
+// coalesced stream_delta events.
 func (l *loop) complete(ctx context.Context, messages []llm.Message) (llm.Response, error) {
+	return l.call(ctx, llm.Request{Messages: messages, Tools: l.registry.Definitions(), ToolChoice: l.toolChoice})
+}
+
+// generate makes one LLM call without tools: plain text, or JSON for a schema.
+func (l *loop) generate(ctx context.Context, messages []llm.Message, schema *llm.ResponseSchema) (llm.Response, error) {
+	return l.call(ctx, llm.Request{Messages: messages, ResponseSchema: schema})
+}
+
+func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) {
 	messageID := fmt.Sprintf("%s-%d", l.taskID, l.iterations)
 	var streamErr error
-	req := llm.Request{Messages: messages, Tools: l.registry.Definitions(), ToolChoice: l.toolChoice}
 	if l.stream {
 		req.OnDelta = func(delta string) {
 			if streamErr == nil {

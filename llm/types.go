@@ -66,6 +66,9 @@ type Request struct {
 	Messages   []Message
 	Tools      []Tool
 	ToolChoice ToolChoice // empty means the endpoint's default
+	// ResponseSchema, when set, asks for structured output: the answer's
+	// content is JSON matching the schema (response_format json_schema).
+	ResponseSchema *ResponseSchema
 	// OnDelta, when set, makes the call stream and receives each content
 	// fragment as it arrives. It is called from the calling goroutine.
 	OnDelta func(delta string)
@@ -80,4 +83,11 @@ type Response struct {
 	// ToolChoiceFallback is true when the endpoint rejected tool_choice
 	// "required" and the call was repeated with "auto".
 	ToolChoiceFallback bool
+}
+
+// ResponseSchema is a JSON Schema for structured output.
+type ResponseSchema struct {
+	Name   string         // a-z, A-Z, 0-9, _ and -, at most 64
+	Schema map[string]any // a JSON Schema object
+	Strict bool           // ask the endpoint to adhere exactly
 }
