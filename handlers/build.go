@@ -25,8 +25,8 @@ type build struct {
 	r     *Runner
 	task  agentsql.Task
 	rec   *events.Recorder
-	store storage.Store   // the change set for builds, else the project store
-	cs    *changeset.Set  // nil for chat and plan tasks
+	store storage.Store  // the change set for builds, else the project store
+	cs    *changeset.Set // nil for chat and plan tasks
 	lp    *loop
 	plan  *Plan
 	// checks is the last static check report; repairs the self-repair

@@ -187,13 +187,13 @@ func (e *taskError) Unwrap() error { return e.err }
 
 // Result is what a succeeded task writes to ai_tasks.result.
 type Result struct {
-	Summary            string         `json:"summary"`
-	FilesChanged       []FileChange   `json:"filesChanged"`
-	Iterations         int            `json:"iterations"`
-	Usage              llm.Usage      `json:"usage"`
-	Model              string         `json:"model"`
-	PromptVersion      string         `json:"promptVersion"`
-	ToolChoiceFallback bool           `json:"toolChoiceFallback,omitempty"`
+	Summary            string       `json:"summary"`
+	FilesChanged       []FileChange `json:"filesChanged"`
+	Iterations         int          `json:"iterations"`
+	Usage              llm.Usage    `json:"usage"`
+	Model              string       `json:"model"`
+	PromptVersion      string       `json:"promptVersion"`
+	ToolChoiceFallback bool         `json:"toolChoiceFallback,omitempty"`
 	// Checks is the outcome of the static checks of a build's changes.
 	Checks *verify.Report `json:"checks,omitempty"`
 	// RepairAttempts is the number of self-repair attempts the build needed.
