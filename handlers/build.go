@@ -33,6 +33,7 @@ type build struct {
 	// attempts made.
 	checks  *verify.Report
 	repairs int
+	trigger string // the reason of the current repair attempt
 }
 
 // check runs the static checks over the files the change set writes.
@@ -79,8 +80,8 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 	for {
 		final, out, err := b.lp.run(ctx, messages)
 		messages = out
-		if err == nil && b.cs != nil {
-			// The final state is checked however the model stopped.
+		if err == nil && b.cs != nil && !b.lp.finishChecked {
+			// The model stopped without a checked finish: check now.
 			rep, cerr := b.check(ctx)
 			if cerr != nil {
 				return "", messages, cerr
@@ -92,7 +93,7 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 		if err == nil {
 			if b.repairs > 0 {
 				if _, err := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts,
-					Trigger: "repair", Result: "success"}); err != nil {
+					Trigger: b.trigger, Result: "success"}); err != nil {
 					return "", messages, err
 				}
 			}
@@ -112,6 +113,7 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 			return "", messages, err
 		}
 		b.repairs++
+		b.trigger = term.Reason
 		msg, rerr := b.r.prompts.RepairMessage(prompts.Repair{Attempt: b.repairs, MaxAttempts: maxAttempts,
 			Trigger: term.Reason, Error: term.Detail, Touched: b.touched()})
 		if rerr != nil {

@@ -62,6 +62,8 @@ type loop struct {
 	// contextTokens is the conversation size (estimated) above which old
 	// tool outputs are condensed. 0 means never.
 	contextTokens int
+	// finishChecked is set when beforeFinish accepted the finish.
+	finishChecked bool
 
 	history     []string          // signatures of the calls made
 	writes      int               // successful write calls so far
@@ -344,6 +346,7 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 		if err != nil {
 			return tools.Result{}, err
 		}
+		l.finishChecked = refusal == ""
 		if refusal != "" {
 			res = tools.Fail("finish refused: the static checks of your changes failed (state: FIX)", refusal)
 		}
