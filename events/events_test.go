@@ -16,7 +16,6 @@ import (
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
-
 func allPayloads() []events.Payload {
 	ok := true
 	return []events.Payload{

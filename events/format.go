@@ -6,7 +6,7 @@ import (
 )
 
 // Terminal reports whether ev ends a task's timeline (the task succeeded,
-// failed or was cancelled).
+// failed, was blocked or was cancelled).
 func Terminal(ev Event) bool {
 	if ev.Type != TypeAgentPhase {
 		return false
@@ -16,7 +16,7 @@ func Terminal(ev Event) bool {
 		return false
 	}
 	switch p.(*AgentPhase).Phase {
-	case PhaseCompleted, PhaseFailed, PhaseCancelled:
+	case PhaseCompleted, PhaseFailed, PhaseCancelled, PhaseBlocked:
 		return true
 	}
 	return false

@@ -44,6 +44,9 @@ const (
 	PhaseFailed    = "failed"
 	PhaseRetrying  = "retrying"
 	PhaseCancelled = "cancelled"
+	// PhaseBlocked: the task stopped because a result did not meet its
+	// expectation; it needs a person (retry after a fix).
+	PhaseBlocked = "blocked"
 )
 
 // AgentPhase marks a change of agent phase or task lifecycle.

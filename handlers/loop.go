@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/agentworker/agentworker/events"
@@ -15,7 +17,17 @@ import (
 const (
 	ReasonMaxIterations = "max_iterations"
 	ReasonToolFailures  = "tool_failures"
+	// ReasonOscillation: the same call with the same arguments 3 times in
+	// the last 5 calls (reads count as the same only while the project did
+	// not change), or two calls alternating A, B, A, B.
+	ReasonOscillation = "oscillation"
 )
+
+// repairable reports whether the self-repair loop may try again: the model
+// got stuck, but it has not spent its budget.
+func (e *TerminationError) repairable() bool {
+	return e.Reason == ReasonToolFailures || e.Reason == ReasonOscillation
+}
 
 // TerminationError ends a loop that can no longer make progress. It is
 // permanent: retrying the same conversation would end the same way.
@@ -43,18 +55,45 @@ type loop struct {
 	usage              llm.Usage
 	changes            []events.FileUpdate
 	toolChoiceFallback bool
+
+	// beforeFinish, when set, runs when the model calls finish; a non-empty
+	// refusal is returned to the model instead, and the loop goes on.
+	beforeFinish func(ctx context.Context) (refusal string, err error)
+	// contextTokens is the conversation size (estimated) above which old
+	// tool outputs are condensed. 0 means never.
+	contextTokens int
+	// finishChecked is set when beforeFinish accepted the finish.
+	finishChecked bool
+
+	history     []string          // signatures of the calls made
+	writes      int               // successful write calls so far
+	summaries   map[string]string // tool_call_id → one-line result
+	touched     map[string]bool   // paths changed
+	problems    []string          // the last failed calls, for condensation notes
+	consecutive int               // failed tool calls in a row
+}
+
+// grant lets a repair attempt run at least budget more iterations, with
+// fresh failure and oscillation counters.
+func (l *loop) grant(budget int) {
+	l.maxIterations = max(l.maxIterations, l.iterations+budget)
+	l.consecutive = 0
+	l.history = nil
 }
 
 // run drives the conversation until the model finishes (a reply without
 // tool calls, or the finish tool), and returns the final text.
 func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
-	consecutiveFailures := 0
 	for l.iterations < l.maxIterations {
 		l.iterations++
 		if _, err := l.rec.Emit(ctx,
 			events.Progress{Kind: events.KindIterationStart, Iteration: l.iterations, TotalIterations: l.maxIterations},
 			events.Progress{Kind: events.KindThinking, Iteration: l.iterations},
 		); err != nil {
+			return "", messages, err
+		}
+		var err error
+		if messages, err = l.condense(ctx, messages); err != nil {
 			return "", messages, err
 		}
 
@@ -68,7 +107,7 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 			return resp.Message.Content, messages, nil
 		}
 		var finished *string
-		for _, call := range resp.Message.ToolCalls {
+		for i, call := range resp.Message.ToolCalls {
 			res, err := l.callTool(ctx, call)
 			if err != nil {
 				return "", messages, err
@@ -78,14 +117,15 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 				s := res.Summary
 				finished = &s
 			}
-			if res.Success {
-				consecutiveFailures = 0
-				continue
-			}
-			consecutiveFailures++
-			if consecutiveFailures >= l.maxToolFailures {
-				return "", messages, &TerminationError{Reason: ReasonToolFailures,
-					Detail: fmt.Sprintf("%d consecutive tool calls failed; last: %s: %s", consecutiveFailures, call.Name, res.Summary)}
+			term := l.account(call, res)
+			if term != nil {
+				// Answer the calls not run, so the conversation stays valid
+				// for a repair attempt.
+				for _, rest := range resp.Message.ToolCalls[i+1:] {
+					messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: rest.ID,
+						Content: `{"success":false,"error":"not run: the loop was stopped"}`})
+				}
+				return "", messages, term
 			}
 		}
 		if finished != nil {
@@ -96,12 +136,156 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 		Detail: fmt.Sprintf("the model did not finish within %d iterations", l.maxIterations)}
 }
 
-// complete makes one LLM call, streaming content into coalesced
-// stream_delta events.
+// account records a call's outcome and returns a TerminationError when the
+// loop should stop: too many failures in a row, or oscillation.
+func (l *loop) account(call llm.ToolCall, res tools.Result) *TerminationError {
+	if l.summaries == nil {
+		l.summaries, l.touched = map[string]string{}, map[string]bool{}
+	}
+	l.summaries[call.ID] = call.Name + ": " + res.Summary
+	sig := call.Name + "(" + canonicalArgs(call.Arguments) + ")"
+	if !l.registry.Writes(call.Name) {
+		// A read repeats only while the project is unchanged.
+		sig += fmt.Sprintf("@%d", l.writes)
+	}
+	l.history = append(l.history, sig)
+	if res.Success {
+		l.consecutive = 0
+		if len(res.Changes) > 0 {
+			l.writes++
+			for _, c := range res.Changes {
+				l.touched[c.Path] = true
+			}
+		}
+	} else {
+		l.consecutive++
+		l.problems = append(l.problems, call.Name+": "+res.Summary)
+		if len(l.problems) > 3 {
+			l.problems = l.problems[1:]
+		}
+		if l.consecutive >= l.maxToolFailures {
+			return &TerminationError{Reason: ReasonToolFailures,
+				Detail: fmt.Sprintf("%d consecutive tool calls failed; last: %s: %s", l.consecutive, call.Name, res.Summary)}
+		}
+	}
+	if detail := oscillation(l.history); detail != "" {
+		return &TerminationError{Reason: ReasonOscillation, Detail: detail}
+	}
+	return nil
+}
+
+// oscillation reports the same call 3 times in the last 5, or two calls
+// alternating A, B, A, B.
+func oscillation(h []string) string {
+	n := len(h)
+	if n == 0 {
+		return ""
+	}
+	last := h[n-1]
+	same := 0
+	for _, s := range h[max(0, n-5):] {
+		if s == last {
+			same++
+		}
+	}
+	if same >= 3 {
+		return fmt.Sprintf("the same call was made %d times in the last %d calls: %s", same, min(n, 5), clip(stripVersion(last), 160))
+	}
+	if n >= 4 && h[n-1] == h[n-3] && h[n-2] == h[n-4] && h[n-1] != h[n-2] {
+		return fmt.Sprintf("two calls keep alternating: %s and %s", clip(stripVersion(h[n-2]), 100), clip(stripVersion(last), 100))
+	}
+	return ""
+}
+
+func stripVersion(sig string) string {
+	if i := strings.LastIndex(sig, ")@"); i >= 0 {
+		return sig[:i+1]
+	}
+	return sig
+}
+
+// canonicalArgs re-encodes JSON arguments with sorted keys, so the same
+// arguments in another order are the same call.
+func canonicalArgs(raw string) string {
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return raw
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// condense keeps the conversation within contextTokens: the outputs of all
+// but the most recent tool calls are replaced by their one-line summaries,
+// and a note restates the files changed and the open problems. The system
+// prompt (with the plan) and the user's goal are never touched.
+func (l *loop) condense(ctx context.Context, messages []llm.Message) ([]llm.Message, error) {
+	if l.contextTokens <= 0 || estimateTokens(messages) <= l.contextTokens {
+		return messages, nil
+	}
+	const keepRecent = 6
+	before := estimateTokens(messages)
+	condensed := 0
+	for i := range len(messages) - keepRecent {
+		m := &messages[i]
+		if m.Role != llm.RoleTool || strings.HasPrefix(m.Content, `{"condensed":true`) {
+			continue
+		}
+		sum := l.summaries[m.ToolCallID]
+		if sum == "" {
+			sum = clip(m.Content, 200)
+		}
+		b, _ := json.Marshal(map[string]any{"condensed": true, "summary": sum, "note": "output condensed to save context; call the tool again if you need it"})
+		m.Content = string(b)
+		condensed++
+	}
+	if condensed == 0 {
+		return messages, nil
+	}
+	var touched []string
+	for p := range l.touched {
+		touched = append(touched, p)
+	}
+	sort.Strings(touched)
+	note := "Context note: older tool outputs were condensed to keep the conversation within the model's window. The task and the plan above still apply."
+	if len(touched) > 0 {
+		note += "\nFiles changed so far: " + strings.Join(touched, ", ") + "."
+	}
+	if len(l.problems) > 0 {
+		note += "\nOpen problems: " + strings.Join(l.problems, "; ") + "."
+	}
+	messages = append(messages, llm.Message{Role: llm.RoleUser, Content: note})
+	_, err := l.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: "context condensed", Metadata: map[string]any{
+		"iteration": l.iterations, "condensedMessages": condensed, "tokensBefore": before, "tokensAfter": estimateTokens(messages)}})
+	return messages, err
+}
+
+// estimateTokens is a rough token count: four bytes a token.
+func estimateTokens(messages []llm.Message) int {
+	n := 0
+	for _, m := range messages {
+		n += len(m.Content) + 16
+		for _, c := range m.ToolCalls {
+			n += len(c.Name) + len(c.Arguments)
+		}
+	}
+	return n / 4
+}
+
+// complete makes one LLM call offering the tools, streaming content into
+// coalesced stream_delta events.
 func (l *loop) complete(ctx context.Context, messages []llm.Message) (llm.Response, error) {
+	return l.call(ctx, llm.Request{Messages: messages, Tools: l.registry.Definitions(), ToolChoice: l.toolChoice})
+}
+
+// generate makes one LLM call without tools: plain text, or JSON for a schema.
+func (l *loop) generate(ctx context.Context, messages []llm.Message, schema *llm.ResponseSchema) (llm.Response, error) {
+	return l.call(ctx, llm.Request{Messages: messages, ResponseSchema: schema})
+}
+
+func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) {
 	messageID := fmt.Sprintf("%s-%d", l.taskID, l.iterations)
 	var streamErr error
-	req := llm.Request{Messages: messages, Tools: l.registry.Definitions(), ToolChoice: l.toolChoice}
 	if l.stream {
 		req.OnDelta = func(delta string) {
 			if streamErr == nil {
@@ -157,11 +341,25 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	}
 	start := time.Now()
 	res := l.registry.Call(ctx, l.env, call.Name, call.Arguments)
+	if res.Finished && l.beforeFinish != nil {
+		refusal, err := l.beforeFinish(ctx)
+		if err != nil {
+			return tools.Result{}, err
+		}
+		l.finishChecked = refusal == ""
+		if refusal != "" {
+			res = tools.Fail("finish refused: the static checks of your changes failed (state: FIX)", refusal)
+		}
+	}
 	duration := time.Since(start).Milliseconds()
 	success := res.Success
-	result := json.RawMessage(res.Output)
+	full := res.Output
+	if res.Full != "" {
+		full = res.Full
+	}
+	result := json.RawMessage(full)
 	if !json.Valid(result) {
-		result, _ = json.Marshal(res.Output)
+		result, _ = json.Marshal(full)
 	}
 	evs := []events.Payload{
 		events.Progress{Kind: events.KindToolComplete, ToolName: call.Name, ToolResult: result, ToolSuccess: &success, Duration: duration, Iteration: l.iterations},

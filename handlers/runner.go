@@ -11,13 +11,17 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers/changeset"
+	"github.com/agentworker/agentworker/handlers/projectctx"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/tools"
+	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -41,6 +45,16 @@ const (
 	CodeLLMTransient = "llm_unavailable"
 	CodeStorage      = "storage_error"
 	CodeInternal     = "internal_error"
+	// CodeConflict: a file the build changed was changed by someone else
+	// meanwhile; nothing was applied.
+	CodeConflict = "change_conflict"
+	// CodePlanNotFound: input.plan_task_id names no succeeded plan task.
+	CodePlanNotFound = "plan_not_found"
+	// CodePlanInvalid: the plan task's model answered with no usable plan.
+	CodePlanInvalid = "plan_invalid"
+	// CodeExpectationMismatch: a plan step's result did not meet its
+	// expectation; the task is blocked.
+	CodeExpectationMismatch = "expectation_mismatch"
 )
 
 // Config tunes the runner.
@@ -55,6 +69,16 @@ type Config struct {
 	// DisableStreaming makes LLM calls without streaming (no stream_delta
 	// events). Defaults to false: streaming on.
 	DisableStreaming bool
+	// MaxRepairAttempts is how often a stuck build (tool failures,
+	// oscillation, failing static checks) is given a self-repair attempt.
+	// Defaults to 2; negative disables self-repair.
+	MaxRepairAttempts int
+	// RepairBudget is the least number of iterations a repair attempt may
+	// use, beyond MaxIterations if need be. Defaults to 5.
+	RepairBudget int
+	// ContextTokens is the estimated conversation size above which old
+	// tool outputs are condensed. Defaults to 60000.
+	ContextTokens int
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +90,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ContextFiles <= 0 {
 		c.ContextFiles = 200
+	}
+	switch {
+	case c.MaxRepairAttempts == 0:
+		c.MaxRepairAttempts = 2
+	case c.MaxRepairAttempts < 0:
+		c.MaxRepairAttempts = 0
+	}
+	if c.RepairBudget <= 0 {
+		c.RepairBudget = 5
+	}
+	if c.ContextTokens <= 0 {
+		c.ContextTokens = 60000
 	}
 	return c
 }
@@ -151,14 +187,20 @@ func (e *taskError) Unwrap() error { return e.err }
 
 // Result is what a succeeded task writes to ai_tasks.result.
 type Result struct {
-	Summary            string         `json:"summary"`
-	FilesChanged       []FileChange   `json:"filesChanged"`
-	Iterations         int            `json:"iterations"`
-	Usage              llm.Usage      `json:"usage"`
-	Model              string         `json:"model"`
-	PromptVersion      string         `json:"promptVersion"`
-	ToolChoiceFallback bool           `json:"toolChoiceFallback,omitempty"`
-	Extra              map[string]any `json:"extra,omitempty"`
+	Summary            string       `json:"summary"`
+	FilesChanged       []FileChange `json:"filesChanged"`
+	Iterations         int          `json:"iterations"`
+	Usage              llm.Usage    `json:"usage"`
+	Model              string       `json:"model"`
+	PromptVersion      string       `json:"promptVersion"`
+	ToolChoiceFallback bool         `json:"toolChoiceFallback,omitempty"`
+	// Checks is the outcome of the static checks of a build's changes.
+	Checks *verify.Report `json:"checks,omitempty"`
+	// RepairAttempts is the number of self-repair attempts the build needed.
+	RepairAttempts int `json:"repairAttempts,omitempty"`
+	// Plan is the structured plan a plan task produced.
+	Plan  *Plan          `json:"plan,omitempty"`
+	Extra map[string]any `json:"extra,omitempty"`
 }
 
 // FileChange is one entry of Result.FilesChanged.
@@ -180,10 +222,27 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	rec := events.NewRecorder(r.deps.Pool, task.ID, task.ProjectID)
 	log := r.deps.Logger.With(slog.String("task_id", task.ID.String()), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
 
+	b := &build{r: r, task: task, rec: rec, store: r.deps.Store}
+	if spec.taskType == "build" {
+		cs, status, err := changeset.Open(ctx, r.deps.Pool, r.deps.Store, task.ID, task.ProjectID)
+		if err != nil {
+			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+		}
+		if status == agentsql.ChangeSetApplying {
+			// An earlier attempt succeeded and crashed while applying.
+			return r.resumeApply(ctx, rec, log, task, at, cs)
+		}
+		if err := cs.Reset(ctx); err != nil {
+			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+		}
+		b.cs, b.store = cs, cs
+	}
+
 	var (
 		final    string
 		messages []llm.Message
 		lp       *loop
+		plan     *Plan
 	)
 	err := func() error {
 		var pctx prompts.Context
@@ -191,7 +250,12 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if strings.TrimSpace(task.Prompt) == "" {
 				return &taskError{CodeEmptyPrompt, errors.New("the task's prompt is empty: say what the agent should do")}
 			}
-			pctx, err = r.loadContext(ctx, task)
+			if spec.taskType == "build" {
+				if b.plan, err = r.loadPlan(ctx, task); err != nil {
+					return err
+				}
+			}
+			pctx, err = r.loadContext(ctx, b.store, task, b.plan)
 			return err
 		}); err != nil {
 			return err
@@ -212,15 +276,27 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		}
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
-			env:           tools.Env{Store: r.deps.Store, ProjectID: task.ProjectID.String()},
+			env:           tools.Env{Store: b.store, ProjectID: task.ProjectID.String()},
 			maxIterations: r.cfg.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
-			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(),
+			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
+		}
+		b.lp = lp
+		if b.cs != nil {
+			lp.beforeFinish = b.checkBeforeFinish
 		}
 		if err := stage(ctx, rec, StageAgentLoop, func() error {
 			if _, err := rec.Emit(ctx, events.AgentPhase{Phase: spec.phase, Action: "enter"}); err != nil {
 				return err
 			}
-			final, messages, err = lp.run(ctx, messages)
+			var err error
+			switch {
+			case b.plan != nil:
+				final, messages, err = b.runPlan(ctx, messages)
+			case b.cs != nil:
+				final, messages, err = b.repairLoop(ctx, messages)
+			default:
+				final, messages, err = lp.run(ctx, messages)
+			}
 			if err != nil {
 				return err
 			}
@@ -230,6 +306,15 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			return err
 		}
 		return stage(ctx, rec, StageFinalResponse, func() error {
+			if spec.taskType == "plan" {
+				var err error
+				if plan, err = r.structuredPlan(ctx, lp, messages); err != nil {
+					return err
+				}
+				if strings.TrimSpace(final) == "" || plan.Summary != "" {
+					final = plan.Summary
+				}
+			}
 			if strings.TrimSpace(final) == "" {
 				final = "Done."
 			}
@@ -237,13 +322,14 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		})
 	}()
 	if err != nil {
-		return r.fail(ctx, rec, log, task, at, lp, err)
+		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
-		Usage: lp.usage, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback}
-	if err := r.writeResult(ctx, task, at, res); err != nil {
-		return r.fail(ctx, rec, log, task, at, lp, err)
+		Usage: lp.usage, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
+		Checks: b.checks, RepairAttempts: b.repairs, Plan: plan}
+	if err := r.writeResult(ctx, task, at, res, b.cs); err != nil {
+		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
 	log.InfoContext(ctx, "task succeeded", slog.Int("iterations", lp.iterations), slog.Int64("tokens", lp.usage.TotalTokens))
 	return nil
@@ -261,47 +347,102 @@ func stage(ctx context.Context, rec *events.Recorder, name string, fn func() err
 	return err
 }
 
-func (r *Runner) loadContext(ctx context.Context, task agentsql.Task) (prompts.Context, error) {
-	files, err := r.deps.Store.List(ctx, task.ProjectID.String(), "")
+func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, error) {
+	sum, err := projectctx.Build(ctx, files, task.ProjectID.String(), projectctx.Options{MaxFiles: r.cfg.ContextFiles})
 	if err != nil {
-		return prompts.Context{}, &taskError{CodeStorage, fmt.Errorf("list project %s: %w", task.ProjectID, err)}
+		return prompts.Context{}, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
 	}
-	c := prompts.Context{ProjectID: task.ProjectID.String(), FileCount: len(files)}
-	for i, f := range files {
-		if i == r.cfg.ContextFiles {
-			c.Truncated = true
-			break
-		}
-		c.Files = append(c.Files, f.Path)
+	c := prompts.Context{ProjectID: task.ProjectID.String(), Files: sum.Files, FileCount: sum.FileCount, Truncated: sum.Truncated,
+		ProjectType: sum.Type, TypeScript: sum.TypeScript, Tooling: sum.Tooling, EntryPoints: sum.EntryPoints, RecentFiles: sum.RecentFiles}
+	if plan != nil {
+		c.PlanSummary = plan.Text()
 	}
 	return c, nil
 }
 
-// writeResult moves the task to succeeded and writes the closing events in
-// the same transaction, so a reader never sees one without the other.
-func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt, res Result) error {
+// writeResult applies a build's change set and moves the task to
+// succeeded, writing the closing events in the same transaction, so a
+// reader never sees one without the other.
+func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt, res Result, cs *changeset.Set) error {
+	var applied []agentsql.ChangeEntry
+	if cs != nil {
+		entries, err := cs.Entries(ctx)
+		if err != nil {
+			return err
+		}
+		res.FilesChanged = entryChanges(entries)
+	}
 	body, err := json.Marshal(res)
 	if err != nil {
 		return &taskError{CodeInternal, fmt.Errorf("encode result of task %s: %w", task.ID, err)}
 	}
+	if cs != nil {
+		// Once decided, applying is not interrupted by a cancel: a half
+		// applied set would be worse than a finished one.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		applied, err = cs.Apply(actx, body)
+		if errors.Is(err, storage.ErrConflict) {
+			return &taskError{CodeConflict, err}
+		}
+		if err != nil {
+			return &taskError{CodeStorage, err}
+		}
+		ctx = actx
+	}
+	return r.finishSucceeded(ctx, task, at, body, res.Usage, res.Model, res.Summary, len(applied), cs != nil)
+}
+
+// resumeApply finishes a change set an earlier attempt began to apply.
+func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slog.Logger, task agentsql.Task, at Attempt, cs *changeset.Set) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	entries, err := cs.Resume(actx)
+	if err != nil {
+		return r.fail(ctx, rec, log, task, at, nil, nil, &taskError{CodeStorage, err})
+	}
+	_, body, err := agentsql.ChangeSetState(actx, r.deps.Pool, task.ID)
+	if err != nil {
+		return r.fail(ctx, rec, log, task, at, nil, nil, err)
+	}
+	var res Result
+	_ = json.Unmarshal(body, &res)
+	log.InfoContext(ctx, "finished applying the change set of an interrupted attempt", slog.Int("files", len(entries)))
+	// The usage was counted by the attempt that made the changes.
+	if err := r.finishSucceeded(actx, task, at, body, llm.Usage{}, res.Model, res.Summary, len(entries), true); err != nil {
+		return r.fail(ctx, rec, log, task, at, nil, nil, err)
+	}
+	return nil
+}
+
+func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, usage llm.Usage, model, summary string, applied int, hasSet bool) error {
 	return pgx.BeginFunc(ctx, r.deps.Pool, func(tx pgx.Tx) error {
 		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
 		if _, err := rec.Emit(ctx, events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}); err != nil {
 			return err
 		}
+		if hasSet {
+			if err := agentsql.FinishChangeSet(ctx, tx, task.ID, agentsql.ChangeSetApplied); err != nil {
+				return err
+			}
+			if _, err := rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("change set applied: %d file change(s)", applied),
+				Metadata: map[string]any{"applied": applied}}); err != nil {
+				return err
+			}
+		}
 		if _, err := agentsql.FinishTask(ctx, tx, task.ID, at.JobID, agentsql.Outcome{
 			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
-			TokensIn: res.Usage.PromptTokens, TokensOut: res.Usage.CompletionTokens, Model: res.Model,
+			TokensIn: usage.PromptTokens, TokensOut: usage.CompletionTokens, Model: model,
 		}); err != nil {
 			return err
 		}
-		// Nothing to release yet; cleanup is recorded before the terminal
-		// event so a follower that stops there has seen every stage.
+		// Cleanup is recorded before the terminal event so a follower that
+		// stops there has seen every stage.
 		_, err := rec.Emit(ctx,
 			events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
 			events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
 			events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
-			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: task.Type, Model: res.Model, Summary: res.Summary},
+			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: task.Type, Model: model, Summary: summary},
 		)
 		return err
 	})
@@ -311,10 +452,17 @@ func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt
 // returned to River, which retries the job with backoff; the task stays
 // running under the same job. Anything else ends the task as failed and
 // returns nil: the job did its work, the work failed.
-func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logger, task agentsql.Task, at Attempt, lp *loop, cause error) error {
+func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logger, task agentsql.Task, at Attempt, lp *loop, cs *changeset.Set, cause error) error {
 	if errors.Is(cause, agentsql.ErrNotClaimed) {
 		log.WarnContext(ctx, "task was taken over or cancelled while running; dropping this attempt")
 		return nil
+	}
+	if cs != nil {
+		// Whatever happens next, this attempt's changes are not applied:
+		// the project stays as it was. (A set already applying is kept.)
+		if err := cs.Discard(context.WithoutCancel(ctx)); err != nil {
+			log.ErrorContext(ctx, "discard change set", slog.String("err", err.Error()))
+		}
 	}
 	if ctx.Err() != nil {
 		// Shutdown or job cancellation: River decides what happens next.
@@ -341,18 +489,22 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		return fmt.Errorf("run task %s (attempt %d): %w", task.ID, at.Number, cause)
 	}
 	body, _ := json.Marshal(TaskError{Code: code, Message: msg, Recoverable: transient, Attempt: at.Number})
+	status, phase := agentsql.StatusFailed, events.PhaseFailed
+	if code == CodeExpectationMismatch {
+		status, phase = agentsql.StatusBlocked, events.PhaseBlocked
+	}
 	err := pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
 		trec := events.NewRecorder(tx, task.ID, task.ProjectID)
 		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false}); err != nil {
 			return err
 		}
 		if _, err := agentsql.FinishTask(wctx, tx, task.ID, at.JobID, agentsql.Outcome{
-			Status: agentsql.StatusFailed, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
+			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
 			TokensIn: usage.PromptTokens, TokensOut: usage.CompletionTokens, Model: r.deps.LLM.Model(),
 		}); err != nil {
 			return err
 		}
-		_, err := trec.Emit(wctx, events.AgentPhase{Phase: events.PhaseFailed, Status: string(agentsql.StatusFailed), TaskType: task.Type, Summary: msg})
+		_, err := trec.Emit(wctx, events.AgentPhase{Phase: phase, Status: string(status), TaskType: task.Type, Summary: msg})
 		return err
 	})
 	if errors.Is(err, agentsql.ErrNotClaimed) {
@@ -363,7 +515,7 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		// The failure could not be recorded (database down): let River retry.
 		return fmt.Errorf("record failure of task %s (%s): %w", task.ID, msg, err)
 	}
-	log.WarnContext(ctx, "task failed", slog.String("code", code), slog.String("error", msg))
+	log.WarnContext(ctx, "task ended without success", slog.String("status", string(status)), slog.String("code", code), slog.String("error", msg))
 	return nil
 }
 
@@ -371,7 +523,10 @@ func classify(err error) (code, msg string) {
 	var te *taskError
 	var term *TerminationError
 	var api *llm.APIError
+	var blocked *BlockedError
 	switch {
+	case errors.As(err, &blocked):
+		return CodeExpectationMismatch, blocked.Error()
 	case errors.As(err, &te):
 		return te.code, te.err.Error()
 	case errors.As(err, &term):
@@ -392,6 +547,31 @@ func classify(err error) (code, msg string) {
 func isStorageTransient(err error) bool {
 	var te *taskError
 	return errors.As(err, &te) && te.code == CodeStorage
+}
+
+// entryChanges lists a change set's net changes; a move is one entry.
+func entryChanges(entries []agentsql.ChangeEntry) []FileChange {
+	moved := map[string]bool{}
+	for _, e := range entries {
+		if e.FromPath != "" {
+			moved[e.FromPath] = true
+		}
+	}
+	out := []FileChange{}
+	for _, e := range entries {
+		switch {
+		case e.Op == agentsql.ChangeDelete && moved[e.Path]:
+		case e.Op == agentsql.ChangeDelete:
+			out = append(out, FileChange{Path: e.Path, Op: events.OpDelete})
+		case e.FromPath != "":
+			out = append(out, FileChange{Path: e.Path, Op: events.OpMove, FromPath: e.FromPath})
+		case e.BaseETag == "":
+			out = append(out, FileChange{Path: e.Path, Op: events.OpCreate})
+		default:
+			out = append(out, FileChange{Path: e.Path, Op: events.OpUpdate})
+		}
+	}
+	return out
 }
 
 func fileChanges(updates []events.FileUpdate) []FileChange {

@@ -242,7 +242,12 @@ func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNe
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(def))
 	}
-	if choice != "" {
+	if rs := req.ResponseSchema; rs != nil {
+		params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: rs.Name, Schema: rs.Schema, Strict: openai.Bool(rs.Strict)},
+		}}
+	}
+	if len(req.Tools) > 0 && choice != "" {
 		params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(string(choice))}
 	}
 	return params, nil

@@ -66,6 +66,9 @@ type Request struct {
 	Messages   []Message
 	Tools      []Tool
 	ToolChoice ToolChoice // empty means the endpoint's default; sent only with Tools
+	// ResponseSchema, when set, asks for structured output: the answer's
+	// content is JSON matching the schema (response_format json_schema).
+	ResponseSchema *ResponseSchema
 	// OnDelta, when set, makes the call stream and receives each content
 	// fragment as it arrives. It is called from the calling goroutine.
 	OnDelta func(delta string)
@@ -81,4 +84,11 @@ type Response struct {
 	// "required" but "auto" was sent instead, because the endpoint rejected
 	// "required" on this call (which was then repeated) or on an earlier one.
 	ToolChoiceFallback bool
+}
+
+// ResponseSchema is a JSON Schema for structured output.
+type ResponseSchema struct {
+	Name   string         // a-z, A-Z, 0-9, _ and -, at most 64
+	Schema map[string]any // a JSON Schema object
+	Strict bool           // ask the endpoint to adhere exactly
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
-
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
 	// dbtest's database is already migrated; run Migrate from several

@@ -16,7 +16,30 @@ var (
 	ErrExists = errors.New("file already exists")
 	// ErrInvalidPath reports a path that escapes the project or is malformed.
 	ErrInvalidPath = errors.New("invalid path")
+	// ErrConflict reports a write against a version of a file that is no
+	// longer current: someone else changed it meanwhile.
+	ErrConflict = errors.New("file changed meanwhile")
 )
+
+// ConflictError is an ErrConflict with the file's current state, so the
+// writer can redo its change against it. Current is nil and Exists false
+// when the file was deleted meanwhile.
+type ConflictError struct {
+	Path    string
+	Exists  bool
+	Current []byte
+	ETag    string
+}
+
+func (e *ConflictError) Error() string {
+	if !e.Exists {
+		return "conflict on " + e.Path + ": the file was deleted meanwhile"
+	}
+	return "conflict on " + e.Path + ": the file changed meanwhile (now version " + e.ETag + ")"
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // FileInfo describes one stored file. Path is relative to the project root,
 // slash-separated, without a leading slash.

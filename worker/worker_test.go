@@ -81,7 +81,8 @@ func setup(t *testing.T, o setupOpts) *harness {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	lc.Logger = logger
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
-		handlers.Config{MaxIterations: o.maxIterations})
+		// These tests pin the loop's own stops; handlers tests cover self-repair.
+		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1})
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}

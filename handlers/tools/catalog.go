@@ -8,6 +8,8 @@ func catalog() []Tool {
 		searchFilesTool(),
 		projectStructureTool(),
 		writeFileTool(),
+		editFileTool(),
+		applyPatchTool(),
 		deleteFileTool(),
 		moveFileTool(),
 		finishTool(),
@@ -20,6 +22,10 @@ func schema(required []string, props map[string]any) map[string]any {
 		s["required"] = required
 	}
 	return s
+}
+
+func strs(desc string) map[string]any {
+	return map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": desc}
 }
 
 func str(desc string) map[string]any  { return map[string]any{"type": "string", "description": desc} }

@@ -15,7 +15,7 @@ import (
 
 // Read limits: the model's context is the scarce resource.
 const (
-	maxReadBytes        = 100 << 10
+	maxReadBytes        = 40 << 10
 	defaultSearchLimit  = 50
 	maxSearchLimit      = 200
 	maxSearchFileBytes  = 1 << 20
@@ -30,6 +30,16 @@ func storageFail(op, p string, err error) Result {
 		return Fail(fmt.Sprintf("%s: file not found: %s", op, p), "use list_files or get_project_structure to see which files exist")
 	case errors.Is(err, storage.ErrInvalidPath):
 		return Fail(fmt.Sprintf("%s: invalid path %q: paths are relative to the project root, without '..'", op, p), "")
+	case errors.As(err, new(*storage.ConflictError)):
+		var ce *storage.ConflictError
+		errors.As(err, &ce)
+		extra := map[string]any{"path": ce.Path, "exists": ce.Exists}
+		if ce.Exists {
+			extra["currentVersion"] = ce.ETag
+			extra["currentContent"] = clip(string(ce.Current), maxReadBytes)
+		}
+		return FailWith(fmt.Sprintf("%s: %s changed since you read it (someone else wrote it meanwhile); your change was not made", op, ce.Path),
+			"redo your change against currentContent", extra)
 	case errors.Is(err, storage.ErrExists):
 		return Fail(fmt.Sprintf("%s: file already exists: %s", op, p), "")
 	default:
@@ -100,7 +110,7 @@ func readFileTool() Tool {
 			if err != nil {
 				return storageFail("read_file", args.Path, err)
 			}
-			content, _, err := env.Store.Read(ctx, env.ProjectID, p)
+			content, info, err := env.Store.Read(ctx, env.ProjectID, p)
 			if err != nil {
 				return storageFail("read_file", p, err)
 			}
@@ -126,13 +136,18 @@ func readFileTool() Tool {
 			if total > 0 {
 				text = strings.Join(lines[start-1:end], "")
 			}
-			body := map[string]any{"path": p, "content": text, "startLine": start, "endLine": end, "totalLines": total}
+			body := map[string]any{"path": p, "content": text, "startLine": start, "endLine": end, "totalLines": total, "version": info.ETag}
+			var full string
 			if len(text) > maxReadBytes {
-				body["content"] = text[:maxReadBytes]
+				head, tail, omitted := headTail(lines[start-1:end], maxReadBytes)
+				full = mustJSON(body)
+				body["content"] = head + fmt.Sprintf("\n… %d lines omitted …\n", omitted) + tail
 				body["truncated"] = true
-				body["note"] = fmt.Sprintf("output cut at %d bytes; read a smaller line range", maxReadBytes)
+				body["note"] = fmt.Sprintf("output cut to its head and tail (%d bytes); %d lines in the middle were omitted: read a smaller line range to see them", maxReadBytes, omitted)
 			}
-			return OK(fmt.Sprintf("read %s (lines %d-%d of %d)", p, start, end, total), body)
+			r := OK(fmt.Sprintf("read %s (lines %d-%d of %d)", p, start, end, total), body)
+			r.Full = full
+			return r
 		},
 	}
 }
@@ -172,7 +187,7 @@ func searchFilesTool() Tool {
 				return Fail(fmt.Sprintf("search_files: invalid regular expression %q: %v", args.Query, err), "set literal to true to search for the text as is")
 			}
 			if args.Glob != "" {
-				if _, err := path.Match(args.Glob, "x"); err != nil {
+				if err := checkGlob(args.Glob); err != nil {
 					return Fail(fmt.Sprintf("search_files: invalid glob %q: %v", args.Glob, err), "")
 				}
 			}
@@ -192,12 +207,8 @@ func searchFilesTool() Tool {
 			var matches []map[string]any
 			more := false
 			for _, f := range files {
-				if args.Glob != "" {
-					if ok, _ := path.Match(args.Glob, path.Base(f.Path)); !ok {
-						if ok, _ := path.Match(args.Glob, f.Path); !ok {
-							continue
-						}
-					}
+				if !selected(f.Path, globs(args.Glob), nil) {
+					continue
 				}
 				if f.Size > maxSearchFileBytes {
 					continue
@@ -229,25 +240,36 @@ func searchFilesTool() Tool {
 	}
 }
 
-// defaultExcluded are directories a project tree summary skips unless asked.
+// defaultExcluded are directories a tree summary and a search skip unless
+// an include pattern names them.
 var defaultExcluded = []string{"node_modules", ".git", "dist", "build"}
 
 func projectStructureTool() Tool {
 	return Tool{
-		Name:        "get_project_structure",
-		Description: "Show the project's directory tree up to a depth, with file counts.",
+		Name: "get_project_structure",
+		Description: "Show the project's directory tree recursively, up to a depth, with file counts per directory. " +
+			"node_modules, .git, dist and build are excluded unless include_patterns names them.",
 		Parameters: schema(nil, map[string]any{
-			"depth":     intg(fmt.Sprintf("Directory depth to show (default %d, max %d).", defaultStructDepth, maxStructDepth)),
-			"max_files": intg(fmt.Sprintf("Maximum entries to show (default %d).", defaultStructMaxLen)),
+			"depth":            intg(fmt.Sprintf("Directory depth to show (default %d, max %d).", defaultStructDepth, maxStructDepth)),
+			"include_patterns": strs("Only show files matching one of these globs, e.g. src/**/*.ts or *.css."),
+			"exclude_patterns": strs("Skip files and directories matching these globs."),
+			"max_files":        intg(fmt.Sprintf("Maximum entries to show (default %d).", defaultStructMaxLen)),
 		}),
 		Access: ReadOnly,
 		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
 			var args struct {
-				Depth    int `json:"depth"`
-				MaxFiles int `json:"max_files"`
+				Depth    int      `json:"depth"`
+				Include  []string `json:"include_patterns"`
+				Exclude  []string `json:"exclude_patterns"`
+				MaxFiles int      `json:"max_files"`
 			}
 			if r := decode("get_project_structure", raw, &args); r != nil {
 				return *r
+			}
+			for _, g := range append(append([]string{}, args.Include...), args.Exclude...) {
+				if err := checkGlob(g); err != nil {
+					return Fail(fmt.Sprintf("get_project_structure: invalid glob %q: %v", g, err), "")
+				}
 			}
 			depth := args.Depth
 			if depth <= 0 {
@@ -262,14 +284,14 @@ func projectStructureTool() Tool {
 			if err != nil {
 				return storageFail("get_project_structure", "", err)
 			}
-			entries := map[string]bool{}
+			counts := map[string]int{} // entry → files below it
 			total := 0
 			for _, f := range files {
-				parts := strings.Split(f.Path, "/")
-				if excluded(parts) {
+				if !selected(f.Path, args.Include, args.Exclude) {
 					continue
 				}
 				total++
+				parts := strings.Split(f.Path, "/")
 				for i := range parts {
 					if i >= depth {
 						break
@@ -278,11 +300,11 @@ func projectStructureTool() Tool {
 					if i < len(parts)-1 {
 						name += "/"
 					}
-					entries[name] = true
+					counts[name]++
 				}
 			}
-			names := make([]string, 0, len(entries))
-			for n := range entries {
+			names := make([]string, 0, len(counts))
+			for n := range counts {
 				names = append(names, n)
 			}
 			sort.Strings(names)
@@ -290,20 +312,133 @@ func projectStructureTool() Tool {
 			if truncated {
 				names = names[:maxFiles]
 			}
-			return OK(fmt.Sprintf("%d files, %d entries shown", total, len(names)), map[string]any{
-				"entries": names, "totalFiles": total, "depth": depth, "truncated": truncated,
-			})
+			var tree strings.Builder
+			for _, n := range names {
+				level := strings.Count(strings.TrimSuffix(n, "/"), "/")
+				base := path.Base(strings.TrimSuffix(n, "/"))
+				if strings.HasSuffix(n, "/") {
+					fmt.Fprintf(&tree, "%s%s/ (%d files)\n", strings.Repeat("  ", level), base, counts[n])
+				} else {
+					fmt.Fprintf(&tree, "%s%s\n", strings.Repeat("  ", level), base)
+				}
+			}
+			body := map[string]any{"tree": tree.String(), "totalFiles": total, "depth": depth, "truncated": truncated}
+			if truncated {
+				body["note"] = fmt.Sprintf("only the first %d entries are shown; narrow with include_patterns or a smaller depth", maxFiles)
+			}
+			return OK(fmt.Sprintf("%d files, %d entries shown", total, len(names)), body)
 		},
 	}
 }
 
-func excluded(parts []string) bool {
-	for _, p := range parts[:len(parts)-1] {
-		for _, x := range defaultExcluded {
-			if p == x {
+// selected applies include and exclude globs and the default exclusions.
+func selected(p string, include, exclude []string) bool {
+	for _, g := range exclude {
+		if globMatch(g, p) {
+			return false
+		}
+	}
+	if len(include) > 0 {
+		for _, g := range include {
+			if globMatch(g, p) {
 				return true
 			}
 		}
+		return false
 	}
-	return false
+	parts := strings.Split(p, "/")
+	for _, dir := range parts[:len(parts)-1] {
+		for _, x := range defaultExcluded {
+			if dir == x {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func checkGlob(g string) error {
+	for _, seg := range strings.Split(g, "/") {
+		if _, err := path.Match(seg, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// globMatch matches a slash-separated path against a glob where "**"
+// matches any number of directories. A pattern without a slash matches the
+// file's name or any directory on its path (so "node_modules" and "*.ts"
+// work as expected).
+func globMatch(pattern, p string) bool {
+	pattern = strings.TrimPrefix(strings.TrimSuffix(pattern, "/"), "./")
+	parts := strings.Split(p, "/")
+	if !strings.Contains(pattern, "/") {
+		for _, part := range parts {
+			if ok, _ := path.Match(pattern, part); ok {
+				return true
+			}
+		}
+		return false
+	}
+	return matchSegments(strings.Split(pattern, "/"), parts)
+}
+
+func matchSegments(pat, parts []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for i := 0; i <= len(parts); i++ {
+				if matchSegments(pat[1:], parts[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(parts) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], parts[0]); !ok {
+			return false
+		}
+		pat, parts = pat[1:], parts[1:]
+	}
+	// A pattern naming a directory matches everything below it.
+	return true
+}
+
+// headTail cuts lines to about limit bytes: the first and last lines, and
+// the number of lines omitted between them.
+func headTail(lines []string, limit int) (head, tail string, omitted int) {
+	var h, t []string
+	size := 0
+	i, j := 0, len(lines)-1
+	for i <= j {
+		if size+len(lines[i]) > limit*2/3 {
+			break
+		}
+		size += len(lines[i])
+		h = append(h, lines[i])
+		i++
+	}
+	for j >= i {
+		if size+len(lines[j]) > limit {
+			break
+		}
+		size += len(lines[j])
+		t = append([]string{lines[j]}, t...)
+		j--
+	}
+	return strings.Join(h, ""), strings.Join(t, ""), j - i + 1
+}
+
+func mustJSON(body map[string]any) string {
+	b, _ := json.Marshal(body)
+	return string(b)
+}
+
+func globs(g string) []string {
+	if g == "" {
+		return nil
+	}
+	return []string{g}
 }

@@ -46,6 +46,9 @@ type Result struct {
 	Finished bool
 	// FromPath and ToPath are set by move_file, for its tool_call event.
 	FromPath, ToPath string
+	// Full, when set, is the uncut output for the timeline's tool_complete
+	// event; Output was cut to spare the model's context.
+	Full string
 }
 
 // Tool is one callable tool.
@@ -109,6 +112,12 @@ func (r *Registry) Definitions() []llm.Tool {
 	return defs
 }
 
+// Writes reports whether the named tool changes the project.
+func (r *Registry) Writes(name string) bool {
+	t, ok := r.catalog[name]
+	return ok && t.Access == Write
+}
+
 // Has reports whether the registry allows the named tool.
 func (r *Registry) Has(name string) bool {
 	_, ok := r.allowed[name]
@@ -144,6 +153,19 @@ func (r *Registry) Call(ctx context.Context, env Env, name, arguments string) Re
 // Fail builds a failed Result whose Output is a JSON error for the model.
 func Fail(message, hint string) Result {
 	body := map[string]any{"success": false, "error": message}
+	if hint != "" {
+		body["hint"] = hint
+	}
+	out, _ := json.Marshal(body)
+	return Result{Success: false, Output: string(out), Summary: message}
+}
+
+// FailWith is Fail with extra fields in the error object.
+func FailWith(message, hint string, extra map[string]any) Result {
+	body := map[string]any{"success": false, "error": message}
+	for k, v := range extra {
+		body[k] = v
+	}
 	if hint != "" {
 		body["hint"] = hint
 	}

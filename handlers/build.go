@@ -1,0 +1,179 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers/changeset"
+	"github.com/agentworker/agentworker/handlers/prompts"
+	"github.com/agentworker/agentworker/handlers/verify"
+	"github.com/agentworker/agentworker/llm"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// ReasonStaticChecks ends a build loop whose model stopped while the static
+// checks of its changes fail. Like oscillation it is repairable.
+const ReasonStaticChecks = "static_checks"
+
+// build is the state of one build (or chat/plan) task run beyond the loop:
+// its change set, the plan it follows, the checks and repairs.
+type build struct {
+	r     *Runner
+	task  agentsql.Task
+	rec   *events.Recorder
+	store storage.Store  // the change set for builds, else the project store
+	cs    *changeset.Set // nil for chat and plan tasks
+	lp    *loop
+	plan  *Plan
+	// checks is the last static check report; repairs the self-repair
+	// attempts made.
+	checks  *verify.Report
+	repairs int
+	trigger string // the reason of the current repair attempt
+}
+
+// check runs the static checks over the files the change set writes.
+func (b *build) check(ctx context.Context) (verify.Report, error) {
+	entries, err := b.cs.Entries(ctx)
+	if err != nil {
+		return verify.Report{}, err
+	}
+	var paths []string
+	for _, e := range entries {
+		if e.Op == agentsql.ChangeWrite {
+			paths = append(paths, e.Path)
+		}
+	}
+	rep, err := verify.Check(ctx, b.cs, b.task.ProjectID.String(), paths)
+	if err != nil {
+		return rep, err
+	}
+	b.checks = &rep
+	level := events.LevelInfo
+	if !rep.Passed() {
+		level = events.LevelWarn
+	}
+	_, err = b.rec.Emit(ctx, events.Log{Level: level, Message: "static checks: " + firstLine(rep.String()),
+		Metadata: map[string]any{"checked": rep.Checked, "problems": rep.Problems}})
+	return rep, err
+}
+
+// checkBeforeFinish is the loop's finish gate: a failing check refuses the
+// finish with the problems, which puts the model in the FIX state.
+func (b *build) checkBeforeFinish(ctx context.Context) (string, error) {
+	rep, err := b.check(ctx)
+	if err != nil || rep.Passed() {
+		return "", err
+	}
+	return rep.String() + "Fix these problems (read the files, then edit them), then call finish again.", nil
+}
+
+// repairLoop runs the loop, and when the model gets stuck (failed calls,
+// oscillation, failing checks) gives it up to MaxRepairAttempts fresh
+// starts with a repair message, each recorded as self_repair events.
+func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
+	maxAttempts := b.r.cfg.MaxRepairAttempts
+	for {
+		final, out, err := b.lp.run(ctx, messages)
+		messages = out
+		if err == nil && b.cs != nil && !b.lp.finishChecked {
+			// The model stopped without a checked finish: check now.
+			rep, cerr := b.check(ctx)
+			if cerr != nil {
+				return "", messages, cerr
+			}
+			if !rep.Passed() {
+				err = &TerminationError{Reason: ReasonStaticChecks, Detail: rep.String()}
+			}
+		}
+		if err == nil {
+			if b.repairs > 0 {
+				if _, err := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts,
+					Trigger: b.trigger, Result: "success"}); err != nil {
+					return "", messages, err
+				}
+			}
+			return final, messages, nil
+		}
+		var term *TerminationError
+		if !errors.As(err, &term) || !(term.repairable() || term.Reason == ReasonStaticChecks) || ctx.Err() != nil {
+			return "", messages, b.repairFailed(ctx, err)
+		}
+		if b.repairs > 0 {
+			if _, err := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts,
+				Trigger: term.Reason, ErrorType: term.Reason, ErrorMessage: term.Detail, Result: "failed"}); err != nil {
+				return "", messages, err
+			}
+		}
+		if b.repairs >= maxAttempts {
+			return "", messages, err
+		}
+		b.repairs++
+		b.trigger = term.Reason
+		msg, rerr := b.r.prompts.RepairMessage(prompts.Repair{Attempt: b.repairs, MaxAttempts: maxAttempts,
+			Trigger: term.Reason, Error: term.Detail, Touched: b.touched()})
+		if rerr != nil {
+			return "", messages, &taskError{CodeInternal, rerr}
+		}
+		if _, err := b.rec.Emit(ctx,
+			events.Error{ErrorType: term.Reason, Message: term.Error(), Recoverable: true},
+			events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts, Trigger: term.Reason,
+				ErrorType: term.Reason, ErrorMessage: term.Detail, Suggestion: "diagnose, then make the smallest fix", Result: "pending"},
+			events.AgentPhase{Phase: events.PhaseDebugger, Action: "enter", Attempt: b.repairs},
+		); err != nil {
+			return "", messages, err
+		}
+		messages = append(messages, llm.Message{Role: llm.RoleUser, Content: msg})
+		b.lp.grant(b.r.cfg.RepairBudget)
+	}
+}
+
+// repairFailed closes a pending repair attempt before a final error.
+func (b *build) repairFailed(ctx context.Context, err error) error {
+	if b.repairs == 0 || ctx.Err() != nil {
+		return err
+	}
+	var term *TerminationError
+	reason := "error"
+	if errors.As(err, &term) {
+		reason = term.Reason
+	}
+	if _, eerr := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: b.r.cfg.MaxRepairAttempts,
+		Trigger: reason, ErrorType: reason, ErrorMessage: err.Error(), Result: "failed"}); eerr != nil {
+		return eerr
+	}
+	return err
+}
+
+func (b *build) touched() []string {
+	var out []string
+	for p := range b.lp.touched {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func firstLine(s string) string {
+	for i, c := range s {
+		if c == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// BlockedError stops a plan-driven build whose step did not meet its
+// expectation. The task moves to blocked: a person must look.
+type BlockedError struct {
+	DecisionID string
+	Reason     string
+}
+
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("decision %s did not meet its expectation: %s", e.DecisionID, e.Reason)
+}

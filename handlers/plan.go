@@ -1,0 +1,381 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers/prompts"
+	"github.com/agentworker/agentworker/llm"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// Plan step actions.
+const (
+	ActionCreate = "create_file"
+	ActionUpdate = "update_file"
+	ActionDelete = "delete_file"
+	ActionMove   = "move_file"
+)
+
+// Plan is the structured output of a plan task: steps in dependency order,
+// described in words — never code (two-stage-agent.md stage 1).
+type Plan struct {
+	Summary string     `json:"summary"`
+	Steps   []PlanStep `json:"steps"`
+}
+
+// PlanStep is one step of a Plan; a build executes it as one decision.
+type PlanStep struct {
+	ID                  string `json:"id"`
+	Action              string `json:"action"`
+	Path                string `json:"path"`
+	ToPath              string `json:"toPath"`
+	Description         string `json:"description"`
+	NeedsCodeGeneration bool   `json:"needsCodeGeneration"`
+}
+
+// Text renders the plan for a build's system prompt.
+func (p *Plan) Text() string {
+	var b strings.Builder
+	b.WriteString(p.Summary + "\n")
+	for i, s := range p.Steps {
+		target := s.Path
+		if s.ToPath != "" {
+			target += " → " + s.ToPath
+		}
+		fmt.Fprintf(&b, "%d. [%s] %s %s: %s\n", i+1, s.ID, s.Action, target, s.Description)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// planSchema is the JSON Schema of a Plan, strict: every property required,
+// nothing else allowed (so there is no place for code).
+func planSchema() map[string]any {
+	str := func(d string) map[string]any { return map[string]any{"type": "string", "description": d} }
+	step := map[string]any{
+		"type": "object", "additionalProperties": false,
+		"required": []string{"id", "action", "path", "toPath", "description", "needsCodeGeneration"},
+		"properties": map[string]any{
+			"id":                  str("A short unique id, e.g. step-1."),
+			"action":              map[string]any{"type": "string", "enum": []string{ActionCreate, ActionUpdate, ActionDelete, ActionMove}},
+			"path":                str("The file, relative to the project root."),
+			"toPath":              str("The target of a move_file; empty otherwise."),
+			"description":         str("What the file must do or what changes, in words. No code."),
+			"needsCodeGeneration": map[string]any{"type": "boolean", "description": "True when code must be written for this step."},
+		},
+	}
+	return map[string]any{
+		"type": "object", "additionalProperties": false, "required": []string{"summary", "steps"},
+		"properties": map[string]any{
+			"summary": str("The goal and approach in one or two sentences."),
+			"steps":   map[string]any{"type": "array", "items": step},
+		},
+	}
+}
+
+// validate checks a plan from the model: known actions, jailed paths,
+// unique ids (missing ids are assigned).
+func (p *Plan) validate() error {
+	if len(p.Steps) == 0 {
+		return errors.New("the plan has no steps")
+	}
+	seen := map[string]bool{}
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		if s.ID == "" {
+			s.ID = fmt.Sprintf("step-%d", i+1)
+		}
+		if seen[s.ID] {
+			return fmt.Errorf("step %d: id %q is used twice", i+1, s.ID)
+		}
+		seen[s.ID] = true
+		switch s.Action {
+		case ActionCreate, ActionUpdate, ActionDelete, ActionMove:
+		default:
+			return fmt.Errorf("step %d: unknown action %q", i+1, s.Action)
+		}
+		clean, err := storage.CleanPath(s.Path)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", i+1, err)
+		}
+		s.Path = clean
+		if s.Action == ActionMove {
+			if s.ToPath, err = storage.CleanPath(s.ToPath); err != nil {
+				return fmt.Errorf("step %d: toPath: %w", i+1, err)
+			}
+		}
+	}
+	return nil
+}
+
+// structuredPlan asks the plan task's model for its plan as JSON.
+func (r *Runner) structuredPlan(ctx context.Context, lp *loop, messages []llm.Message) (*Plan, error) {
+	messages = append(messages, llm.Message{Role: llm.RoleUser,
+		Content: "Now give the plan as JSON matching the schema: steps in dependency order, descriptions in words, no code."})
+	lp.iterations++
+	resp, err := lp.generate(ctx, messages, &llm.ResponseSchema{Name: "plan", Schema: planSchema(), Strict: true})
+	if err != nil {
+		return nil, err
+	}
+	var plan Plan
+	dec := json.NewDecoder(strings.NewReader(stripFences(resp.Message.Content)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&plan); err != nil {
+		return nil, &taskError{CodePlanInvalid, fmt.Errorf("the model's plan is not valid JSON for the plan schema: %w", err)}
+	}
+	if err := plan.validate(); err != nil {
+		return nil, &taskError{CodePlanInvalid, err}
+	}
+	return &plan, nil
+}
+
+// loadPlan reads the plan of input.plan_task_id, if the build has one.
+func (r *Runner) loadPlan(ctx context.Context, task agentsql.Task) (*Plan, error) {
+	var input struct {
+		PlanTaskID string `json:"plan_task_id"`
+	}
+	if len(task.Input) > 0 {
+		if err := json.Unmarshal(task.Input, &input); err != nil {
+			return nil, &taskError{CodePlanNotFound, fmt.Errorf("read input of task %s: %w", task.ID, err)}
+		}
+	}
+	if input.PlanTaskID == "" {
+		return nil, nil
+	}
+	id, err := uuid.Parse(input.PlanTaskID)
+	if err != nil {
+		return nil, &taskError{CodePlanNotFound, fmt.Errorf("input.plan_task_id %q is not a uuid", input.PlanTaskID)}
+	}
+	pt, err := agentsql.GetTask(ctx, r.deps.Pool, id)
+	if errors.Is(err, agentsql.ErrTaskNotFound) {
+		return nil, &taskError{CodePlanNotFound, err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pt.Type != "plan" || pt.Status != agentsql.StatusSucceeded || pt.ProjectID != task.ProjectID {
+		return nil, &taskError{CodePlanNotFound, fmt.Errorf("task %s is a %s task in status %s of project %s, not a succeeded plan of this project",
+			pt.ID, pt.Type, pt.Status, pt.ProjectID)}
+	}
+	var res Result
+	if err := json.Unmarshal(pt.Result, &res); err != nil || res.Plan == nil {
+		return nil, &taskError{CodePlanNotFound, fmt.Errorf("plan task %s has no plan in its result", pt.ID)}
+	}
+	return res.Plan, nil
+}
+
+// runPlan executes a plan step by step, each step a decision with an
+// expectation (the files it changes), then checks the result; failing
+// checks go to the tool loop in the FIX state.
+func (b *build) runPlan(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
+	var done []string
+	for i, step := range b.plan.Steps {
+		id := step.ID
+		status, err := agentsql.DecisionStatus(ctx, b.r.deps.Pool, b.task.ID, id)
+		if err != nil {
+			return "", messages, err
+		}
+		if status != "" {
+			if _, err := b.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("decision %s already executed (%s); not repeated", id, status),
+				Metadata: map[string]any{"decisionId": id}}); err != nil {
+				return "", messages, err
+			}
+			continue
+		}
+		expect := []string{step.Path}
+		if step.Action == ActionMove {
+			expect = append(expect, step.ToPath)
+		}
+		if _, err := b.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("decision %s: %s %s", id, step.Action, step.Path),
+			Metadata: map[string]any{"decisionId": id, "step": i + 1, "action": step.Action, "expectation": map[string]any{"worldChange": expect, "taskProgress": step.Description}}}); err != nil {
+			return "", messages, err
+		}
+		before, err := b.snapshot(ctx, expect)
+		if err != nil {
+			return "", messages, err
+		}
+		if err := b.execute(ctx, step); err != nil {
+			return "", messages, err
+		}
+		after, err := b.snapshot(ctx, expect)
+		if err != nil {
+			return "", messages, err
+		}
+		reason := expectationUnmet(step, before, after)
+		verdict := agentsql.DecisionAccepted
+		if reason != "" {
+			verdict = agentsql.DecisionRejected
+		}
+		outcome, _ := json.Marshal(map[string]any{"expected": expect, "reason": reason})
+		if _, err := agentsql.RecordDecision(ctx, b.r.deps.Pool, b.task.ID, id, verdict, outcome); err != nil {
+			return "", messages, err
+		}
+		if reason != "" {
+			return "", messages, &BlockedError{DecisionID: id, Reason: reason}
+		}
+		done = append(done, fmt.Sprintf("%s %s", step.Action, step.Path))
+	}
+	rep, err := b.check(ctx)
+	if err != nil {
+		return "", messages, err
+	}
+	summary := fmt.Sprintf("Executed the plan (%d steps): %s. %s.", len(done), strings.Join(done, "; "), rep.String())
+	if rep.Passed() {
+		return summary, messages, nil
+	}
+	// FIX: the model gets the tools and the problems.
+	messages = append(messages, llm.Message{Role: llm.RoleUser, Content: "The plan's steps were executed; the files are staged. " +
+		"The static checks found problems (state: FIX):\n" + rep.String() + "Fix them with the tools, then call finish."})
+	return b.repairLoop(ctx, messages)
+}
+
+// snapshot returns the version of each path ("" when missing).
+func (b *build) snapshot(ctx context.Context, paths []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range paths {
+		info, err := b.store.Stat(ctx, b.task.ProjectID.String(), p)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			out[p] = ""
+		case err != nil:
+			return nil, err
+		default:
+			out[p] = info.ETag
+		}
+	}
+	return out, nil
+}
+
+// expectationUnmet compares the world before and after a step with what
+// the step expected; "" means met.
+func expectationUnmet(s PlanStep, before, after map[string]string) string {
+	switch s.Action {
+	case ActionCreate, ActionUpdate:
+		if after[s.Path] == "" {
+			return fmt.Sprintf("%s was expected to exist after %s, and does not", s.Path, s.Action)
+		}
+		if after[s.Path] == before[s.Path] {
+			return fmt.Sprintf("%s was expected to change, and did not", s.Path)
+		}
+	case ActionDelete:
+		if after[s.Path] != "" {
+			return fmt.Sprintf("%s was expected to be deleted, and still exists", s.Path)
+		}
+		if before[s.Path] == "" {
+			return fmt.Sprintf("%s was expected to be deleted, but did not exist", s.Path)
+		}
+	case ActionMove:
+		if after[s.Path] != "" || after[s.ToPath] == "" {
+			return fmt.Sprintf("%s was expected to move to %s", s.Path, s.ToPath)
+		}
+	}
+	return ""
+}
+
+// execute runs one step: code is generated as plain text (not inside
+// JSON), then written through the tools, so the step has the usual
+// tool_call and file_update events.
+func (b *build) execute(ctx context.Context, s PlanStep) error {
+	callID := "plan-" + s.ID
+	var name string
+	var args map[string]any
+	switch s.Action {
+	case ActionDelete:
+		name, args = "delete_file", map[string]any{"path": s.Path}
+	case ActionMove:
+		name, args = "move_file", map[string]any{"fromPath": s.Path, "toPath": s.ToPath}
+	default:
+		code, err := b.generate(ctx, s)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(code) == "" {
+			// Nothing to write; the expectation check says so.
+			_, err := b.rec.Emit(ctx, events.Log{Level: events.LevelWarn, Message: fmt.Sprintf("decision %s: the model generated no code for %s", s.ID, s.Path)})
+			return err
+		}
+		name, args = "write_file", map[string]any{"path": s.Path, "content": code}
+	}
+	raw, _ := json.Marshal(args)
+	res, err := b.lp.callTool(ctx, llm.ToolCall{ID: callID, Name: name, Arguments: string(raw)})
+	if err != nil {
+		return err
+	}
+	b.lp.account(llm.ToolCall{ID: callID, Name: name, Arguments: string(raw)}, res)
+	return nil
+}
+
+// generate asks the model for one file's code as plain text.
+func (b *build) generate(ctx context.Context, s PlanStep) (string, error) {
+	cg := prompts.CodeGen{Task: b.task.Prompt, Path: s.Path, Language: language(s.Path), Description: s.Description}
+	content, _, err := b.store.Read(ctx, b.task.ProjectID.String(), s.Path)
+	switch {
+	case err == nil:
+		cg.Exists, cg.Existing = true, string(content)
+	case !errors.Is(err, storage.ErrNotFound):
+		return "", err
+	}
+	system, err := b.r.prompts.CodeGenSystem(cg)
+	if err != nil {
+		return "", &taskError{CodeInternal, err}
+	}
+	b.lp.iterations++
+	if _, err := b.rec.Emit(ctx, events.Progress{Kind: events.KindIterationStart, Iteration: b.lp.iterations, TotalIterations: b.lp.maxIterations,
+		Message: "generating " + s.Path}); err != nil {
+		return "", err
+	}
+	resp, err := b.lp.generate(ctx, []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: s.Description}}, nil)
+	if err != nil {
+		return "", err
+	}
+	return stripFences(resp.Message.Content), nil
+}
+
+var fence = regexp.MustCompile("(?s)^\\s*```[\\w.+-]*[ \\t]*\\n(.*?)\\n?```\\s*$")
+
+// stripFences removes a markdown code fence around a model's output.
+func stripFences(s string) string {
+	if m := fence.FindStringSubmatch(s); m != nil {
+		s = m[1]
+		if !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		return s
+	}
+	return s
+}
+
+func language(p string) string {
+	switch path.Ext(p) {
+	case ".ts":
+		return "TypeScript"
+	case ".tsx":
+		return "TypeScript React (TSX)"
+	case ".js", ".mjs", ".cjs":
+		return "JavaScript"
+	case ".jsx":
+		return "JavaScript React (JSX)"
+	case ".css":
+		return "CSS"
+	case ".html":
+		return "HTML"
+	case ".json":
+		return "JSON"
+	case ".go":
+		return "Go"
+	case ".vue":
+		return "Vue single-file component"
+	case ".md":
+		return "Markdown"
+	}
+	return "plain text"
+}

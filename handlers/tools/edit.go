@@ -1,0 +1,234 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"path"
+	"strings"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers/tools/patch"
+	"github.com/agentworker/agentworker/storage"
+)
+
+func editFileTool() Tool {
+	return Tool{
+		Name: "edit_file",
+		Description: "Edit part of an existing file. Either replace old_string with new_string (old_string must match exactly one place; " +
+			"include enough surrounding lines to make it unique, or set replace_all), or replace the lines start_line..end_line with new_string. " +
+			"Read the file first.",
+		Parameters: schema([]string{"path", "new_string"}, map[string]any{
+			"path":        str("File path relative to the project root."),
+			"old_string":  str("The exact text to replace, copied from the file with its indentation."),
+			"new_string":  str("The replacement text."),
+			"replace_all": boolean("Replace every occurrence of old_string (default false)."),
+			"start_line":  intg("Instead of old_string: first line to replace (1-based)."),
+			"end_line":    intg("With start_line: last line to replace (inclusive); start_line-1 inserts before start_line."),
+		}),
+		Access: Write,
+		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
+			var args struct {
+				Path       string  `json:"path"`
+				OldString  *string `json:"old_string"`
+				NewString  *string `json:"new_string"`
+				ReplaceAll bool    `json:"replace_all"`
+				StartLine  int     `json:"start_line"`
+				EndLine    *int    `json:"end_line"`
+			}
+			if r := decode("edit_file", raw, &args); r != nil {
+				return *r
+			}
+			if args.NewString == nil {
+				return Fail("edit_file: new_string is required", "")
+			}
+			byText, byLines := args.OldString != nil, args.StartLine != 0
+			if byText == byLines {
+				return Fail("edit_file: give either old_string or start_line (with end_line), not both or neither", "")
+			}
+			p, err := storage.CleanPath(args.Path)
+			if err != nil {
+				return storageFail("edit_file", args.Path, err)
+			}
+			content, _, err := env.Store.Read(ctx, env.ProjectID, p)
+			if err != nil {
+				return storageFail("edit_file", p, err)
+			}
+			var updated, how string
+			line := args.StartLine
+			if byText {
+				e, err := patch.Replace(string(content), *args.OldString, *args.NewString, args.ReplaceAll)
+				if err != nil {
+					return editFail(p, err)
+				}
+				updated, line = e.Content, e.Line
+				how = fmt.Sprintf("replaced %d place(s) (%s) at line %d", e.Replaced, e.Layer, e.Line)
+			} else {
+				end := args.StartLine
+				if args.EndLine != nil {
+					end = *args.EndLine
+				}
+				if updated, err = patch.ReplaceLines(string(content), args.StartLine, end, *args.NewString); err != nil {
+					return editFail(p, err)
+				}
+				how = fmt.Sprintf("replaced lines %d-%d", args.StartLine, end)
+			}
+			if updated == string(content) {
+				return Fail(fmt.Sprintf("edit_file: the edit leaves %s unchanged", p), "new_string equals the text it replaces")
+			}
+			info, err := env.Store.Write(ctx, env.ProjectID, p, []byte(updated))
+			if err != nil {
+				return storageFail("edit_file", p, err)
+			}
+			summary := fmt.Sprintf("edited %s: %s", p, how)
+			r := OK(summary, map[string]any{"path": p, "result": how, "version": info.ETag,
+				"window": window(updated, line, strings.Count(*args.NewString, "\n")+1)})
+			r.Changes = []events.FileUpdate{{Path: p, Op: events.OpUpdate, Summary: summary, FileSize: info.Size, MimeType: mime.TypeByExtension(path.Ext(p))}}
+			return r
+		},
+	}
+}
+
+// editFail turns an edit error into what the model needs to fix its call.
+func editFail(p string, err error) Result {
+	var nf *patch.NotFoundError
+	var amb *patch.AmbiguousError
+	var rng *patch.RangeError
+	switch {
+	case errors.As(err, &nf):
+		return Fail(fmt.Sprintf("edit_file %s: %v", p, err),
+			"copy old_string exactly from the lines above (· is a space, → a tab, ⏎ the end of a line), or read_file the range first")
+	case errors.As(err, &amb):
+		return Fail(fmt.Sprintf("edit_file %s: %v", p, err), "")
+	case errors.As(err, &rng):
+		return Fail(fmt.Sprintf("edit_file %s: %v", p, err), "read_file shows the line numbers")
+	}
+	return Fail(fmt.Sprintf("edit_file %s: %v", p, err), "")
+}
+
+// window renders a few lines around an edit, numbered, for the model to check.
+func window(content string, line, n int) string {
+	lines := strings.Split(content, "\n")
+	start := max(line-3, 0)
+	end := min(line+n+2, len(lines))
+	if start >= end {
+		return ""
+	}
+	var b strings.Builder
+	for i := start; i < end; i++ {
+		fmt.Fprintf(&b, "%5d| %s\n", i+1, lines[i])
+	}
+	return b.String()
+}
+
+func applyPatchTool() Tool {
+	return Tool{
+		Name: "apply_patch",
+		Description: "Apply a patch to one or more files: a unified diff (--- a/path, +++ b/path, @@ hunks) or the V4A format " +
+			"(*** Begin Patch / *** Add File: / *** Update File: / *** Move to: / *** Delete File: / @@ context / *** End Patch). " +
+			"Hunks are placed by their context lines; either every change of the patch is applied or none.",
+		Parameters: schema([]string{"patch"}, map[string]any{"patch": str("The patch text.")}),
+		Access:     Write,
+		Run: func(ctx context.Context, env Env, raw json.RawMessage) Result {
+			var args struct {
+				Patch string `json:"patch"`
+			}
+			if r := decode("apply_patch", raw, &args); r != nil {
+				return *r
+			}
+			ops, err := patch.Parse(args.Patch)
+			if err != nil {
+				return Fail("apply_patch: "+err.Error(), "")
+			}
+			type write struct {
+				path, op, from string
+				content        []byte
+			}
+			var writes []write
+			var deletes []string
+			for _, op := range ops {
+				p, err := storage.CleanPath(op.Path)
+				if err != nil {
+					return storageFail("apply_patch", op.Path, err)
+				}
+				switch op.Kind {
+				case patch.Add:
+					if _, err := env.Store.Stat(ctx, env.ProjectID, p); err == nil {
+						return Fail(fmt.Sprintf("apply_patch: cannot add %s: it already exists; nothing was applied", p), "update the file instead")
+					} else if !errors.Is(err, storage.ErrNotFound) {
+						return storageFail("apply_patch", p, err)
+					}
+					writes = append(writes, write{path: p, op: events.OpCreate, content: []byte(op.Content)})
+				case patch.Delete:
+					if _, err := env.Store.Stat(ctx, env.ProjectID, p); err != nil {
+						return storageFail("apply_patch", p, err)
+					}
+					deletes = append(deletes, p)
+				case patch.Update:
+					content, _, err := env.Store.Read(ctx, env.ProjectID, p)
+					if err != nil {
+						return storageFail("apply_patch", p, err)
+					}
+					updated, err := patch.ApplyHunks(p, string(content), op.Hunks)
+					if err != nil {
+						var nf *patch.NotFoundError
+						hint := ""
+						if errors.As(err, &nf) {
+							hint = "fix the hunk's context and removed lines to match the file (· is a space, → a tab, ⏎ the end of a line)"
+						}
+						return Fail("apply_patch: "+err.Error()+"; nothing was applied", hint)
+					}
+					if op.MoveTo == "" {
+						writes = append(writes, write{path: p, op: events.OpUpdate, content: []byte(updated)})
+						continue
+					}
+					to, err := storage.CleanPath(op.MoveTo)
+					if err != nil {
+						return storageFail("apply_patch", op.MoveTo, err)
+					}
+					writes = append(writes, write{path: to, op: events.OpMove, from: p, content: []byte(updated)})
+					deletes = append(deletes, p)
+				}
+			}
+			var changes []events.FileUpdate
+			var done []string
+			for _, w := range writes {
+				info, err := env.Store.Write(ctx, env.ProjectID, w.path, w.content)
+				if err != nil {
+					return storageFail("apply_patch", w.path, err)
+				}
+				u := events.FileUpdate{Path: w.path, Op: w.op, FileSize: info.Size, MimeType: mime.TypeByExtension(path.Ext(w.path)),
+					Summary: fmt.Sprintf("%s %s by patch", w.op, w.path)}
+				if w.op == events.OpMove {
+					u.FromPath, u.ToPath = w.from, w.path
+				}
+				changes = append(changes, u)
+				done = append(done, w.op+" "+w.path)
+			}
+			for _, p := range deletes {
+				if err := env.Store.Delete(ctx, env.ProjectID, p); err != nil && !errors.Is(err, storage.ErrNotFound) {
+					return storageFail("apply_patch", p, err)
+				}
+				if !moved(changes, p) {
+					changes = append(changes, events.FileUpdate{Path: p, Op: events.OpDelete, Summary: "delete " + p + " by patch"})
+					done = append(done, "delete "+p)
+				}
+			}
+			summary := "patch applied: " + strings.Join(done, ", ")
+			r := OK(summary, map[string]any{"applied": done})
+			r.Changes = changes
+			return r
+		},
+	}
+}
+
+func moved(changes []events.FileUpdate, from string) bool {
+	for _, c := range changes {
+		if c.Op == events.OpMove && c.FromPath == from {
+			return true
+		}
+	}
+	return false
+}
