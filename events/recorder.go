@@ -67,8 +67,19 @@ func (r *Recorder) TaskID() uuid.UUID { return r.taskID }
 // same order and no event later than the wait it precedes.
 func (r *Recorder) Add(ps ...Payload) {
 	r.mu.Lock()
-	r.buffered = append(r.buffered, ps...)
+	for _, p := range ps {
+		r.buffered = append(r.buffered, r.stamp(p))
+	}
 	r.mu.Unlock()
+}
+
+// stamp sets a progress event's timestamp to when it happened.
+func (r *Recorder) stamp(p Payload) Payload {
+	if pr, ok := p.(Progress); ok && pr.Timestamp.IsZero() {
+		pr.Timestamp = r.now().UTC()
+		return pr
+	}
+	return p
 }
 
 // Flush writes the queued payloads in one statement.

@@ -304,10 +304,8 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 	l.usage = l.usage.Add(resp.Usage)
 	if resp.ToolChoiceFallback && !l.toolChoiceFallback {
 		l.toolChoiceFallback = true
-		if _, err := l.rec.Emit(ctx, events.Log{Level: events.LevelWarn,
-			Message: "the model endpoint rejected tool_choice \"required\"; continuing with \"auto\""}); err != nil {
-			return llm.Response{}, err
-		}
+		l.rec.Add(events.Log{Level: events.LevelWarn,
+			Message: "the model endpoint rejected tool_choice \"required\"; continuing with \"auto\""})
 	}
 	evs := []events.Payload{events.Log{Level: events.LevelDebug, Message: "llm call", Metadata: map[string]any{
 		"iteration":        l.iterations,
@@ -323,9 +321,7 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 			return llm.Response{}, err
 		}
 	}
-	if _, err := l.rec.Emit(ctx, evs...); err != nil {
-		return llm.Response{}, err
-	}
+	l.rec.Add(evs...) // written before the next wait (a tool call or the next LLM call)
 	return resp, nil
 }
 
@@ -369,9 +365,7 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	for _, c := range res.Changes {
 		evs = append(evs, c)
 	}
-	if _, err := l.rec.Emit(ctx, evs...); err != nil {
-		return tools.Result{}, err
-	}
+	l.rec.Add(evs...) // written with the next tool_start or iteration_start
 	l.changes = append(l.changes, res.Changes...)
 	return res, nil
 }

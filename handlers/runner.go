@@ -285,9 +285,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			lp.beforeFinish = b.checkBeforeFinish
 		}
 		if err := stage(ctx, rec, StageAgentLoop, func() error {
-			if _, err := rec.Emit(ctx, events.AgentPhase{Phase: spec.phase, Action: "enter"}); err != nil {
-				return err
-			}
+			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter"})
 			var err error
 			switch {
 			case b.plan != nil:
@@ -300,8 +298,8 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return err
 			}
-			_, err = rec.Emit(ctx, events.AgentPhase{Phase: spec.phase, Action: "exit"})
-			return err
+			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "exit"})
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -328,6 +326,11 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
 		Usage: lp.usage, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
 		Checks: b.checks, RepairAttempts: b.repairs, Plan: plan}
+	// What is still queued precedes the result's events, written in their
+	// own transaction.
+	if _, err := rec.Flush(ctx); err != nil {
+		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
+	}
 	if err := r.writeResult(ctx, task, at, res, b.cs); err != nil {
 		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
@@ -335,16 +338,16 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	return nil
 }
 
-// stage wraps a phase in stage_enter / stage_exit events.
-func stage(ctx context.Context, rec *events.Recorder, name string, fn func() error) error {
-	if _, err := rec.Emit(ctx, events.Progress{Kind: events.KindStageEnter, Stage: name}); err != nil {
-		return err
-	}
+// stage wraps a phase in stage_enter / stage_exit events. They are queued,
+// not written: the next wait (an LLM call, a tool, the result) writes them
+// with whatever else happened since, in one statement.
+func stage(_ context.Context, rec *events.Recorder, name string, fn func() error) error {
+	rec.Add(events.Progress{Kind: events.KindStageEnter, Stage: name})
 	if err := fn(); err != nil {
 		return err
 	}
-	_, err := rec.Emit(ctx, events.Progress{Kind: events.KindStageExit, Stage: name})
-	return err
+	rec.Add(events.Progress{Kind: events.KindStageExit, Stage: name})
+	return nil
 }
 
 func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, error) {
@@ -456,6 +459,10 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	if errors.Is(cause, agentsql.ErrNotClaimed) {
 		log.WarnContext(ctx, "task was taken over or cancelled while running; dropping this attempt")
 		return nil
+	}
+	// Events queued before the failure come before its own events.
+	if _, err := rec.Flush(context.WithoutCancel(ctx)); err != nil {
+		log.ErrorContext(ctx, "write queued events", slog.String("err", err.Error()))
 	}
 	if cs != nil {
 		// Whatever happens next, this attempt's changes are not applied:
