@@ -401,6 +401,11 @@ func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slo
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	entries, err := cs.Resume(actx)
+	if errors.Is(err, storage.ErrConflict) {
+		// Someone wrote a file of the set after its check: retrying would
+		// overwrite them, so the task ends with the conflict.
+		return r.fail(ctx, rec, log, task, at, nil, nil, &taskError{CodeConflict, err})
+	}
 	if err != nil {
 		return r.fail(ctx, rec, log, task, at, nil, nil, &taskError{CodeStorage, err})
 	}

@@ -103,6 +103,101 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		}
 	})
 
+	t.Run("WriteIf", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			name     string
+			existing string // "" for no file
+			ifMatch  func(existing storage.FileInfo) string
+			wantErr  bool
+		}{
+			{name: "CreateWhenMissing", ifMatch: func(storage.FileInfo) string { return "" }},
+			{name: "CreateWhenPresent", existing: "old", ifMatch: func(storage.FileInfo) string { return "" }, wantErr: true},
+			{name: "MatchingVersion", existing: "old", ifMatch: func(fi storage.FileInfo) string { return fi.ETag }},
+			{name: "StaleVersion", existing: "old", ifMatch: func(storage.FileInfo) string { return "0123456789abcdef0123456789abcdef" }, wantErr: true},
+			{name: "VersionOfMissingFile", ifMatch: func(storage.FileInfo) string { return "0123456789abcdef0123456789abcdef" }, wantErr: true},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				s, project := setup(t)
+				var existing storage.FileInfo
+				if tt.existing != "" {
+					existing = mustWrite(t, s, project, "f.txt", tt.existing)
+				}
+
+				info, err := s.WriteIf(ctx, project, "./f.txt", []byte("new"), tt.ifMatch(existing))
+				if !tt.wantErr {
+					if err != nil {
+						t.Fatalf("WriteIf: %v", err)
+					}
+					checkInfo(t, "WriteIf", info, "f.txt", []byte("new"))
+					if stat, err := s.Stat(ctx, project, "f.txt"); err != nil || stat.ETag != info.ETag {
+						t.Errorf("Stat = %+v, %v; want ETag %q", stat, err, info.ETag)
+					}
+					return
+				}
+				var ce *storage.ConflictError
+				if !errors.As(err, &ce) || !errors.Is(err, storage.ErrConflict) {
+					t.Fatalf("WriteIf = %v, want a *ConflictError", err)
+				}
+				want := storage.ConflictError{Path: "f.txt", Exists: tt.existing != "", ETag: existing.ETag}
+				if tt.existing != "" {
+					want.Current = []byte(tt.existing)
+				}
+				if ce.Path != want.Path || ce.Exists != want.Exists || ce.ETag != want.ETag || !bytes.Equal(ce.Current, want.Current) {
+					t.Errorf("conflict = %+v, want %+v", *ce, want)
+				}
+				want2 := "<missing>"
+				if tt.existing != "" {
+					want2 = tt.existing
+				}
+				got, _, err := s.Read(ctx, project, "f.txt")
+				if errors.Is(err, storage.ErrNotFound) {
+					got = []byte("<missing>")
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != want2 {
+					t.Errorf("after a refused WriteIf the file holds %q, want %q", got, want2)
+				}
+			})
+		}
+	})
+
+	t.Run("WriteIfRace", func(t *testing.T) {
+		t.Parallel()
+		s, project := setup(t)
+		base := mustWrite(t, s, project, "hot.txt", "base")
+		const writers = 8
+		for _, ifMatch := range []string{base.ETag, ""} {
+			path := "hot.txt"
+			if ifMatch == "" {
+				path = "new.txt"
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, writers)
+			for i := range writers {
+				wg.Go(func() {
+					_, errs[i] = s.WriteIf(ctx, project, path, fmt.Appendf(nil, "writer %d", i), ifMatch)
+				})
+			}
+			wg.Wait()
+			won := 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					won++
+				case !errors.Is(err, storage.ErrConflict):
+					t.Errorf("WriteIf(%q, %q) = %v, want nil or ErrConflict", path, ifMatch, err)
+				}
+			}
+			if won != 1 {
+				t.Errorf("WriteIf(%q, %q): %d of %d writers won, want exactly 1", path, ifMatch, won, writers)
+			}
+		}
+	})
+
 	t.Run("Missing", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)
@@ -307,6 +402,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		fileOps := []op{
 			{name: "Read", call: func(pr, p string) error { _, _, err := s.Read(ctx, pr, p); return err }},
 			{name: "Write", call: func(pr, p string) error { _, err := s.Write(ctx, pr, p, []byte("x")); return err }},
+			{name: "WriteIf", call: func(pr, p string) error { _, err := s.WriteIf(ctx, pr, p, []byte("x"), ""); return err }},
 			{name: "Delete", call: func(pr, p string) error { return s.Delete(ctx, pr, p) }},
 			{name: "Stat", call: func(pr, p string) error { _, err := s.Stat(ctx, pr, p); return err }},
 			{name: "MoveFrom", call: func(pr, p string) error { return s.Move(ctx, pr, p, "moved.txt", true) }},
@@ -347,6 +443,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		}{
 			{name: "Read", call: func() error { _, _, err := s.Read(cancelled, project, "ok.txt"); return err }},
 			{name: "Write", call: func() error { _, err := s.Write(cancelled, project, "new.txt", []byte("x")); return err }},
+			{name: "WriteIf", call: func() error { _, err := s.WriteIf(cancelled, project, "new.txt", []byte("x"), ""); return err }},
 			{name: "Delete", call: func() error { return s.Delete(cancelled, project, "ok.txt") }},
 			{name: "Stat", call: func() error { _, err := s.Stat(cancelled, project, "ok.txt"); return err }},
 			{name: "List", call: func() error { _, err := s.List(cancelled, project, ""); return err }},

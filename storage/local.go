@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // stagingDir is the directory under the local root where writes are staged
@@ -33,8 +35,15 @@ var errNotDir = errors.New("parent is not a directory")
 // atomic: the content is written and synced to a file in "<root>/.staging"
 // and renamed into place, so readers see the old or the new content, never a
 // part. The ETag is the hex SHA-256 of the content.
+//
+// Writes, deletes and moves of a path hold a lock of that path, so WriteIf's
+// check and write are atomic among the users of one Local value. The locks
+// are in memory: two processes (or two Local values) sharing a directory
+// can still race between WriteIf's check and its write. Several replicas
+// must share an S3 store instead.
 type Local struct {
-	root string
+	root  string
+	locks [64]sync.Mutex // by hash of "<project_id>/<path>"
 }
 
 var _ Store = (*Local)(nil)
@@ -107,6 +116,27 @@ func (l *Local) Stat(ctx context.Context, projectID, p string) (FileInfo, error)
 	return info, nil
 }
 
+// lock locks the given paths of a project, in a fixed order, and returns
+// the unlock.
+func (l *Local) lock(projectID string, paths ...string) func() {
+	var idx []int
+	for _, p := range paths {
+		h := fnv.New32a()
+		_, _ = io.WriteString(h, projectID+"/"+p)
+		idx = append(idx, int(h.Sum32()%uint32(len(l.locks))))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		l.locks[i].Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			l.locks[i].Unlock()
+		}
+	}
+}
+
 // Write implements Store.
 func (l *Local) Write(ctx context.Context, projectID, p string, content []byte) (FileInfo, error) {
 	r, clean, err := l.open(ctx, projectID, p)
@@ -114,6 +144,47 @@ func (l *Local) Write(ctx context.Context, projectID, p string, content []byte) 
 		return FileInfo{}, fmt.Errorf("write %q in project %q: %w", p, projectID, err)
 	}
 	defer r.Close()
+	defer l.lock(projectID, clean)()
+	info, err := l.write(r, projectID, clean, content)
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("write %q in project %q: %w", p, projectID, err)
+	}
+	return info, nil
+}
+
+// WriteIf implements Store: the current content's hash is compared with
+// ifMatch under the path's lock (see Local for the limits of that lock).
+func (l *Local) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (FileInfo, error) {
+	r, clean, err := l.open(ctx, projectID, p)
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("write %q in project %q if at version %q: %w", p, projectID, ifMatch, err)
+	}
+	defer r.Close()
+	defer l.lock(projectID, clean)()
+	var current []byte
+	read := func() ([]byte, FileInfo, error) {
+		info, err := readFile(r, projectID, clean, func(f *os.File, h io.Writer) error {
+			var err error
+			current, err = io.ReadAll(io.TeeReader(f, h))
+			return err
+		})
+		return current, info, err
+	}
+	cur, err := readFile(r, projectID, clean, hashOnly)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		if ifMatch != "" {
+			err = &ConflictError{Path: clean}
+		} else {
+			err = nil
+		}
+	case err != nil:
+	case cur.ETag != ifMatch:
+		err = conflict(clean, read)
+	}
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("write %q in project %q if at version %q: %w", p, projectID, ifMatch, err)
+	}
 	info, err := l.write(r, projectID, clean, content)
 	if err != nil {
 		return FileInfo{}, fmt.Errorf("write %q in project %q: %w", p, projectID, err)
@@ -146,6 +217,7 @@ func (l *Local) Delete(ctx context.Context, projectID, p string) error {
 		return fmt.Errorf("delete %q in project %q: %w", p, projectID, err)
 	}
 	defer r.Close()
+	defer l.lock(projectID, clean)()
 	name := projectID + "/" + clean
 	if _, err := regularFile(r, name); err != nil {
 		return fmt.Errorf("delete %q in project %q: %w", p, projectID, err)
@@ -245,6 +317,7 @@ func (l *Local) Move(ctx context.Context, projectID, from, to string, overwrite 
 	if err != nil {
 		return fmt.Errorf("move %q to %q in project %q: %w", from, to, projectID, err)
 	}
+	defer l.lock(projectID, cleanFrom, cleanTo)()
 	if err := move(r, projectID, cleanFrom, cleanTo, overwrite); err != nil {
 		return fmt.Errorf("move %q to %q in project %q: %w", from, to, projectID, err)
 	}

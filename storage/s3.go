@@ -180,21 +180,68 @@ func (s *S3) Write(ctx context.Context, projectID, p string, content []byte) (Fi
 	if err != nil {
 		return FileInfo{}, fmt.Errorf("write %q in project %q: %w", p, projectID, err)
 	}
-	up, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(content), int64(len(content)),
-		minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	info, err := s.put(ctx, key, clean, content, minio.PutObjectOptions{ContentType: "application/octet-stream"})
 	if err != nil {
-		return FileInfo{}, fmt.Errorf("write %q in project %q: %w", p, projectID, s3Error(err))
+		return FileInfo{}, fmt.Errorf("write %q in project %q: %w", p, projectID, err)
+	}
+	return info, nil
+}
+
+// put uploads content to key. Errors are minio's, unconverted.
+func (s *S3) put(ctx context.Context, key, clean string, content []byte, opts minio.PutObjectOptions) (FileInfo, error) {
+	up, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(content), int64(len(content)), opts)
+	if err != nil {
+		return FileInfo{}, err
 	}
 	info := FileInfo{Path: clean, Size: int64(len(content)), ETag: up.ETag, ModTime: up.LastModified}
 	if info.ModTime.IsZero() {
 		// A PUT response carries no Last-Modified; ask for it.
 		oi, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 		if err != nil {
-			return FileInfo{}, fmt.Errorf("write %q in project %q: stat after put: %w", p, projectID, s3Error(err))
+			return FileInfo{}, fmt.Errorf("stat after put: %w", s3Error(err))
 		}
 		info.ModTime = oi.LastModified
 	}
 	return info, nil
+}
+
+// WriteIf implements Store with a conditional PUT: If-Match with the
+// expected ETag, or If-None-Match "*" to create only. The server checks the
+// condition and writes under its own lock of the object, so two writers
+// against the same version cannot both succeed.
+func (s *S3) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (FileInfo, error) {
+	key, clean, err := objectKey(ctx, projectID, p)
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("write %q in project %q if at version %q: %w", p, projectID, ifMatch, err)
+	}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	if ifMatch == "" {
+		opts.SetMatchETagExcept("*")
+	} else {
+		opts.SetMatchETag(ifMatch)
+	}
+	info, err := s.put(ctx, key, clean, content, opts)
+	if err != nil {
+		if preconditionFailed(err) {
+			err = conflict(clean, func() ([]byte, FileInfo, error) {
+				content, oi, err := s.get(ctx, key)
+				return content, fileInfo(clean, oi), err
+			})
+		}
+		return FileInfo{}, fmt.Errorf("write %q in project %q if at version %q: %w", p, projectID, ifMatch, err)
+	}
+	return info, nil
+}
+
+// preconditionFailed reports a conditional PUT refused: 412, or the
+// NoSuchKey some servers answer an If-Match on a missing object with.
+func preconditionFailed(err error) bool {
+	var resp minio.ErrorResponse
+	if !errors.As(err, &resp) {
+		return false
+	}
+	return resp.StatusCode == http.StatusPreconditionFailed || resp.Code == minio.PreconditionFailed ||
+		resp.Code == minio.NoSuchKey
 }
 
 // Delete implements Store.

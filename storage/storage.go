@@ -6,6 +6,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -41,6 +42,19 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
+// conflict builds the ConflictError of path from its current state, as read
+// by read. A failing read still reports the conflict.
+func conflict(path string, read func() ([]byte, FileInfo, error)) error {
+	content, info, err := read()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return &ConflictError{Path: path}
+	case err != nil:
+		return fmt.Errorf("%w; reading its current state failed: %w", ErrConflict, err)
+	}
+	return &ConflictError{Path: path, Exists: true, Current: content, ETag: info.ETag}
+}
+
 // FileInfo describes one stored file. Path is relative to the project root,
 // slash-separated, without a leading slash.
 type FileInfo struct {
@@ -57,6 +71,12 @@ type Store interface {
 	Read(ctx context.Context, projectID, path string) ([]byte, FileInfo, error)
 	// Write creates or replaces a file.
 	Write(ctx context.Context, projectID, path string, content []byte) (FileInfo, error)
+	// WriteIf writes a file only if it is still at the version ifMatch (an
+	// ETag the caller got from Read, Stat, List or a write), or, when ifMatch
+	// is "", only if it does not exist. Otherwise nothing is written and the
+	// error is a *ConflictError (errors.Is ErrConflict) with the file's
+	// current state. The check and the write are one atomic step.
+	WriteIf(ctx context.Context, projectID, path string, content []byte, ifMatch string) (FileInfo, error)
 	// Delete removes a file, or returns ErrNotFound.
 	Delete(ctx context.Context, projectID, path string) error
 	// Stat returns a file's info, or ErrNotFound.

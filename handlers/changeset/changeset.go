@@ -40,6 +40,8 @@ type Set struct {
 
 	mu   sync.Mutex
 	seen map[string]string // path → base version the agent last read
+	// writing makes WriteIf's check and write one step for this Set's users.
+	writing sync.Mutex
 }
 
 // Open opens (or, for a retried attempt, reopens) the change set of a build
@@ -192,6 +194,34 @@ func (s *Set) Write(ctx context.Context, projectID, p string, content []byte) (s
 	return stagedInfo(e), nil
 }
 
+// WriteIf implements storage.Store: it stages content only if the file, as
+// this build sees it (its staged state, else the base file), is still at
+// version ifMatch ("" for a file that must not exist).
+func (s *Set) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
+	clean, err := s.clean(projectID, p)
+	if err != nil {
+		return storage.FileInfo{}, err
+	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	cur, err := s.Stat(ctx, projectID, clean)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		if ifMatch != "" {
+			return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, &storage.ConflictError{Path: clean})
+		}
+	case err != nil:
+		return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, err)
+	case cur.ETag != ifMatch:
+		content, info, err := s.Read(ctx, projectID, clean)
+		if err != nil {
+			return storage.FileInfo{}, fmt.Errorf("write %q: %w: %w", clean, storage.ErrConflict, err)
+		}
+		return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, &storage.ConflictError{Path: clean, Exists: true, Current: content, ETag: info.ETag})
+	}
+	return s.Write(ctx, projectID, clean, content)
+}
+
 // Delete implements storage.Store: it stages the deletion.
 func (s *Set) Delete(ctx context.Context, projectID, p string) error {
 	clean, err := s.clean(projectID, p)
@@ -313,7 +343,12 @@ func (s *Set) clean(projectID, p string) (string, error) {
 // first, with the task's result, so that a crash half-way is finished by
 // the next attempt ([Set.Resume]). Before anything is written every base
 // version is checked: a file someone else changed meanwhile fails the whole
-// set with a *storage.ConflictError and nothing is written.
+// set with a *storage.ConflictError and nothing is written. Each write is
+// then conditional on that version ([storage.Store.WriteIf]), so a writer
+// that slips in between the check and the write is not overwritten: the
+// apply stops there with the conflict, the set stays applying, and the
+// files written before it stay written. (Deletes are checked, then made:
+// the stores have no conditional delete.)
 func (s *Set) Apply(ctx context.Context, result []byte) ([]agentsql.ChangeEntry, error) {
 	entries, err := s.Entries(ctx)
 	if err != nil {
@@ -390,12 +425,24 @@ func (s *Set) holds(ctx context.Context, e agentsql.ChangeEntry) (bool, error) {
 	return e.Op == agentsql.ChangeWrite && bytes.Equal(content, e.Content), nil
 }
 
-// write applies entries in order; writes and deletes are idempotent.
+// write applies entries in order. A write is made only over the entry's
+// base version; a target that already holds the staged content (written
+// before a crash) counts as written.
 func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
 	for _, e := range entries {
 		switch e.Op {
 		case agentsql.ChangeWrite:
-			if _, err := s.base.Write(ctx, s.projectID, e.Path, e.Content); err != nil {
+			_, err := s.base.WriteIf(ctx, s.projectID, e.Path, e.Content, e.BaseETag)
+			if errors.Is(err, storage.ErrConflict) {
+				done, herr := s.holds(ctx, e)
+				if herr != nil {
+					return herr
+				}
+				if done {
+					err = nil
+				}
+			}
+			if err != nil {
 				return fmt.Errorf("apply write of %q: %w", e.Path, err)
 			}
 		case agentsql.ChangeDelete:

@@ -194,3 +194,64 @@ func TestResumeAfterACrashIsIdempotent(t *testing.T) {
 		t.Errorf("status after discard = %s, want applying", st)
 	}
 }
+
+func TestApplyDoesNotOverwriteAWriterBetweenCheckAndWrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	ctx := t.Context()
+	for _, p := range []string{"a.txt", "b.txt"} {
+		if _, err := f.set.Write(ctx, f.project, p, []byte("new "+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The set passed its check and is applying when someone else writes
+	// b.txt: the conditional write must refuse to overwrite it.
+	if err := agentsql.MarkChangeSetApplying(ctx, f.pool, f.taskID, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Write(ctx, f.project, "b.txt", []byte("theirs\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.set.Resume(ctx)
+	var ce *storage.ConflictError
+	if !errors.As(err, &ce) || ce.Path != "b.txt" || string(ce.Current) != "theirs\n" {
+		t.Fatalf("resume err = %v, want a conflict on b.txt with its fresh content", err)
+	}
+	for p, want := range map[string]string{"a.txt": "new a.txt", "b.txt": "theirs\n"} {
+		if got := f.read(t, f.store, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+}
+
+func TestWriteIfAgainstTheBuildsView(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"a.txt": "a\n"})
+	ctx := t.Context()
+	_, base, err := f.set.Read(ctx, f.project, "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := f.set.WriteIf(ctx, f.project, "a.txt", []byte("one\n"), base.ETag)
+	if err != nil {
+		t.Fatalf("WriteIf over the base version: %v", err)
+	}
+	// The base version is no longer what the build sees.
+	_, err = f.set.WriteIf(ctx, f.project, "a.txt", []byte("two\n"), base.ETag)
+	var ce *storage.ConflictError
+	if !errors.As(err, &ce) || string(ce.Current) != "one\n" || ce.ETag != staged.ETag {
+		t.Fatalf("WriteIf over a stale version = %v, want a conflict showing the staged content", err)
+	}
+	if _, err := f.set.WriteIf(ctx, f.project, "a.txt", []byte("two\n"), staged.ETag); err != nil {
+		t.Fatalf("WriteIf over the staged version: %v", err)
+	}
+	if _, err := f.set.WriteIf(ctx, f.project, "new.txt", []byte("n"), ""); err != nil {
+		t.Fatalf("create-only WriteIf: %v", err)
+	}
+	if _, err := f.set.WriteIf(ctx, f.project, "new.txt", []byte("n2"), ""); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("second create-only WriteIf = %v, want ErrConflict", err)
+	}
+	if got := f.read(t, f.set, "a.txt"); got != "two\n" {
+		t.Errorf("a.txt in the build = %q", got)
+	}
+}

@@ -52,7 +52,7 @@ func editFileTool() Tool {
 			if err != nil {
 				return storageFail("edit_file", args.Path, err)
 			}
-			content, _, err := env.Store.Read(ctx, env.ProjectID, p)
+			content, read, err := env.Store.Read(ctx, env.ProjectID, p)
 			if err != nil {
 				return storageFail("edit_file", p, err)
 			}
@@ -78,7 +78,7 @@ func editFileTool() Tool {
 			if updated == string(content) {
 				return Fail(fmt.Sprintf("edit_file: the edit leaves %s unchanged", p), "new_string equals the text it replaces")
 			}
-			info, err := env.Store.Write(ctx, env.ProjectID, p, []byte(updated))
+			info, err := env.Store.WriteIf(ctx, env.ProjectID, p, []byte(updated), read.ETag)
 			if err != nil {
 				return storageFail("edit_file", p, err)
 			}
@@ -145,6 +145,10 @@ func applyPatchTool() Tool {
 			type write struct {
 				path, op, from string
 				content        []byte
+				// ifMatch is the version the patch was made against;
+				// conditional is false for a move's target.
+				ifMatch     string
+				conditional bool
 			}
 			var writes []write
 			var deletes []string
@@ -160,14 +164,14 @@ func applyPatchTool() Tool {
 					} else if !errors.Is(err, storage.ErrNotFound) {
 						return storageFail("apply_patch", p, err)
 					}
-					writes = append(writes, write{path: p, op: events.OpCreate, content: []byte(op.Content)})
+					writes = append(writes, write{path: p, op: events.OpCreate, content: []byte(op.Content), conditional: true})
 				case patch.Delete:
 					if _, err := env.Store.Stat(ctx, env.ProjectID, p); err != nil {
 						return storageFail("apply_patch", p, err)
 					}
 					deletes = append(deletes, p)
 				case patch.Update:
-					content, _, err := env.Store.Read(ctx, env.ProjectID, p)
+					content, read, err := env.Store.Read(ctx, env.ProjectID, p)
 					if err != nil {
 						return storageFail("apply_patch", p, err)
 					}
@@ -181,7 +185,7 @@ func applyPatchTool() Tool {
 						return Fail("apply_patch: "+err.Error()+"; nothing was applied", hint)
 					}
 					if op.MoveTo == "" {
-						writes = append(writes, write{path: p, op: events.OpUpdate, content: []byte(updated)})
+						writes = append(writes, write{path: p, op: events.OpUpdate, content: []byte(updated), ifMatch: read.ETag, conditional: true})
 						continue
 					}
 					to, err := storage.CleanPath(op.MoveTo)
@@ -195,7 +199,12 @@ func applyPatchTool() Tool {
 			var changes []events.FileUpdate
 			var done []string
 			for _, w := range writes {
-				info, err := env.Store.Write(ctx, env.ProjectID, w.path, w.content)
+				var info storage.FileInfo
+				if w.conditional {
+					info, err = env.Store.WriteIf(ctx, env.ProjectID, w.path, w.content, w.ifMatch)
+				} else {
+					info, err = env.Store.Write(ctx, env.ProjectID, w.path, w.content)
+				}
 				if err != nil {
 					return storageFail("apply_patch", w.path, err)
 				}
