@@ -106,6 +106,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// searchCacheBytes is the file content a task keeps between its searches.
+const searchCacheBytes = 32 << 20
+
 // Deps are the services a runner uses.
 type Deps struct {
 	Pool   *pgxpool.Pool
@@ -276,7 +279,8 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		}
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
-			env:           tools.Env{Store: b.store, ProjectID: task.ProjectID.String()},
+			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
+				Cache: tools.NewCache(searchCacheBytes), Images: r.deps.LLM},
 			maxIterations: r.cfg.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 		}

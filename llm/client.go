@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +25,7 @@ const (
 	DefaultBaseURL    = "https://api.openai.com/v1"
 	DefaultMaxRetries = 3
 	DefaultTimeout    = 2 * time.Minute
+	DefaultImageModel = "gpt-image-1"
 )
 
 // placeholderAPIKey is sent when Config.APIKey is empty: local
@@ -41,6 +44,9 @@ type Config struct {
 	APIKey string
 	// Model is the model name sent with every request. Required.
 	Model string
+	// ImageModel is the model [Client.GenerateImage] asks for pictures.
+	// Defaults to "gpt-image-1".
+	ImageModel string
 	// MaxRetries is how many times a call is retried after a rate limit
 	// (429), timeout (408), conflict (409), server error (5xx) or dropped
 	// connection; Retry-After is honoured. A negative value disables retries.
@@ -58,11 +64,13 @@ type Config struct {
 
 // Client calls the Chat Completions API. It is safe for concurrent use.
 type Client struct {
-	chat    openai.ChatCompletionService
-	model   string
-	apiKey  string
-	timeout time.Duration
-	logger  *slog.Logger
+	chat       openai.ChatCompletionService
+	images     openai.ImageService
+	model      string
+	imageModel string
+	apiKey     string
+	timeout    time.Duration
+	logger     *slog.Logger
 	// requiredUnsupported is set once the endpoint has rejected tool_choice
 	// "required"; later calls send "auto" instead.
 	requiredUnsupported atomic.Bool
@@ -76,6 +84,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
+	}
+	if cfg.ImageModel == "" {
+		cfg.ImageModel = DefaultImageModel
 	}
 	switch {
 	case cfg.MaxRetries == 0:
@@ -102,22 +113,56 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("new llm client: base url %q is not an absolute http(s) url", cfg.BaseURL)
 	}
 
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(apiKey),
+		option.WithMaxRetries(cfg.MaxRetries),
+		option.WithRequestTimeout(cfg.Timeout),
+		option.WithHTTPClient(cfg.HTTPClient),
+	}
 	return &Client{
-		// The chat completion service, unlike openai.NewClient, does not
-		// read OPENAI_* environment variables: cfg is the only source of
-		// settings.
-		chat: openai.NewChatCompletionService(
-			option.WithBaseURL(cfg.BaseURL),
-			option.WithAPIKey(apiKey),
-			option.WithMaxRetries(cfg.MaxRetries),
-			option.WithRequestTimeout(cfg.Timeout),
-			option.WithHTTPClient(cfg.HTTPClient),
-		),
-		model:   cfg.Model,
-		apiKey:  cfg.APIKey,
-		timeout: cfg.Timeout,
-		logger:  cfg.Logger,
+		// The services, unlike openai.NewClient, do not read OPENAI_*
+		// environment variables: cfg is the only source of settings.
+		chat:       openai.NewChatCompletionService(opts...),
+		images:     openai.NewImageService(opts...),
+		model:      cfg.Model,
+		imageModel: cfg.ImageModel,
+		apiKey:     cfg.APIKey,
+		timeout:    cfg.Timeout,
+		logger:     cfg.Logger,
 	}, nil
+}
+
+// GenerateImage asks the Images API (POST /images/generations) for one
+// PNG picture of prompt and returns its bytes. size is "1024x1024",
+// "1536x1024", "1024x1536", "auto" or, for the model's default, "". The
+// picture comes back inline as base64 (b64_json), never as a URL. Errors
+// the endpoint answered with are [*APIError], retried like Complete's; an
+// answer without picture data is [ErrNoImage].
+func (c *Client) GenerateImage(ctx context.Context, prompt, size string) ([]byte, error) {
+	params := openai.ImageGenerateParams{Prompt: prompt, Model: openai.ImageModel(c.imageModel), N: openai.Int(1)}
+	if size != "" {
+		params.Size = openai.ImageGenerateParamsSize(size)
+	}
+	if strings.HasPrefix(c.imageModel, "dall-e") {
+		// DALL·E answers with a URL unless asked; GPT image models always
+		// answer inline and refuse response_format.
+		params.ResponseFormat = openai.ImageGenerateParamsResponseFormatB64JSON
+	} else {
+		params.OutputFormat = openai.ImageGenerateParamsOutputFormatPNG
+	}
+	resp, err := c.images.Generate(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("generate image with model %q: %w", c.imageModel, c.convertError(ctx, err))
+	}
+	if len(resp.Data) == 0 || resp.Data[0].B64JSON == "" {
+		return nil, fmt.Errorf("generate image with model %q: %w", c.imageModel, ErrNoImage)
+	}
+	data, err := base64.StdEncoding.DecodeString(resp.Data[0].B64JSON)
+	if err != nil {
+		return nil, fmt.Errorf("generate image with model %q: decode b64_json: %w", c.imageModel, err)
+	}
+	return data, nil
 }
 
 // Model returns the model name the client sends.

@@ -10,8 +10,13 @@ import (
 	"strings"
 )
 
-// ErrNoChoices is returned when the endpoint answered without any choice.
-var ErrNoChoices = errors.New("answer has no choices")
+var (
+	// ErrNoChoices is returned when the endpoint answered without any choice.
+	ErrNoChoices = errors.New("answer has no choices")
+	// ErrNoImage is returned when the images endpoint answered without
+	// picture data.
+	ErrNoImage = errors.New("answer has no image data")
+)
 
 // APIError is an error the endpoint answered with, returned once openai-go's
 // retries are exhausted (or at once when the status is not retryable).

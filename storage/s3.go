@@ -90,6 +90,9 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new s3 store at %s: %w", cfg.Endpoint, err)
 	}
+	// Searches read many small objects at once: keep their connections
+	// (minio-go keeps 16) rather than dial again each time.
+	transport.MaxIdleConnsPerHost = 64
 	client, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure:    cfg.UseSSL,

@@ -12,6 +12,7 @@ func catalog() []Tool {
 		applyPatchTool(),
 		deleteFileTool(),
 		moveFileTool(),
+		generateImageTool(),
 		finishTool(),
 	}
 }

@@ -31,6 +31,12 @@ const (
 type Env struct {
 	Store     storage.Store
 	ProjectID string
+	// Cache, when set, keeps file contents by version between the calls of
+	// one task, so that repeated searches do not read unchanged files again.
+	Cache *Cache
+	// Images generates pictures for generate_image. Without it the tool
+	// fails with an error the model can act on.
+	Images ImageGenerator
 }
 
 // Result is the outcome of one tool call. Output is what the model reads

@@ -17,8 +17,10 @@ import (
 const maxBodyBytes = 32 << 20
 
 // Server is an http.Handler speaking the Chat Completions protocol on
-// POST /v1/chat/completions and POST /chat/completions. Its fields must not
-// change once it serves requests.
+// POST /v1/chat/completions and POST /chat/completions, and the Images API
+// on POST /v1/images/generations and POST /images/generations (a small
+// generated PNG, inline as b64_json). Its fields must not change once it
+// serves requests.
 //
 // The server keeps every request it receives (see [Server.Requests]), so a
 // long-running server grows with its traffic.
@@ -34,11 +36,17 @@ type Server struct {
 	// DiscardRequests stops the server from keeping requests, for
 	// long-running servers (the demo model, benchmarks).
 	DiscardRequests bool
+	// ImageResponder, when set, decides the fate of each image request: a
+	// Reply with a Status fails it with that status (and RetryAfter,
+	// ErrorMessage); any other Reply gets the picture. Without it every
+	// image request gets the picture.
+	ImageResponder func(*ImageRequest) Reply
 
-	mu          sync.Mutex
-	requests    []Request
-	completions int // completions answered, for their ids
-	toolCalls   int // tool calls answered, for generated ids
+	mu            sync.Mutex
+	requests      []Request
+	imageRequests []ImageRequest
+	completions   int // completions answered, for their ids
+	toolCalls     int // tool calls answered, for generated ids
 }
 
 // Requests returns every request received so far, in arrival order,
@@ -51,7 +59,8 @@ func (s *Server) Requests() []Request {
 
 // ServeHTTP answers one Chat Completions request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/chat/completions" {
+	images := r.URL.Path == "/v1/images/generations" || r.URL.Path == "/images/generations"
+	if !images && r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/chat/completions" {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no route for %s", r.URL.Path))
 		return
 	}
@@ -63,6 +72,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("read request body: %v", err))
+		return
+	}
+	if images {
+		s.serveImages(w, body, r.Header.Clone())
 		return
 	}
 	req, decodeErr := decodeRequest(body)
@@ -118,6 +131,13 @@ func (s *Server) respond(req *Request) Reply {
 	return s.Responder.Respond(&c)
 }
 
+func (s *Server) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
+}
+
 // answer is a successful reply ready to be written.
 type answer struct {
 	id        string
@@ -130,12 +150,8 @@ type answer struct {
 
 // answer numbers the completion, fills in missing tool call ids and usage.
 func (s *Server) answer(req *Request, reply Reply) answer {
-	now := time.Now
-	if s.Clock != nil {
-		now = s.Clock
-	}
 	a := answer{
-		created:   now().Unix(),
+		created:   s.now().Unix(),
 		model:     req.Model,
 		content:   reply.Content,
 		toolCalls: slices.Clone(reply.ToolCalls),

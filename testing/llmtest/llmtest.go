@@ -40,6 +40,12 @@ func RejectRequiredToolChoice() Option {
 	return func(s *scripted.Server) { s.RejectRequiredToolChoice = true }
 }
 
+// Images makes the server answer image requests through fn (see
+// scripted.Server.ImageResponder), e.g. to fail them.
+func Images(fn func(*scripted.ImageRequest) scripted.Reply) Option {
+	return func(s *scripted.Server) { s.ImageResponder = fn }
+}
+
 // New starts a server answering with replies in order; once they are used
 // up it answers with a 500 "script exhausted" error. The server is closed
 // when the test ends.
