@@ -44,7 +44,7 @@ type harness struct {
 
 // setup runs the whole pipeline against a real Postgres, a real MinIO and
 // a scripted model, with files seeded into the project.
-func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files map[string]string) *harness {
+func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files map[string]string, opts ...llmtest.Option) *harness {
 	t.Helper()
 	h := &harness{project: uuid.New()}
 	var err error
@@ -59,7 +59,7 @@ func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files ma
 			t.Fatal(err)
 		}
 	}
-	h.llm = llmtest.New(t, replies...)
+	h.llm = llmtest.NewWith(t, scripted.Queue(replies...), opts...)
 	lc := h.llm.Config()
 	lc.MaxRetries = -1
 	client, err := llm.New(lc)
