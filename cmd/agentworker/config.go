@@ -26,6 +26,7 @@ type config struct {
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL"`
 	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY"`
 	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini"`
+	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1"`
 
 	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
