@@ -40,7 +40,8 @@ type Set struct {
 
 	mu   sync.Mutex
 	seen map[string]string // path → base version the agent last read
-	// writing makes WriteIf's check and write one step for this Set's users.
+	// writing makes concurrent WriteIf calls check and stage one at a time
+	// (a plain Write does not wait for it; a build runs its tools in turn).
 	writing sync.Mutex
 }
 
