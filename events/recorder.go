@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -53,7 +54,8 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode %s event for task %s: %w", p.EventType(), r.taskID, err)
 		}
-		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: body}
+		// Secrets never reach the timeline, whatever the payload carries.
+		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
 	rows, err := agentsql.InsertEvents(ctx, r.db, r.taskID, r.projectID, evs)
 	if err != nil {

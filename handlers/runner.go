@@ -14,11 +14,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 )
@@ -316,11 +318,25 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		log.WarnContext(ctx, "task was taken over or cancelled while running; dropping this attempt")
 		return nil
 	}
+	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		// Cancelled or paused by a control action (agentworker_control_task),
+		// which already moved the task and closed the run: keep the usage
+		// spent so far, and stop without recording a failure.
+		if lp != nil {
+			if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, task.ID, task.Attempt,
+				lp.usage.PromptTokens, lp.usage.CompletionTokens); err != nil {
+				log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
+			}
+		}
+		log.InfoContext(ctx, "task stopped by a control action")
+		return river.JobCancel(fmt.Errorf("task %s stopped by a control action: %w", task.ID, cause))
+	}
 	if ctx.Err() != nil {
 		// Shutdown or job cancellation: River decides what happens next.
 		return fmt.Errorf("run task %s: %w", task.ID, cause)
 	}
 	code, msg := classify(cause)
+	msg = redact.String(msg) // it goes to the task's error, its run and an event
 	transient := llm.IsTransient(cause) || isStorageTransient(cause)
 	var usage llm.Usage
 	if lp != nil {

@@ -43,6 +43,8 @@ type setupOpts struct {
 	llmOpts       []llmtest.Option
 	maxRetries    int
 	maxIterations int
+	lease         time.Duration
+	noService     bool // the test starts its own worker services
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -67,13 +69,16 @@ func setup(t *testing.T, o setupOpts) *harness {
 	if err != nil {
 		t.Fatalf("llm client: %v", err)
 	}
+	if o.noService {
+		return h
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
 		handlers.Config{MaxIterations: o.maxIterations})
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}
-	h.svc, err = worker.New(h.pool, runner.Handlers(), worker.Config{Concurrency: 4, Logger: logger})
+	h.svc, err = worker.New(h.pool, runner.Handlers(), worker.Config{Concurrency: 4, Logger: logger, Lease: o.lease})
 	if err != nil {
 		t.Fatalf("worker: %v", err)
 	}

@@ -14,11 +14,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/taskapi"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -91,7 +93,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	if err != nil {
 		return nil, err
 	}
-	svc, err := worker.New(pool, runner.Handlers(), worker.Config{Concurrency: cfg.WorkerConcurrency, Logger: log})
+	svc, err := worker.New(pool, runner.Handlers(), worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +125,17 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: healthMux(pool, st), ReadHeaderTimeout: 10 * time.Second,
+	mux := healthMux(pool, st)
+	if cfg.JWTSecret != "" {
+		verifier, err := auth.NewVerifier(cfg.JWTSecret, nil)
+		if err != nil {
+			return err
+		}
+		taskapi.New(pool, verifier, log).Register(mux)
+	} else {
+		log.Warn("JWT_SECRET is not set: the task control endpoints (/v1/tasks/{id}/…) are off")
+	}
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.ListenAndServe() }()
@@ -141,7 +153,7 @@ func serve(ctx context.Context, cfg config) error {
 	return svc.Stop(sctx)
 }
 
-func healthMux(pool *pgxpool.Pool, st store) http.Handler {
+func healthMux(pool *pgxpool.Pool, st store) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
