@@ -265,3 +265,19 @@ func AddRunUsage(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, to
 	}
 	return nil
 }
+
+// ReleaseTask hands a task held by jobID back to the queue (running ->
+// queued; its run interrupted), for a worker that stops before finishing it.
+// The requeue trigger enqueues a fresh job. A task no longer held by jobID
+// is left alone.
+func ReleaseTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, reason string) error {
+	if _, err := db.Exec(ctx, `WITH r AS (
+			UPDATE task_runs SET status = 'interrupted', error_code = 'released', error_message = $3, finished_at = now()
+			WHERE task_id = $1 AND status = 'running'
+			AND EXISTS (SELECT 1 FROM ai_tasks WHERE id = $1 AND river_job_id = $2 AND status = 'running'))
+		UPDATE ai_tasks SET status = 'queued', updated_at = now()
+		WHERE id = $1 AND river_job_id = $2 AND status = 'running'`, id, jobID, reason); err != nil {
+		return fmt.Errorf("release task %s: %w", id, err)
+	}
+	return nil
+}

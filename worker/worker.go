@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -119,6 +120,7 @@ type Service struct {
 	handlers map[string]handlers.Handler
 	cfg      Config
 
+	stopping  atomic.Bool   // set by Stop: tasks cut short are handed back
 	stopSweep func()        // stops the lease sweeper; set by Start
 	swept     chan struct{} // closed when the lease sweeper returned
 }
@@ -162,7 +164,9 @@ func New(pool *pgxpool.Pool, hs map[string]handlers.Handler, cfg Config) (*Servi
 
 // Start starts fetching and working jobs. It returns at once.
 func (s *Service) Start(ctx context.Context) error {
-	if err := s.client.Start(ctx); err != nil {
+	// River treats the end of its start context as StopAndCancel; shutdown
+	// goes through Stop instead, which first lets running tasks finish.
+	if err := s.client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start river client: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -175,6 +179,7 @@ func (s *Service) Start(ctx context.Context) error {
 // ends first, running tasks are cancelled; River retries them later, on
 // this replica or another.
 func (s *Service) Stop(ctx context.Context) error {
+	s.stopping.Store(true)
 	if s.stopSweep != nil {
 		s.stopSweep()
 		<-s.swept
@@ -254,6 +259,15 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	if err != nil && lost {
 		// Another replica holds the task now: this job has nothing left to do.
 		return river.JobCancel(fmt.Errorf("task %s: %w", task.ID, ErrLeaseLost))
+	}
+	if err != nil && s.stopping.Load() && ctx.Err() != nil {
+		// Cut short by shutdown: hand the task back at once rather than
+		// letting its lease lapse, so another replica starts it now.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if rerr := agentsql.ReleaseTask(rctx, s.pool, task.ID, job.ID, "worker shutting down"); rerr != nil {
+			log.WarnContext(ctx, "hand back task on shutdown", slog.String("err", rerr.Error()))
+		}
+		rcancel()
 	}
 	return err
 }
