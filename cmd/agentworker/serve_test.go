@@ -262,5 +262,3 @@ func TestSIGTERMDrain(t *testing.T) {
 		t.Error("the API key appeared in the logs")
 	}
 }
-
-
