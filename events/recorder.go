@@ -26,6 +26,8 @@ type Recorder struct {
 	now       func() time.Time
 	interval  time.Duration
 
+	observer Observer
+
 	mu         sync.Mutex
 	pending    strings.Builder // stream deltas not yet written
 	pendingID  string
@@ -38,6 +40,16 @@ type Recorder struct {
 func NewRecorder(db agentsql.DBTX, taskID, projectID uuid.UUID) *Recorder {
 	return &Recorder{db: db, taskID: taskID, projectID: projectID, now: time.Now, interval: DefaultStreamInterval}
 }
+
+// Observer sees every payload a Recorder has written (metrics count LLM
+// calls, tokens and tool calls from them).
+type Observer interface {
+	Observe(p Payload)
+}
+
+// SetObserver makes o see every payload written from now on. Call it before
+// the Recorder is shared.
+func (r *Recorder) SetObserver(o Observer) { r.observer = o }
 
 // TaskID returns the task whose events this Recorder writes.
 func (r *Recorder) TaskID() uuid.UUID { return r.taskID }
@@ -60,6 +72,11 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 	rows, err := agentsql.InsertEvents(ctx, r.db, r.taskID, r.projectID, evs)
 	if err != nil {
 		return nil, err
+	}
+	if r.observer != nil {
+		for _, p := range ps {
+			r.observer.Observe(p)
+		}
 	}
 	out := make([]Event, len(rows))
 	for i, row := range rows {

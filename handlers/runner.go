@@ -78,6 +78,8 @@ type Deps struct {
 	Store  storage.Store
 	LLM    *llm.Client
 	Logger *slog.Logger
+	// Observer, if set, sees every event a task's loop writes (metrics).
+	Observer events.Observer
 }
 
 // Attempt identifies the River attempt running a task.
@@ -180,7 +182,11 @@ type TaskError struct {
 
 func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at Attempt) error {
 	rec := events.NewRecorder(r.deps.Pool, task.ID, task.ProjectID)
-	log := r.deps.Logger.With(slog.String("task_id", task.ID.String()), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
+	if r.deps.Observer != nil {
+		rec.SetObserver(r.deps.Observer)
+	}
+	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
+		slog.String("run_id", RunID(task)), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
 
 	var (
 		final    string
@@ -381,6 +387,23 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	}
 	log.WarnContext(ctx, "task failed", slog.String("code", code), slog.String("error", msg))
 	return nil
+}
+
+// TraceID is the trace a task's logs carry: the trace_id the app put in
+// the task's input, or else the task id.
+func TraceID(task agentsql.Task) string {
+	var in struct {
+		TraceID string `json:"trace_id"`
+	}
+	if json.Unmarshal(task.Input, &in) == nil && in.TraceID != "" {
+		return in.TraceID
+	}
+	return task.ID.String()
+}
+
+// RunID names the task's current run: its task_runs idempotency key.
+func RunID(task agentsql.Task) string {
+	return fmt.Sprintf("%s/%d", task.ID, task.Attempt)
 }
 
 func classify(err error) (code, msg string) {

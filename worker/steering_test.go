@@ -147,6 +147,10 @@ func TestPauseThenResume(t *testing.T) {
 	if got := h.runStatuses(t, id); got != "interrupted,succeeded" {
 		t.Errorf("runs = %s", got)
 	}
+	var runs, tokens int64
+	if err := h.pool.QueryRow(t.Context(), `SELECT runs, tokens_in + tokens_out FROM usage_daily WHERE model = $1`, llmtest.Model).Scan(&runs, &tokens); err != nil || runs != 1 || tokens == 0 {
+		t.Errorf("usage_daily for %s: %d runs, %d tokens, %v", llmtest.Model, runs, tokens, err)
+	}
 	var items int
 	if err := h.pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_items WHERE task_id = $1 AND kind = 'task_completed' AND status = 'open'`, id).Scan(&items); err != nil || items != 1 {
 		t.Errorf("task_completed inbox items = %d, %v", items, err)

@@ -76,6 +76,10 @@ type Config struct {
 	ID string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Runs, if set, is told the duration and outcome of every run (metrics).
+	Runs interface {
+		ObserveRun(taskType string, d time.Duration, err error)
+	}
 }
 
 func (c Config) withDefaults() Config {
@@ -252,7 +256,11 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 		defer close(renewed)
 		s.holdLease(hctx, cancel, task.ID, job.ID)
 	}()
+	started := time.Now()
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Number: job.Attempt, MaxAttempts: job.MaxAttempts, WorkerID: s.cfg.ID})
+	if s.cfg.Runs != nil {
+		s.cfg.Runs.ObserveRun(task.Type, time.Since(started), err)
+	}
 	lost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	cancel(nil)
 	<-renewed

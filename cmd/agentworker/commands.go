@@ -18,6 +18,7 @@ import (
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/metrics"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/taskapi"
@@ -87,13 +88,18 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 }
 
 // startWorker wires the runner and the River service and starts it.
-func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client) (*worker.Service, error) {
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log},
-		handlers.Config{MaxIterations: cfg.MaxIterations})
+// m, when not nil, receives the loop's events and the runs' durations.
+func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log}
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, Logger: log}
+	if m != nil {
+		deps.Observer, wcfg.Runs = m, m
+	}
+	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations})
 	if err != nil {
 		return nil, err
 	}
-	svc, err := worker.New(pool, runner.Handlers(), worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, Logger: log})
+	svc, err := worker.New(pool, runner.Handlers(), wcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +127,16 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, model)
+	m, err := metrics.NewProcess(pool, log)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	svc, err := startWorker(ctx, cfg, log, pool, st, model, m)
 	if err != nil {
 		return err
 	}
 	mux := healthMux(pool, st)
+	mux.Handle("GET /metrics", m.Handler())
 	if cfg.JWTSecret != "" {
 		verifier, err := auth.NewVerifier(cfg.JWTSecret, nil)
 		if err != nil {

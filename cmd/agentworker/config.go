@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/agentworker/agentworker/redact"
 )
 
 // config is the process configuration, read from the environment only.
@@ -73,13 +76,27 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
+// logger writes to stderr through the redacting handler, which also masks
+// the configured secrets by value.
 func (c config) logger() *slog.Logger {
 	level, _ := parseLevel(c.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(redact.NewHandler(h, c.redactor()))
+}
+
+// redactor masks the configured secrets by value, besides redact's patterns.
+func (c config) redactor() *redact.Redactor {
+	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret}
+	if c.DatabaseURL != "" {
+		if pc, err := pgconn.ParseConfig(c.DatabaseURL); err == nil {
+			secrets = append(secrets, pc.Password)
+		}
+	}
+	return redact.New(secrets...)
 }
 
 // llmConfigured reports whether a real model endpoint is configured.
