@@ -72,6 +72,10 @@ type Config struct {
 	// LeaseSweepInterval is how often each replica looks for running tasks
 	// whose lease lapsed. Defaults to Lease/6, at most 5 seconds.
 	LeaseSweepInterval time.Duration
+	// StuckIdleTimeout flags a running task whose timeline has not moved
+	// for this long: an alert event and one open inbox item per run. Checked
+	// by the leader with the reconciler. Defaults to 10 minutes.
+	StuckIdleTimeout time.Duration
 	// ID names this worker in task_runs and logs. Defaults to host-pid.
 	ID string
 	// Logger defaults to discarding.
@@ -106,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseSweepInterval <= 0 {
 		c.LeaseSweepInterval = min(c.Lease/6, 5*time.Second)
+	}
+	if c.StuckIdleTimeout <= 0 {
+		c.StuckIdleTimeout = 10 * time.Minute
 	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -388,7 +395,12 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 	if n > 0 {
 		w.svc.cfg.Logger.InfoContext(ctx, "reconciler enqueued orphaned tasks", slog.Int("count", n))
 	}
-	return err
+	idle, ierr := agentsql.FlagIdle(ctx, w.svc.pool, w.svc.cfg.StuckIdleTimeout)
+	for _, id := range idle {
+		w.svc.cfg.Logger.WarnContext(ctx, "task looks stuck: no progress", slog.String("task_id", id.String()),
+			slog.Duration("idle_timeout", w.svc.cfg.StuckIdleTimeout))
+	}
+	return errors.Join(err, ierr)
 }
 
 // Reconcile enqueues a River job for every queued task older than

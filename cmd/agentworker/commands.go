@@ -91,7 +91,7 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 // m, when not nil, receives the loop's events and the runs' durations.
 func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log}
-	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, Logger: log}
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
 	}

@@ -33,6 +33,7 @@ type config struct {
 	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s"`
+	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080"`
 	JWTSecret         string        `envconfig:"JWT_SECRET"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
@@ -57,6 +58,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
 	case c.TaskLease <= 0:
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
+	case c.StuckIdleTimeout <= 0:
+		return c, fmt.Errorf("config: STUCK_IDLE_TIMEOUT must be positive, got %s", c.StuckIdleTimeout)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return c, fmt.Errorf("config: LOG_FORMAT must be text or json, got %q", c.LogFormat)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
