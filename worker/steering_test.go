@@ -159,8 +159,12 @@ func TestPauseThenResume(t *testing.T) {
 
 func TestRetryAndAnswer(t *testing.T) {
 	t.Parallel()
+	var leaky strings.Builder // the provider echoes every secret of the corpus
+	for _, c := range redact.Corpus {
+		leaky.WriteString(c.Text + "\n")
+	}
 	h := setup(t, setupOpts{responder: scripted.Queue(
-		scripted.Reply{Status: 400, ErrorMessage: "bad request with key sk-live-0123456789abcdefXYZ"},
+		scripted.Reply{Status: 400, ErrorMessage: "bad request with key sk-live-0123456789abcdefXYZ; " + leaky.String()},
 		llmtest.Text("fine the second time"),
 		llmtest.Text("a question for you"),
 		llmtest.Text("thanks for the answer"),
@@ -170,10 +174,15 @@ func TestRetryAndAnswer(t *testing.T) {
 	if task.Status != agentsql.StatusFailed {
 		t.Fatalf("status = %s, want failed", task.Status)
 	}
-	// The provider echoed a key in its error: it reaches no writer.
+	// The provider echoed keys in its error: they reach no writer.
 	for _, where := range []string{string(task.Error), h.runErrors(t, id), eventsText(evs)} {
 		if strings.Contains(where, "sk-live-0123456789abcdefXYZ") {
 			t.Fatalf("secret leaked: %s", where)
+		}
+		for _, c := range redact.Corpus {
+			if strings.Contains(where, c.Secret) {
+				t.Errorf("%s secret leaked: %s", c.Name, where)
+			}
 		}
 	}
 	if !strings.Contains(string(task.Error), redact.Mask) {
