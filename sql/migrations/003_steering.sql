@@ -219,13 +219,19 @@ CREATE TABLE usage_daily (
 CREATE FUNCTION task_runs_usage_rollup() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
-    IF OLD.status = 'running' AND NEW.status <> 'running' THEN
+    -- A run is counted when it stops running; usage added to a run after it
+    -- stopped (a cancelled attempt reporting what it spent) is added too.
+    IF NEW.status <> 'running' AND (OLD.status = 'running'
+       OR NEW.tokens_in <> OLD.tokens_in OR NEW.tokens_out <> OLD.tokens_out OR NEW.cost <> OLD.cost) THEN
         INSERT INTO usage_daily AS u (day, model, runs, tokens_in, tokens_out, cost)
-        SELECT (now() AT TIME ZONE 'UTC')::date, coalesce(t.model, 'unknown'), 1,
-               NEW.tokens_in, NEW.tokens_out, NEW.cost
+        SELECT (now() AT TIME ZONE 'UTC')::date, coalesce(t.model, 'unknown'),
+               CASE WHEN OLD.status = 'running' THEN 1 ELSE 0 END,
+               NEW.tokens_in - CASE WHEN OLD.status = 'running' THEN 0 ELSE OLD.tokens_in END,
+               NEW.tokens_out - CASE WHEN OLD.status = 'running' THEN 0 ELSE OLD.tokens_out END,
+               NEW.cost - CASE WHEN OLD.status = 'running' THEN 0 ELSE OLD.cost END
         FROM ai_tasks t WHERE t.id = NEW.task_id
         ON CONFLICT (day, model) DO UPDATE SET
-            runs = u.runs + 1,
+            runs = u.runs + EXCLUDED.runs,
             tokens_in = u.tokens_in + EXCLUDED.tokens_in,
             tokens_out = u.tokens_out + EXCLUDED.tokens_out,
             cost = u.cost + EXCLUDED.cost;
@@ -234,7 +240,7 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER task_runs_usage_rollup AFTER UPDATE OF status ON task_runs
+CREATE TRIGGER task_runs_usage_rollup AFTER UPDATE OF status, tokens_in, tokens_out, cost ON task_runs
     FOR EACH ROW EXECUTE FUNCTION task_runs_usage_rollup();
 
 -- agentworker_control_task is every control action: it checks the action
