@@ -112,3 +112,15 @@ func FlagIdle(ctx context.Context, db DBTX, idle time.Duration) ([]uuid.UUID, er
 	}
 	return ids, nil
 }
+
+// GetInboxItem reads one item.
+func GetInboxItem(ctx context.Context, db DBTX, id uuid.UUID) (InboxItem, error) {
+	item, err := scanInbox(db.QueryRow(ctx, `SELECT `+inboxColumns+` FROM inbox_items WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return InboxItem{}, fmt.Errorf("get inbox item %s: %w", id, ErrInboxItemNotFound)
+	}
+	if err != nil {
+		return InboxItem{}, fmt.Errorf("get inbox item %s: %w", id, err)
+	}
+	return item, nil
+}

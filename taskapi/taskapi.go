@@ -1,10 +1,12 @@
-// Package taskapi serves the HTTP endpoints that steer tasks:
+// Package taskapi serves the HTTP endpoints that steer tasks, and the inbox:
 //
 //	POST /v1/tasks/{id}/cancel
 //	POST /v1/tasks/{id}/pause
 //	POST /v1/tasks/{id}/resume
 //	POST /v1/tasks/{id}/retry
 //	POST /v1/tasks/{id}/answer    {"answer": "…"} (required)
+//	GET  /v1/projects/{project_id}/inbox[?all=true&limit=n]
+//	POST /v1/inbox/{id}/close     (items that need no answer)
 //
 // Each takes an optional JSON body {"expected_version": n} and a bearer token
 // (package auth) that must cover the task's project. They call the same SQL
@@ -35,6 +37,8 @@ const (
 	CodeVersionConflict = "TASK_VERSION_CONFLICT"
 	CodeIllegal         = "ILLEGAL_TRANSITION"
 	CodeInternal        = "INTERNAL_ERROR"
+	CodeNotFound        = "NOT_FOUND"
+	CodeAnswerRequired  = "ANSWER_REQUIRED"
 )
 
 // maxBody bounds a request body; an answer is text a person typed.
@@ -60,6 +64,8 @@ func (a *API) Register(mux *http.ServeMux) {
 	for _, action := range agentsql.Actions {
 		mux.HandleFunc("POST /v1/tasks/{id}/"+string(action), a.control(action))
 	}
+	mux.HandleFunc("GET /v1/projects/{project_id}/inbox", a.listInbox)
+	mux.HandleFunc("POST /v1/inbox/{id}/close", a.closeInbox)
 }
 
 type request struct {

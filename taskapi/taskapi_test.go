@@ -121,3 +121,63 @@ func TestControlEndpoints(t *testing.T) {
 		t.Errorf("audit actors = %v", actors)
 	}
 }
+
+func TestInboxEndpoints(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	verifier, err := auth.NewVerifier("0123456789abcdef-test-secret", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	taskapi.New(pool, verifier, nil).Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	projectID := uuid.New()
+	tok, _ := verifier.Sign(auth.Claims{Projects: []string{projectID.String()}, RegisteredClaims: jwt.RegisteredClaims{
+		Subject: "bob", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}})
+	other, _ := verifier.Sign(auth.Claims{Projects: []string{uuid.NewString()}, RegisteredClaims: jwt.RegisteredClaims{
+		ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}})
+	do := func(method, path, token string) (int, map[string]any) {
+		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	done, _, err := agentsql.OpenInboxItem(t.Context(), pool, agentsql.InboxItem{ProjectID: projectID, Kind: agentsql.InboxTaskCompleted, Reason: "completed", Title: "done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	question, _, err := agentsql.OpenInboxItem(t.Context(), pool, agentsql.InboxItem{ProjectID: projectID, Kind: agentsql.InboxAwaitUserInput, Title: "which db?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := "/v1/projects/" + projectID.String() + "/inbox"
+	if st, _ := do("GET", list, other); st != http.StatusForbidden {
+		t.Errorf("list with another project's token: %d", st)
+	}
+	if st, body := do("GET", list, tok); st != http.StatusOK || len(body["items"].([]any)) != 2 {
+		t.Fatalf("list: %d %v", st, body)
+	}
+	if st, body := do("POST", "/v1/inbox/"+question.ID.String()+"/close", tok); st != http.StatusConflict {
+		t.Errorf("closing a question without answering: %d %v", st, body)
+	}
+	if st, _ := do("POST", "/v1/inbox/"+done.ID.String()+"/close", other); st != http.StatusForbidden {
+		t.Errorf("closing with another project's token: %d", st)
+	}
+	if st, body := do("POST", "/v1/inbox/"+done.ID.String()+"/close", tok); st != http.StatusOK || body["resolver"] != "user:bob" {
+		t.Errorf("close: %d %v", st, body)
+	}
+	if st, _ := do("POST", "/v1/inbox/"+done.ID.String()+"/close", tok); st != http.StatusConflict {
+		t.Errorf("closing twice: %d", st)
+	}
+	if st, body := do("GET", list, tok); st != http.StatusOK || len(body["items"].([]any)) != 1 {
+		t.Errorf("open items after close: %d %v", st, body)
+	}
+}
