@@ -210,3 +210,40 @@ func TestControlRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestPostgRESTCall calls a per-action function the way PostgREST does:
+// named arguments, the caller's JWT claims in request.jwt.claims.
+func TestPostgRESTCall(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	id := insertTaskIn(t, pool, agentsql.StatusQueued)
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context())
+	if _, err := tx.Exec(t.Context(), `SELECT set_config('request.jwt.claims', '{"sub": "carol", "role": "authenticated"}', true)`); err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := tx.QueryRow(t.Context(), `SELECT agentworker_pause_task(task_id => $1, expected_version => 1, actor => 'someone-else')`, id).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var res agentsql.ControlResult
+	if err := json.Unmarshal(raw, &res); err != nil || res.Outcome != "applied" || res.Status != agentsql.StatusPaused {
+		t.Fatalf("result %s, %v", raw, err)
+	}
+	if a := lastAudit(t, pool, id); a.Metadata["actor"] != "user:carol" {
+		t.Errorf("audit actor = %v, want the JWT's subject", a.Metadata["actor"])
+	}
+	var answered []byte
+	if err := pool.QueryRow(t.Context(), `SELECT agentworker_answer_input(task_id => $1, answer => '')`, id).Scan(&answered); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(answered), `"outcome": "invalid"`) {
+		t.Errorf("empty answer: %s", answered)
+	}
+}

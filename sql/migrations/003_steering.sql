@@ -257,7 +257,10 @@ RETURNS jsonb
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     v_task    ai_tasks%ROWTYPE;
-    v_actor   text := coalesce(nullif(p_actor, ''), session_user::text);
+    -- Through PostgREST the caller's JWT names the actor, whatever p_actor says.
+    v_actor   text := coalesce(
+        'user:' || (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub'),
+        nullif(p_actor, ''), session_user::text);
     v_target  text;
     v_sources text[];
     v_outcome text;
