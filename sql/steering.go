@@ -267,19 +267,28 @@ func AddRunUsage(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, to
 }
 
 // ReleaseTask hands a task held by jobID back to the queue (running ->
-// queued; its run interrupted), for a worker that stops before finishing it.
-// The requeue trigger enqueues a fresh job. A task no longer held by jobID
-// is left alone.
-func ReleaseTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, reason string) error {
-	if _, err := db.Exec(ctx, `WITH r AS (
+// queued; its run interrupted), for a worker that stops before finishing it,
+// and records why on the timeline. The requeue trigger enqueues a fresh job.
+// A task no longer held by jobID is left alone and released is false.
+func ReleaseTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, reason string) (released bool, err error) {
+	var n int
+	if err := db.QueryRow(ctx, `WITH r AS (
 			UPDATE task_runs SET status = 'interrupted', error_code = 'released', error_message = $3, finished_at = now()
 			WHERE task_id = $1 AND status = 'running'
-			AND EXISTS (SELECT 1 FROM ai_tasks WHERE id = $1 AND river_job_id = $2 AND status = 'running'))
-		UPDATE ai_tasks SET status = 'queued', updated_at = now()
-		WHERE id = $1 AND river_job_id = $2 AND status = 'running'`, id, jobID, reason); err != nil {
-		return fmt.Errorf("release task %s: %w", id, err)
+			AND EXISTS (SELECT 1 FROM ai_tasks WHERE id = $1 AND river_job_id = $2 AND status = 'running')),
+		t AS (
+			UPDATE ai_tasks SET status = 'queued', updated_at = now()
+			WHERE id = $1 AND river_job_id = $2 AND status = 'running'
+			RETURNING id, project_id, type, attempt),
+		e AS (
+			INSERT INTO agent_events (task_id, project_id, type, payload)
+			SELECT id, project_id, 'agent_phase', jsonb_build_object('phase', 'retrying', 'status', 'queued',
+				'taskType', type, 'attempt', attempt, 'summary', 'handed back: ' || $3)
+			FROM t)
+		SELECT count(*) FROM t`, id, jobID, reason).Scan(&n); err != nil {
+		return false, fmt.Errorf("release task %s: %w", id, err)
 	}
-	return nil
+	return n == 1, nil
 }
 
 // TaskGauges counts tasks by status and the River jobs of ai_tasks waiting

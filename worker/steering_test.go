@@ -379,3 +379,56 @@ func (h *harness) insertTaskVia(t *testing.T, db *pgxpool.Pool, projectID uuid.U
 	}
 	return id
 }
+
+// TestStopHandsBack: a task still running when Stop's grace period ends is
+// handed back to the queue at once, and another replica finishes it.
+func TestStopHandsBack(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{noService: true, responder: scripted.Queue(
+		scripted.Reply{Delay: 30 * time.Second, Content: "cut short"},
+		llmtest.Call("finish", map[string]string{"summary": "done elsewhere"}),
+	)})
+	first := newService(t, h, h.pool, "first", 30*time.Second)
+	if err := first.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	id := h.insertTask(t, uuid.New(), "build", "finish")
+	waitFor(t, "the model call", 15*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := first.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if st := h.status(t, id); st != agentsql.StatusQueued {
+		t.Fatalf("status after a cut-short stop = %s, want queued", st)
+	}
+	if got := h.runStatuses(t, id); got != "interrupted" {
+		t.Errorf("runs = %s, want interrupted", got)
+	}
+	second := newService(t, h, h.pool, "second", 30*time.Second)
+	if err := second.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := second.Stop(sctx); err != nil {
+			t.Errorf("stop second: %v", err)
+		}
+	})
+	evs, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	if got := h.runStatuses(t, id); got != "interrupted,succeeded" {
+		t.Errorf("runs = %s", got)
+	}
+	checkSeqs(t, evs, 1)
+	handedBack := false
+	for _, p := range payloadsOf[events.AgentPhase](t, evs) {
+		handedBack = handedBack || (p.Phase == events.PhaseRetrying && strings.Contains(p.Summary, "first shutting down"))
+	}
+	if !handedBack {
+		t.Error("no event says the task was handed back")
+	}
+}

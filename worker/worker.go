@@ -279,8 +279,12 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 		// Cut short by shutdown: hand the task back at once rather than
 		// letting its lease lapse, so another replica starts it now.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if rerr := agentsql.ReleaseTask(rctx, s.pool, task.ID, job.ID, "worker shutting down"); rerr != nil {
+		released, rerr := agentsql.ReleaseTask(rctx, s.pool, task.ID, job.ID, "worker "+s.cfg.ID+" shutting down")
+		switch {
+		case rerr != nil:
 			log.WarnContext(ctx, "hand back task on shutdown", slog.String("err", rerr.Error()))
+		case released:
+			log.InfoContext(ctx, "task handed back to the queue on shutdown")
 		}
 		rcancel()
 	}
