@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -24,6 +25,8 @@ type Recorder struct {
 	projectID uuid.UUID
 	now       func() time.Time
 	interval  time.Duration
+
+	observer Observer
 
 	mu         sync.Mutex
 	buffered   []Payload       // events added but not yet written
@@ -57,6 +60,16 @@ func NewRecorder(db agentsql.DBTX, taskID, projectID uuid.UUID, opts ...Recorder
 	}
 	return r
 }
+
+// Observer sees every payload a Recorder has written (metrics count LLM
+// calls, tokens and tool calls from them).
+type Observer interface {
+	Observe(p Payload)
+}
+
+// SetObserver makes o see every payload written from now on. Call it before
+// the Recorder is shared.
+func (r *Recorder) SetObserver(o Observer) { r.observer = o }
 
 // TaskID returns the task whose events this Recorder writes.
 func (r *Recorder) TaskID() uuid.UUID { return r.taskID }
@@ -100,15 +113,13 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 	}
 	evs := make([]agentsql.NewEvent, len(ps))
 	for i, p := range ps {
-		if pr, ok := p.(Progress); ok && pr.Timestamp.IsZero() {
-			pr.Timestamp = r.now().UTC()
-			p = pr
-		}
+		p = r.stamp(p)
 		body, err := json.Marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s event for task %s: %w", p.EventType(), r.taskID, err)
 		}
-		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: body}
+		// Secrets never reach the timeline, whatever the payload carries.
+		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
 	rows, err := agentsql.InsertEvents(ctx, r.db, r.taskID, r.projectID, evs)
 	if err != nil {
@@ -118,6 +129,11 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 		r.buffered = append(ps, r.buffered...)
 		r.mu.Unlock()
 		return nil, err
+	}
+	if r.observer != nil {
+		for _, p := range ps {
+			r.observer.Observe(p)
+		}
 	}
 	out := make([]Event, len(rows))
 	for i, row := range rows {

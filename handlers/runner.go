@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/changeset"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 )
@@ -115,6 +117,8 @@ type Deps struct {
 	Store  storage.Store
 	LLM    *llm.Client
 	Logger *slog.Logger
+	// Observer, if set, sees every event a task's loop writes (metrics).
+	Observer events.Observer
 }
 
 // Attempt identifies the River attempt running a task.
@@ -223,7 +227,11 @@ type TaskError struct {
 
 func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at Attempt) error {
 	rec := events.NewRecorder(r.deps.Pool, task.ID, task.ProjectID)
-	log := r.deps.Logger.With(slog.String("task_id", task.ID.String()), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
+	if r.deps.Observer != nil {
+		rec.SetObserver(r.deps.Observer)
+	}
+	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
+		slog.String("run_id", RunID(task)), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
 
 	b := &build{r: r, task: task, rec: rec, store: r.deps.Store}
 	if spec.taskType == "build" {
@@ -480,11 +488,25 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 			log.ErrorContext(ctx, "discard change set", slog.String("err", err.Error()))
 		}
 	}
+	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		// Cancelled or paused by a control action (agentworker_control_task),
+		// which already moved the task and closed the run: keep the usage
+		// spent so far, and stop without recording a failure.
+		if lp != nil {
+			if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, task.ID, task.Attempt,
+				lp.usage.PromptTokens, lp.usage.CompletionTokens); err != nil {
+				log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
+			}
+		}
+		log.InfoContext(ctx, "task stopped by a control action")
+		return river.JobCancel(fmt.Errorf("task %s stopped by a control action: %w", task.ID, cause))
+	}
 	if ctx.Err() != nil {
 		// Shutdown or job cancellation: River decides what happens next.
 		return fmt.Errorf("run task %s: %w", task.ID, cause)
 	}
 	code, msg := classify(cause)
+	msg = redact.String(msg) // it goes to the task's error, its run and an event
 	transient := llm.IsTransient(cause) || isStorageTransient(cause)
 	var usage llm.Usage
 	if lp != nil {
@@ -533,6 +555,23 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	}
 	log.WarnContext(ctx, "task ended without success", slog.String("status", string(status)), slog.String("code", code), slog.String("error", msg))
 	return nil
+}
+
+// TraceID is the trace a task's logs carry: the trace_id the app put in
+// the task's input, or else the task id.
+func TraceID(task agentsql.Task) string {
+	var in struct {
+		TraceID string `json:"trace_id"`
+	}
+	if json.Unmarshal(task.Input, &in) == nil && in.TraceID != "" {
+		return in.TraceID
+	}
+	return task.ID.String()
+}
+
+// RunID names the task's current run: its task_runs idempotency key.
+func RunID(task agentsql.Task) string {
+	return fmt.Sprintf("%s/%d", task.ID, task.Attempt)
 }
 
 func classify(err error) (code, msg string) {

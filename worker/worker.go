@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -64,10 +65,25 @@ type Config struct {
 	// ReconcileMinAge is how old a queued task must be before the reconciler
 	// considers it orphaned. Defaults to 5 seconds.
 	ReconcileMinAge time.Duration
+	// Lease is how long a claimed task stays held without its worker
+	// renewing it; the worker renews it every Lease/3. A task whose lease
+	// lapsed is handed to another replica. Defaults to 30 seconds.
+	Lease time.Duration
+	// LeaseSweepInterval is how often each replica looks for running tasks
+	// whose lease lapsed. Defaults to Lease/6, at most 5 seconds.
+	LeaseSweepInterval time.Duration
+	// StuckIdleTimeout flags a running task whose timeline has not moved
+	// for this long: an alert event and one open inbox item per run. Checked
+	// by the leader with the reconciler. Defaults to 10 minutes.
+	StuckIdleTimeout time.Duration
 	// ID names this worker in task_runs and logs. Defaults to host-pid.
 	ID string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Runs, if set, is told the duration and outcome of every run (metrics).
+	Runs interface {
+		ObserveRun(taskType string, d time.Duration, err error)
+	}
 }
 
 // DefaultConfig returns the configuration New uses for zero fields.
@@ -92,6 +108,15 @@ func (c Config) withDefaults() Config {
 	if c.ReconcileMinAge <= 0 {
 		c.ReconcileMinAge = 5 * time.Second
 	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.LeaseSweepInterval <= 0 {
+		c.LeaseSweepInterval = min(c.Lease/6, 5*time.Second)
+	}
+	if c.StuckIdleTimeout <= 0 {
+		c.StuckIdleTimeout = 10 * time.Minute
+	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -108,6 +133,10 @@ type Service struct {
 	client   *river.Client[pgx.Tx]
 	handlers map[string]handlers.Handler
 	cfg      Config
+
+	stopping  atomic.Bool   // set by Stop: tasks cut short are handed back
+	stopSweep func()        // stops the lease sweeper; set by Start
+	swept     chan struct{} // closed when the lease sweeper returned
 }
 
 // New builds the service. handlers maps task type to its handler.
@@ -149,9 +178,14 @@ func New(pool *pgxpool.Pool, hs map[string]handlers.Handler, cfg Config) (*Servi
 
 // Start starts fetching and working jobs. It returns at once.
 func (s *Service) Start(ctx context.Context) error {
-	if err := s.client.Start(ctx); err != nil {
+	// River treats the end of its start context as StopAndCancel; shutdown
+	// goes through Stop instead, which first lets running tasks finish.
+	if err := s.client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start river client: %w", err)
 	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopSweep, s.swept = cancel, make(chan struct{})
+	go s.sweepLeases(sctx)
 	return nil
 }
 
@@ -159,6 +193,11 @@ func (s *Service) Start(ctx context.Context) error {
 // ends first, running tasks are cancelled; River retries them later, on
 // this replica or another.
 func (s *Service) Stop(ctx context.Context) error {
+	s.stopping.Store(true)
+	if s.stopSweep != nil {
+		s.stopSweep()
+		<-s.swept
+	}
 	err := s.client.Stop(ctx)
 	if err == nil {
 		return nil
@@ -220,7 +259,96 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	if !ok {
 		return river.JobCancel(fmt.Errorf("task %s: no handler for type %q", task.ID, task.Type))
 	}
-	return h.Handle(ctx, task, handlers.Attempt{JobID: job.ID, Number: job.Attempt, MaxAttempts: job.MaxAttempts, WorkerID: s.cfg.ID})
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		s.holdLease(hctx, cancel, task.ID, job.ID)
+	}()
+	started := time.Now()
+	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Number: job.Attempt, MaxAttempts: job.MaxAttempts, WorkerID: s.cfg.ID})
+	if s.cfg.Runs != nil {
+		s.cfg.Runs.ObserveRun(task.Type, time.Since(started), err)
+	}
+	lost := errors.Is(context.Cause(hctx), ErrLeaseLost)
+	cancel(nil)
+	<-renewed
+	if err != nil && lost {
+		// Another replica holds the task now: this job has nothing left to do.
+		return river.JobCancel(fmt.Errorf("task %s: %w", task.ID, ErrLeaseLost))
+	}
+	if err != nil && s.stopping.Load() && ctx.Err() != nil {
+		// Cut short by shutdown: hand the task back at once rather than
+		// letting its lease lapse, so another replica starts it now.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		released, rerr := agentsql.ReleaseTask(rctx, s.pool, task.ID, job.ID, "worker "+s.cfg.ID+" shutting down")
+		switch {
+		case rerr != nil:
+			log.WarnContext(ctx, "hand back task on shutdown", slog.String("err", rerr.Error()))
+		case released:
+			log.InfoContext(ctx, "task handed back to the queue on shutdown")
+		}
+		rcancel()
+	}
+	return err
+}
+
+// ErrLeaseLost is the cause of a task's context when its lease was taken
+// over by another replica (or the task left running) while this worker ran it.
+var ErrLeaseLost = errors.New("task lease lost")
+
+// holdLease renews the task's lease every Lease/3 until ctx ends. When the
+// task is no longer ours it cancels the task's context with ErrLeaseLost.
+// A failed renewal is retried at the next tick: the lease outlives two.
+func (s *Service) holdLease(ctx context.Context, cancel context.CancelCauseFunc, taskID uuid.UUID, jobID int64) {
+	t := time.NewTicker(s.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, s.cfg.Lease/3)
+		err := agentsql.RenewLease(rctx, s.pool, taskID, jobID, s.cfg.Lease)
+		rcancel()
+		switch {
+		case errors.Is(err, agentsql.ErrNotClaimed):
+			cancel(ErrLeaseLost)
+			return
+		case err != nil && ctx.Err() == nil:
+			s.cfg.Logger.WarnContext(ctx, "renew task lease", slog.String("task_id", taskID.String()), slog.String("err", err.Error()))
+		}
+	}
+}
+
+// sweepLeases hands running tasks whose lease lapsed back to the queue. It
+// runs on every replica, not only River's leader: a dead leader keeps its
+// leadership for several seconds, and the sweep is safe to run concurrently
+// (SKIP LOCKED).
+func (s *Service) sweepLeases(ctx context.Context) {
+	defer close(s.swept)
+	t := time.NewTicker(s.cfg.LeaseSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		taken, err := agentsql.TakeOverLapsed(ctx, s.pool, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.WarnContext(ctx, "sweep lapsed leases", slog.String("err", err.Error()))
+			}
+			continue
+		}
+		for _, tk := range taken {
+			s.cfg.Logger.WarnContext(ctx, "task lease lapsed; requeued for another worker",
+				slog.String("task_id", tk.TaskID.String()), slog.String("lease_owner", tk.LeaseOwner), slog.Duration("lapsed_for", tk.LapsedFor))
+		}
+	}
 }
 
 // claim runs the claim stage: lock the row, take it if claimable, and write
@@ -234,6 +362,9 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		var err error
 		task, claimed, err = agentsql.ClaimTask(ctx, tx, job.Args.TaskID, job.ID, s.cfg.ID)
 		if err != nil || !claimed {
+			return err
+		}
+		if err := agentsql.AcquireLease(ctx, tx, task.ID, job.ID, s.cfg.ID, s.cfg.Lease); err != nil {
 			return err
 		}
 		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
@@ -271,7 +402,12 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 	if n > 0 {
 		w.svc.cfg.Logger.InfoContext(ctx, "reconciler enqueued orphaned tasks", slog.Int("count", n))
 	}
-	return err
+	idle, ierr := agentsql.FlagIdle(ctx, w.svc.pool, w.svc.cfg.StuckIdleTimeout)
+	for _, id := range idle {
+		w.svc.cfg.Logger.WarnContext(ctx, "task looks stuck: no progress", slog.String("task_id", id.String()),
+			slog.Duration("idle_timeout", w.svc.cfg.StuckIdleTimeout))
+	}
+	return errors.Join(err, ierr)
 }
 
 // Reconcile enqueues a River job for every queued task older than

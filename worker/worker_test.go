@@ -49,6 +49,8 @@ type setupOpts struct {
 	apiKey        string
 	logs          io.Writer // defaults to stderr at warn level
 	workerConfig  worker.Config
+	lease         time.Duration
+	noService     bool // the test starts its own worker services
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -74,12 +76,14 @@ func setup(t *testing.T, o setupOpts) *harness {
 	if err != nil {
 		t.Fatalf("llm client: %v", err)
 	}
+	if o.noService {
+		return h
+	}
 	logs, level := o.logs, slog.LevelDebug
 	if logs == nil {
 		logs, level = os.Stderr, slog.LevelWarn
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
-	lc.Logger = logger
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
 		// These tests pin the loop's own stops; handlers tests cover self-repair.
 		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1})
@@ -88,6 +92,9 @@ func setup(t *testing.T, o setupOpts) *harness {
 	}
 	wc := o.workerConfig
 	wc.Concurrency, wc.Logger = 4, logger
+	if o.lease != 0 {
+		wc.Lease = o.lease
+	}
 	h.svc, err = worker.New(h.pool, runner.Handlers(), wc)
 	if err != nil {
 		t.Fatalf("worker: %v", err)

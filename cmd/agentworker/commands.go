@@ -20,8 +20,10 @@ import (
 	"github.com/agentworker/agentworker/events/timeline"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/metrics"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/taskapi"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -88,13 +90,18 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 }
 
 // startWorker wires the runner and the River service and starts it.
-func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client) (*worker.Service, error) {
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log},
-		handlers.Config{MaxIterations: cfg.MaxIterations})
+// m, when not nil, receives the loop's events and the runs' durations.
+func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log}
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log}
+	if m != nil {
+		deps.Observer, wcfg.Runs = m, m
+	}
+	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations})
 	if err != nil {
 		return nil, err
 	}
-	svc, err := worker.New(pool, runner.Handlers(), worker.Config{Concurrency: cfg.WorkerConcurrency, Logger: log})
+	svc, err := worker.New(pool, runner.Handlers(), wcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -122,11 +129,15 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, model)
+	m, err := metrics.NewProcess(pool, log)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	svc, err := startWorker(ctx, cfg, log, pool, st, model, m)
 	if err != nil {
 		return err
 	}
-	handler, err := httpHandler(ctx, cfg, log, pool, st)
+	handler, err := httpHandler(ctx, cfg, log, pool, st, m)
 	if err != nil {
 		return err
 	}
@@ -149,12 +160,13 @@ func serve(ctx context.Context, cfg config) error {
 	return svc.Stop(sctx)
 }
 
-// httpHandler is everything served on HTTP_ADDR: health, the SSE gateway
-// (whose hub runs until ctx ends) and the Activity Timeline page.
-func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store) (http.Handler, error) {
+// httpHandler is everything served on HTTP_ADDR: health, metrics, the SSE
+// gateway (whose hub runs until ctx ends), the task control endpoints and
+// the Activity Timeline page.
+func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
-		log.Warn("JWT_SECRET is not set: /v1 event streams and task submission answer 503 until it is")
+		log.Warn("JWT_SECRET is not set: /v1 event streams, task submission and task control answer 503 or are off until it is")
 	} else {
 		var err error
 		if verifier, err = auth.NewVerifier(cfg.JWTSecret, nil); err != nil {
@@ -164,7 +176,11 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	hub := sse.NewHub(pool, log)
 	go func() { _ = hub.Run(ctx) }()
 	mux := healthMux(pool, st)
+	mux.Handle("GET /metrics", m.Handler())
 	sse.New(pool, hub, sse.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Heartbeat: cfg.SSEHeartbeat, Logger: log}).Register(mux)
+	if verifier != nil {
+		taskapi.New(pool, verifier, log).Register(mux)
+	}
 	mux.Handle("GET /", timeline.Handler())
 	return mux, nil
 }

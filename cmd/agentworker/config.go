@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/agentworker/agentworker/redact"
 )
 
 // config is the process configuration, read from the environment only.
@@ -31,6 +34,7 @@ type config struct {
 	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s"`
+	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080"`
 	JWTSecret         string        `envconfig:"JWT_SECRET"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS"`
@@ -59,6 +63,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
 	case c.SSEHeartbeat <= 0:
 		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
+	case c.StuckIdleTimeout <= 0:
+		return c, fmt.Errorf("config: STUCK_IDLE_TIMEOUT must be positive, got %s", c.StuckIdleTimeout)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return c, fmt.Errorf("config: LOG_FORMAT must be text or json, got %q", c.LogFormat)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
@@ -78,13 +84,27 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
+// logger writes to stderr through the redacting handler, which also masks
+// the configured secrets by value.
 func (c config) logger() *slog.Logger {
 	level, _ := parseLevel(c.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(redact.NewHandler(h, c.redactor()))
+}
+
+// redactor masks the configured secrets by value, besides redact's patterns.
+func (c config) redactor() *redact.Redactor {
+	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret}
+	if c.DatabaseURL != "" {
+		if pc, err := pgconn.ParseConfig(c.DatabaseURL); err == nil {
+			secrets = append(secrets, pc.Password)
+		}
+	}
+	return redact.New(secrets...)
 }
 
 // llmConfigured reports whether a real model endpoint is configured.

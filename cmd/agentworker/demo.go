@@ -79,7 +79,7 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, model)
+	svc, err := startWorker(ctx, cfg, log, pool, st, model, nil)
 	if err != nil {
 		return err
 	}

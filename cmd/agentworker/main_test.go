@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/s3test"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { dbtest.Main(m, s3test.LeakOption()) }
 
 // clearEnv unsets every variable the binary reads, so the host's
 // environment cannot leak into a test.

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/s3test"
+)
+
+// binary builds agentworker once per test process.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "agentworker-bin-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "agentworker")
+	out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return path, nil
+})
+
+type procEnv struct {
+	dbURL string
+	s3    storage.S3Config
+	llm   *llmtest.Server
+	pool  *pgxpool.Pool
+}
+
+func newProcEnv(t *testing.T, replies ...scripted.Reply) *procEnv {
+	t.Helper()
+	e := &procEnv{dbURL: dbtest.NewURL(t), s3: s3test.Config(t), llm: llmtest.New(t, replies...)}
+	var err error
+	if e.pool, err = pgxpool.New(t.Context(), e.dbURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.pool.Close)
+	return e
+}
+
+type proc struct {
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	exited  chan struct{} // closed when the process has exited
+	waitErr error         // its exit status, once exited is closed
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs `agentworker serve` against the test's services.
+func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+e.dbURL,
+		"S3_ENDPOINT="+e.s3.Endpoint, "S3_ACCESS_KEY="+e.s3.AccessKey, "S3_SECRET_KEY="+e.s3.SecretKey,
+		"S3_BUCKET="+e.s3.Bucket, fmt.Sprintf("S3_USE_SSL=%v", e.s3.UseSSL),
+		"OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model,
+		"HTTP_ADDR=127.0.0.1:0", "TASK_LEASE="+lease.String(), "WORKER_CONCURRENCY=2", "LOG_LEVEL=info",
+	)
+	p := &proc{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("agentworker serve (pid %d) output:\n%s", cmd.Process.Pid, p.out.String())
+		}
+	})
+	return p
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // polling with a deadline
+	}
+}
+
+func (e *procEnv) insert(t *testing.T, prompt string) (uuid.UUID, uuid.UUID) {
+	t.Helper()
+	projectID := uuid.New()
+	task, err := agentsql.InsertTask(t.Context(), e.pool, agentsql.NewTask{ProjectID: projectID, Type: "build", Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task.ID, projectID
+}
+
+func (e *procEnv) task(t *testing.T, id uuid.UUID) agentsql.Task {
+	t.Helper()
+	task, err := agentsql.GetTask(t.Context(), e.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+func (e *procEnv) runs(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	rows, _ := e.pool.Query(t.Context(), "SELECT status || '@' || worker_id FROM task_runs WHERE task_id = $1 ORDER BY attempt", id)
+	runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(runs, ",")
+}
+
+// TestSIGKILLTakeover kills a serving process with SIGKILL in the middle of
+// a build; a second process takes the task over once the lease lapses.
+func TestSIGKILLTakeover(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	e := newProcEnv(t,
+		scripted.Reply{Delay: time.Minute, Content: "the killed process never gets this"},
+		llmtest.Call("write_file", map[string]string{"path": "c.txt", "content": "c\n"}),
+		llmtest.Call("finish", map[string]string{"summary": "wrote c.txt"}),
+	)
+	first := e.start(t, lease)
+	id, projectID := e.insert(t, "write c.txt")
+	waitFor(t, "the first process's model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 1 })
+
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-first.exited
+	second := e.start(t, lease)
+	waitFor(t, "the task to finish on the second process", 60*time.Second, func() bool {
+		return e.task(t, id).Status.Terminal()
+	})
+	task := e.task(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	var taken time.Time
+	if err := e.pool.QueryRow(t.Context(), `SELECT started_at FROM task_runs WHERE task_id = $1 AND attempt = 2`, id).Scan(&taken); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SIGKILL → second process claimed the task: %s (lease %s; includes its start-up)", taken.Sub(killed), lease)
+	if d := taken.Sub(killed); d > lease+5*time.Second {
+		t.Errorf("takeover took %s, want within lease + 5 s", d)
+	}
+	runs := e.runs(t, id)
+	wantFirst := fmt.Sprintf("-%d", first.cmd.Process.Pid)
+	wantSecond := fmt.Sprintf("-%d", second.cmd.Process.Pid)
+	if parts := strings.Split(runs, ","); len(parts) != 2 || !strings.HasPrefix(parts[0], "interrupted@") || !strings.HasSuffix(parts[0], wantFirst) ||
+		!strings.HasPrefix(parts[1], "succeeded@") || !strings.HasSuffix(parts[1], wantSecond) {
+		t.Errorf("runs = %s, want interrupted on pid %d then succeeded on pid %d", runs, first.cmd.Process.Pid, second.cmd.Process.Pid)
+	}
+	store, err := storage.NewS3(t.Context(), e.s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	files, err := store.List(t.Context(), projectID.String(), "")
+	if err != nil || len(files) != 1 || files[0].Path != "c.txt" {
+		t.Errorf("project files = %+v, %v; want c.txt once", files, err)
+	}
+	// Without checkpoints (a later round) the takeover re-runs the
+	// conversation: 1 lost call + 2 calls on the second process.
+	if got := len(e.llm.Requests()); got != 3 {
+		t.Errorf("model calls = %d, want 3", got)
+	}
+}
+
+// TestSIGTERMDrain sends SIGTERM while a task runs: the process stops taking
+// work, lets the task finish, and exits cleanly; nothing is lost.
+func TestSIGTERMDrain(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t,
+		scripted.Reply{Delay: 1500 * time.Millisecond, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "d.txt", "content": "d\n"}).ToolCalls},
+		llmtest.Call("finish", map[string]string{"summary": "wrote d.txt"}),
+	)
+	p := e.start(t, 30*time.Second)
+	id, _ := e.insert(t, "write d.txt")
+	waitFor(t, "the model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 1 })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	// A task inserted after SIGTERM is not taken by the draining process.
+	late, _ := e.insert(t, "inserted during the drain")
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	select {
+	case <-p.exited:
+		if p.waitErr != nil {
+			t.Fatalf("serve exited with %v", p.waitErr)
+		}
+	case <-ctx.Done():
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	t.Logf("SIGTERM → exit after draining: %s", time.Since(signalled))
+	task := e.task(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status after drain = %s, error %s", task.Status, task.Error)
+	}
+	if runs := e.runs(t, id); !strings.HasPrefix(runs, "succeeded@") || strings.Contains(runs, ",") {
+		t.Errorf("runs = %s, want one succeeded run", runs)
+	}
+	if st := e.task(t, late).Status; st != agentsql.StatusQueued {
+		t.Errorf("late task = %s, want still queued for another replica", st)
+	}
+	if !strings.Contains(p.out.String(), "shutting down") {
+		t.Errorf("no shutdown log line")
+	}
+	if strings.Contains(p.out.String(), "sk-test-not-a-real-key-000000") {
+		t.Error("the API key appeared in the logs")
+	}
+}

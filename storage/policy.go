@@ -1,0 +1,150 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+)
+
+// The file policy the tools apply on top of the path jail (CleanPath):
+// sensitive files are refused for reading and writing, writes are confined
+// to a task's allowed_paths scope, and reads and writes have size caps.
+
+var (
+	// ErrSensitive reports a path that names a secret-bearing file.
+	ErrSensitive = errors.New("sensitive file")
+	// ErrOutOfScope reports a path outside the task's allowed_paths.
+	ErrOutOfScope = errors.New("path outside the task's allowed paths")
+	// ErrTooLarge reports content over a size cap.
+	ErrTooLarge = errors.New("file too large")
+)
+
+// Default size caps of reads and writes.
+const (
+	DefaultMaxReadBytes  = 1 << 20
+	DefaultMaxWriteBytes = 1 << 20
+)
+
+// sensitiveNames are base names refused outright (compared in lower case).
+var sensitiveNames = map[string]bool{
+	".netrc": true, "_netrc": true, ".npmrc": true, ".pypirc": true, ".pgpass": true,
+	".git-credentials": true, ".dockercfg": true, ".htpasswd": true, "credentials": true,
+	"credentials.json": true, "service-account.json": true, "secrets.yml": true, "secrets.yaml": true,
+	"authorized_keys": true, "known_hosts": true, "shadow": true, "master.key": true,
+}
+
+// sensitivePrefixes and sensitiveExts match base names by shape.
+var (
+	sensitivePrefixes = []string{".env", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"}
+	sensitiveExts     = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".asc", ".gpg", ".ppk", ".tfstate", ".tfvars"}
+	// sensitiveDirs are directories whose every file is refused.
+	sensitiveDirs = map[string]bool{".ssh": true, ".gnupg": true, ".aws": true, ".docker": true, ".kube": true}
+)
+
+// CheckSensitive returns an error wrapping ErrSensitive when the
+// project-relative path p names a file that commonly holds secrets: .env*,
+// private keys and certificates (*.pem, *.key, *.p12, *.pfx, id_rsa*, …),
+// credential stores (.netrc, .npmrc, .git-credentials, …), or anything under
+// .ssh, .gnupg, .aws, .docker or .kube. Case does not matter.
+func CheckSensitive(p string) error {
+	lower := strings.ToLower(p)
+	segs := strings.Split(lower, "/")
+	for _, dir := range segs[:len(segs)-1] {
+		if sensitiveDirs[dir] {
+			return fmt.Errorf("%s: inside %s/: %w", p, dir, ErrSensitive)
+		}
+	}
+	base := segs[len(segs)-1]
+	if sensitiveNames[base] {
+		return fmt.Errorf("%s: %w", p, ErrSensitive)
+	}
+	for _, pre := range sensitivePrefixes {
+		if strings.HasPrefix(base, pre) {
+			return fmt.Errorf("%s: %s* files hold secrets: %w", p, pre, ErrSensitive)
+		}
+	}
+	for _, ext := range sensitiveExts {
+		if strings.HasSuffix(base, ext) {
+			return fmt.Errorf("%s: *%s files hold keys or secrets: %w", p, ext, ErrSensitive)
+		}
+	}
+	return nil
+}
+
+// Scope is a task's allowed_paths: globs over project-relative paths, where
+// "*", "?" and "[…]" match within one segment and "**" matches any number
+// of segments ("src/**", "**/*.go", "docs/*.md"). The empty scope allows
+// every path.
+type Scope struct {
+	patterns [][]string
+}
+
+// NewScope validates the patterns.
+func NewScope(patterns []string) (*Scope, error) {
+	s := &Scope{}
+	for _, p := range patterns {
+		clean, err := CleanDir(strings.TrimSpace(p))
+		if err != nil || clean == "" {
+			return nil, fmt.Errorf("allowed path %q: not a project-relative pattern", p)
+		}
+		segs := strings.Split(clean, "/")
+		for _, seg := range segs {
+			if seg == "**" {
+				continue
+			}
+			if strings.Contains(seg, "**") {
+				return nil, fmt.Errorf("allowed path %q: ** must be a whole segment", p)
+			}
+			if _, err := path.Match(seg, ""); err != nil {
+				return nil, fmt.Errorf("allowed path %q: %w", p, err)
+			}
+		}
+		s.patterns = append(s.patterns, segs)
+	}
+	return s, nil
+}
+
+// Check returns an error wrapping ErrOutOfScope unless p, a cleaned
+// project-relative path, matches one of the patterns.
+func (s *Scope) Check(p string) error {
+	if s == nil || len(s.patterns) == 0 {
+		return nil
+	}
+	segs := strings.Split(p, "/")
+	for _, pat := range s.patterns {
+		if matchSegs(pat, segs) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %w", p, ErrOutOfScope)
+}
+
+func matchSegs(pat, segs []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for i := 0; i <= len(segs); i++ {
+				if matchSegs(pat[1:], segs[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(segs) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], segs[0]); !ok {
+			return false
+		}
+		pat, segs = pat[1:], segs[1:]
+	}
+	return len(segs) == 0
+}
+
+// CheckSize returns an error wrapping ErrTooLarge when n bytes exceed max.
+func CheckSize(p string, n, max int64) error {
+	if n > max {
+		return fmt.Errorf("%s: %d bytes, over the %d-byte cap: %w", p, n, max, ErrTooLarge)
+	}
+	return nil
+}

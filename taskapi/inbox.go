@@ -1,0 +1,111 @@
+package taskapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/auth"
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// inboxItem is an inbox item as the API shows it.
+type inboxItem struct {
+	ID         uuid.UUID  `json:"id"`
+	ProjectID  uuid.UUID  `json:"project_id"`
+	TaskID     *uuid.UUID `json:"task_id,omitempty"`
+	RunID      *uuid.UUID `json:"run_id,omitempty"`
+	Kind       string     `json:"kind"`
+	Reason     string     `json:"reason"`
+	Title      string     `json:"title"`
+	Content    string     `json:"content"`
+	Status     string     `json:"status"`
+	Answer     *string    `json:"answer,omitempty"`
+	Resolver   *string    `json:"resolver,omitempty"`
+	Version    int        `json:"version"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+}
+
+func toItem(i agentsql.InboxItem) inboxItem {
+	return inboxItem{ID: i.ID, ProjectID: i.ProjectID, TaskID: i.TaskID, RunID: i.RunID, Kind: i.Kind, Reason: i.Reason,
+		Title: i.Title, Content: i.Content, Status: i.Status, Answer: i.Answer, Resolver: i.Resolver, Version: i.Version,
+		CreatedAt: i.CreatedAt, ResolvedAt: i.ResolvedAt}
+}
+
+// listInbox serves GET /v1/projects/{project_id}/inbox[?all=true&limit=n]:
+// the project's open items (all items with all=true), newest first.
+func (a *API) listInbox(w http.ResponseWriter, r *http.Request) {
+	projectID, err := uuid.Parse(r.PathValue("project_id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeValidation, "project id is not a uuid")
+		return
+	}
+	if _, err := a.verifier.Authorize(r, projectID.String()); err != nil {
+		auth.WriteError(w, err)
+		return
+	}
+	limit := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > 1000 {
+			writeError(w, http.StatusBadRequest, CodeValidation, "limit must be 1 to 1000")
+			return
+		}
+	}
+	items, err := agentsql.ListInbox(r.Context(), a.pool, projectID, r.URL.Query().Get("all") != "true", limit)
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	out := make([]inboxItem, len(items))
+	for i, it := range items {
+		out[i] = toItem(it)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": out})
+}
+
+// closeInbox serves POST /v1/inbox/{id}/close for items that need no
+// answer; a question the agent asked is answered with POST
+// /v1/tasks/{task_id}/answer, which also resumes the task.
+func (a *API) closeInbox(w http.ResponseWriter, r *http.Request) {
+	claims, err := a.verifier.FromRequest(r)
+	if err != nil {
+		auth.WriteError(w, err)
+		return
+	}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeValidation, "inbox item id is not a uuid")
+		return
+	}
+	item, err := agentsql.GetInboxItem(r.Context(), a.pool, id)
+	if errors.Is(err, agentsql.ErrInboxItemNotFound) {
+		writeError(w, http.StatusNotFound, CodeNotFound, "inbox item not found")
+		return
+	}
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	if !claims.CanAccess(item.ProjectID.String()) {
+		auth.WriteError(w, auth.ErrForbidden)
+		return
+	}
+	if item.Kind == agentsql.InboxAwaitUserInput && item.Reason == "question" && item.Status == "open" {
+		writeError(w, http.StatusConflict, CodeAnswerRequired, "this item is a question: answer it with POST /v1/tasks/{task_id}/answer")
+		return
+	}
+	closed, err := agentsql.CloseInboxItem(r.Context(), a.pool, id, actor(claims))
+	if errors.Is(err, agentsql.ErrInboxItemNotFound) {
+		writeError(w, http.StatusConflict, CodeIllegal, "inbox item is already closed")
+		return
+	}
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toItem(closed))
+}
