@@ -1,0 +1,4 @@
+package redact
+
+// ApplyRulesForTest runs every rule, without the trigger pre-check.
+var ApplyRulesForTest = applyRules
