@@ -29,7 +29,7 @@ func instantModel() scripted.Responder {
 	})
 }
 
-// iterationsModel calls list_files n times, then finish.
+// iterationsModel calls list_files n times (on different paths), then finish.
 func iterationsModel(n int) scripted.Responder {
 	return scripted.Func(func(req *scripted.Request) scripted.Reply {
 		calls := 0
@@ -37,7 +37,9 @@ func iterationsModel(n int) scripted.Responder {
 			calls += len(m.ToolCalls)
 		}
 		if calls < n {
-			return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "list_files", Arguments: `{}`}}}
+			// A different directory each time: the loop stops a model that
+			// repeats itself.
+			return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "list_files", Arguments: fmt.Sprintf(`{"path":"dir%d"}`, calls)}}}
 		}
 		return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"done"}`}}}
 	})

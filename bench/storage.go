@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/agentworker/agentworker/handlers/projectctx"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/storage"
 )
@@ -74,7 +75,7 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	n = searchN
 	if reg.Has("edit_file") {
 		if r.ToolCallMS.Edit, err = call("edit_file", func(i int) any {
-			return map[string]any{"path": benchFile(i % 2000), "old_string": fmt.Sprintf("value: %d,", i%2000), "new_string": fmt.Sprintf("value: %d,", i%2000)}
+			return map[string]any{"path": benchFile(i % 2000), "old_string": fmt.Sprintf("value: %d,", i%2000), "new_string": fmt.Sprintf("value: %d, // edited", i%2000)}
 		}); err != nil {
 			return err
 		}
@@ -114,12 +115,12 @@ func seedProject(ctx context.Context, store storage.Store, n int) (string, error
 }
 
 // contextBuildMS is the median time to build a task's context: what the
-// runner's load_context stage does.
+// runner's load_context stage does (projectctx.Build with its defaults).
 func contextBuildMS(ctx context.Context, store storage.Store, project string, reps int) (float64, error) {
 	var samples []time.Duration
 	for range reps {
 		t0 := time.Now()
-		if _, err := store.List(ctx, project, ""); err != nil {
+		if _, err := projectctx.Build(ctx, store, project, projectctx.Options{}); err != nil {
 			return 0, err
 		}
 		samples = append(samples, time.Since(t0))
