@@ -29,7 +29,7 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	if opts.Quick {
 		dur = 2 * time.Second
 	}
-	db, err := newDatabase(ctx, opts.AdminURL, 120)
+	db, err := newDatabase(ctx, opts.AdminURL, 30) // the server may allow only 100 clients in all
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/agentworker/agentworker/bench"
+	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/s3test"
+)
+
+// TestBenchQuickSmoke runs `agentworker bench --quick --json`, the CI smoke
+// check of the benchmark: every figure is measured (non-zero). Speed
+// targets are not asserted here: they are the benchmark's to report.
+func TestBenchQuickSmoke(t *testing.T) {
+	t.Parallel()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := s3test.Config(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--json")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbtest.NewURL(t), "S3_ENDPOINT="+s3.Endpoint, "S3_ACCESS_KEY="+s3.AccessKey,
+		"S3_SECRET_KEY="+s3.SecretKey, "S3_BUCKET="+s3.Bucket, "LOG_LEVEL=error", "OPENAI_BASE_URL=", "OPENAI_API_KEY=")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("bench: %v\n%s", err, stderr)
+	}
+	var r bench.Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out, err)
+	}
+	for name, v := range map[string]float64{
+		"latency_ms.p50": r.LatencyMS.P50, "river_latency_ms.p50": r.RiverLatencyMS.P50,
+		"tasks_per_s": r.TasksPerS, "river_jobs_per_s": r.RiverJobsPerS, "river_same_writes_per_s": r.RiverSameWritesPerS,
+		"event_receipt_ms.p99": r.EventReceiptMS.P99, "sse_receipt_ms.p99": r.SSEReceiptMS.P99,
+		"context_build_ms.files_200": r.ContextBuildMS.Files200, "context_build_ms.files_2000": r.ContextBuildMS.Files2000,
+		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50,
+		"tool_call_ms.edit.p50": r.ToolCallMS.Edit.P50, "loop_overhead_ms": r.LoopOverheadMS,
+		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
+	} {
+		if v <= 0 {
+			t.Errorf("%s = %v, want a measured figure", name, v)
+		}
+	}
+	t.Logf("bench --quick: %s", out)
+}
