@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -224,5 +225,30 @@ func TestBudgetPausesTheTask(t *testing.T) {
 		if _, _, err := h.store.Read(t.Context(), projectID.String(), f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+func TestStuckAlertFromTheLoop(t *testing.T) {
+	t.Parallel()
+	same := llmtest.Call("read_file", map[string]string{"path": "missing.txt"})
+	h := setup(t, setupOpts{responder: scripted.Queue(
+		llmtest.Call("list_files", "{}"), same, llmtest.Call("list_files", "{}"), same,
+	)})
+	id := h.insertTask(t, uuid.New(), "build", "loop forever")
+	evs, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusFailed {
+		t.Fatalf("status = %s", task.Status)
+	}
+	var alerts []string
+	for _, l := range payloadsOf[events.Log](t, evs) {
+		if kind, ok := l.Metadata["alert"].(string); ok {
+			alerts = append(alerts, kind)
+		}
+	}
+	if strings.Join(alerts, ",") != handlers.AlertRepeat {
+		t.Errorf("alerts = %v, want one %s", alerts, handlers.AlertRepeat)
+	}
+	if items := h.openItems(t, id, handlers.AlertRepeat); len(items) != 1 || items[0].Title != "Task looks stuck" {
+		t.Errorf("open stuck_repeat items = %+v, want one", items)
 	}
 }
