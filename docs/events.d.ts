@@ -19,7 +19,7 @@ export interface BaseAgentEvent {
 
 /** AgentPhase marks a change of agent phase or task lifecycle. */
 export interface AgentPhasePayload {
-  phase: "planner" | "coder" | "reviewer" | "debugger" | "started" | "completed" | "failed" | "retrying" | "cancelled" | "blocked";
+  phase: "planner" | "coder" | "reviewer" | "debugger" | "started" | "completed" | "failed" | "retrying" | "cancelled" | "blocked" | "paused" | "awaiting_input";
   /** enter | exit */
   action?: "enter" | "exit";
   /** the task status after this phase */

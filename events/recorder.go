@@ -102,6 +102,13 @@ func (r *Recorder) Flush(ctx context.Context) ([]Event, error) {
 
 // Emit writes the queued payloads, then ps, in order, in one statement.
 func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
+	return r.EmitIn(ctx, r.db, ps...)
+}
+
+// EmitIn is Emit through db, a transaction that writes what belongs with
+// the events (a loop's checkpoint). Should the transaction roll back after
+// the statement succeeded, its events are lost with it.
+func (r *Recorder) EmitIn(ctx context.Context, db agentsql.DBTX, ps ...Payload) ([]Event, error) {
 	r.mu.Lock()
 	if len(r.buffered) > 0 {
 		ps = append(r.buffered, ps...)
@@ -121,7 +128,7 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 		// Secrets never reach the timeline, whatever the payload carries.
 		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
-	rows, err := agentsql.InsertEvents(ctx, r.db, r.taskID, r.projectID, evs)
+	rows, err := agentsql.InsertEvents(ctx, db, r.taskID, r.projectID, evs)
 	if err != nil {
 		// Keep them for the next write (the failure path records an error
 		// event): a timeline may be late, never missing events.

@@ -47,6 +47,13 @@ const (
 	// PhaseBlocked: the task stopped because a result did not meet its
 	// expectation; it needs a person (retry after a fix).
 	PhaseBlocked = "blocked"
+	// PhasePaused: the task stopped at an iteration boundary (a pause
+	// request, a spent budget) and waits for a resume; its checkpoint keeps
+	// its place.
+	PhasePaused = "paused"
+	// PhaseAwaitingInput: the agent asked the user a question
+	// (request_input) and waits for the answer.
+	PhaseAwaitingInput = "awaiting_input"
 )
 
 // AgentPhase marks a change of agent phase or task lifecycle.

@@ -24,6 +24,7 @@ const ReasonStaticChecks = "static_checks"
 type build struct {
 	r     *Runner
 	task  agentsql.Task
+	at    Attempt
 	rec   *events.Recorder
 	store storage.Store  // the change set for builds, else the project store
 	cs    *changeset.Set // nil for chat and plan tasks
@@ -100,6 +101,9 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 			return final, messages, nil
 		}
 		var term *TerminationError
+		if errors.As(err, new(*Suspension)) {
+			return "", messages, err
+		}
 		if !errors.As(err, &term) || !(term.repairable() || term.Reason == ReasonStaticChecks) || ctx.Err() != nil {
 			return "", messages, b.repairFailed(ctx, err)
 		}
@@ -129,6 +133,12 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 		}
 		messages = append(messages, llm.Message{Role: llm.RoleUser, Content: msg})
 		b.lp.grant(b.r.cfg.RepairBudget)
+		if b.lp.after != nil {
+			// The repair message belongs to the conversation a later attempt continues.
+			if err := b.lp.after(ctx, messages); err != nil {
+				return "", messages, err
+			}
+		}
 	}
 }
 

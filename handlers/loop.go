@@ -11,12 +11,12 @@ import (
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/llm"
+	agentsql "github.com/agentworker/agentworker/sql"
 )
 
 // Termination reasons of TerminationError.
 const (
-	ReasonMaxIterations = "max_iterations"
-	ReasonToolFailures  = "tool_failures"
+	ReasonToolFailures = "tool_failures"
 	// ReasonOscillation: the same call with the same arguments 3 times in
 	// the last 5 calls (reads count as the same only while the project did
 	// not change), or two calls alternating A, B, A, B.
@@ -65,6 +65,31 @@ type loop struct {
 	// finishChecked is set when beforeFinish accepted the finish.
 	finishChecked bool
 
+	// before, when set, runs at the top of every iteration; a *Suspension
+	// from it (a pause request) stops the loop there.
+	before func(ctx context.Context) error
+	// after, when set, runs after every finished iteration with the
+	// conversation: the checkpoint.
+	after func(ctx context.Context, messages []llm.Message) error
+	// alert, when set, raises a stuck alert of a kind (stuck_repeat,
+	// stuck_errors) once per run.
+	alert func(ctx context.Context, kind, detail string) error
+	// budget stops the loop with a budget suspension when spent; the
+	// iteration budget is maxIterations.
+	budget Budget
+	price  llm.Price
+	cost   float64
+	// recorded is the usage and cost already counted on the task's run
+	// (by checkpoints, or by earlier attempts).
+	recorded     llm.Usage
+	recordedCost float64
+	// granted is the iteration cap a repair attempt raised maxIterations to.
+	granted int
+	// pending is the request_input call waiting for the user's answer.
+	pending  *pendingInput
+	outcomes []bool          // success of the last calls, for the error rate
+	alerted  map[string]bool // alert kinds raised this run
+
 	history     []string          // signatures of the calls made
 	writes      int               // successful write calls so far
 	summaries   map[string]string // tool_call_id → one-line result
@@ -77,14 +102,25 @@ type loop struct {
 // fresh failure and oscillation counters.
 func (l *loop) grant(budget int) {
 	l.maxIterations = max(l.maxIterations, l.iterations+budget)
+	l.granted = l.maxIterations
 	l.consecutive = 0
 	l.history = nil
 }
 
 // run drives the conversation until the model finishes (a reply without
-// tool calls, or the finish tool), and returns the final text.
+// tool calls, or the finish tool), and returns the final text. A
+// *Suspension stops it at an iteration boundary: a pause request, a spent
+// budget, or a question for the user.
 func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
-	for l.iterations < l.maxIterations {
+	for {
+		if l.before != nil {
+			if err := l.before(ctx); err != nil {
+				return "", messages, err
+			}
+		}
+		if s := l.spent(); s != nil {
+			return "", messages, s
+		}
 		l.iterations++
 		if _, err := l.rec.Emit(ctx,
 			events.Progress{Kind: events.KindIterationStart, Iteration: l.iterations, TotalIterations: l.maxIterations},
@@ -112,28 +148,110 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 			if err != nil {
 				return "", messages, err
 			}
+			if res.Question != "" {
+				// The answer becomes this call's result when the task resumes;
+				// the calls after it wait for the answer too.
+				messages = notRun(messages, resp.Message.ToolCalls[i+1:], "not run: the task waited for the user's answer; call again if still needed")
+				l.pending = &pendingInput{ToolCallID: call.ID, Question: res.Question}
+				return "", messages, &Suspension{Status: agentsql.StatusAwaitingInput, Code: CodeAwaitingInput,
+					Reason: ReasonQuestion, Message: res.Question}
+			}
 			messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: res.Output})
 			if res.Finished {
 				s := res.Summary
 				finished = &s
 			}
 			term := l.account(call, res)
+			if err := l.watch(ctx, term); err != nil {
+				return "", messages, err
+			}
 			if term != nil {
 				// Answer the calls not run, so the conversation stays valid
 				// for a repair attempt.
-				for _, rest := range resp.Message.ToolCalls[i+1:] {
-					messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: rest.ID,
-						Content: `{"success":false,"error":"not run: the loop was stopped"}`})
-				}
+				messages = notRun(messages, resp.Message.ToolCalls[i+1:], "not run: the loop was stopped")
 				return "", messages, term
 			}
 		}
 		if finished != nil {
 			return *finished, messages, nil
 		}
+		if l.after != nil {
+			if err := l.after(ctx, messages); err != nil {
+				return "", messages, err
+			}
+		}
 	}
-	return "", messages, &TerminationError{Reason: ReasonMaxIterations,
-		Detail: fmt.Sprintf("the model did not finish within %d iterations", l.maxIterations)}
+}
+
+func notRun(messages []llm.Message, calls []llm.ToolCall, why string) []llm.Message {
+	body, _ := json.Marshal(map[string]any{"success": false, "error": why})
+	for _, c := range calls {
+		messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: string(body)})
+	}
+	return messages
+}
+
+// spent returns a budget suspension when the loop used up its iterations,
+// tokens or cost.
+func (l *loop) spent() *Suspension {
+	switch {
+	case l.iterations >= l.maxIterations:
+		return budgetSuspension("max_iterations", fmt.Sprintf("the iteration budget of %d is spent", l.maxIterations))
+	case l.budget.MaxTokens > 0 && l.usage.TotalTokens >= l.budget.MaxTokens:
+		return budgetSuspension("max_tokens", fmt.Sprintf("the token budget of %d is spent (%d used)", l.budget.MaxTokens, l.usage.TotalTokens))
+	case l.budget.MaxCostUSD > 0 && l.cost >= l.budget.MaxCostUSD:
+		return budgetSuspension("max_cost", fmt.Sprintf("the cost budget of $%.4f is spent ($%.4f used)", l.budget.MaxCostUSD, l.cost))
+	}
+	return nil
+}
+
+// unrecorded is the spend not yet counted on the task's run.
+func (l *loop) unrecorded() agentsql.Spend {
+	return agentsql.Spend{TokensIn: l.usage.PromptTokens - l.recorded.PromptTokens,
+		TokensOut: l.usage.CompletionTokens - l.recorded.CompletionTokens, Cost: l.cost - l.recordedCost}
+}
+
+// markRecorded notes that the spend so far is counted.
+func (l *loop) markRecorded() {
+	l.recorded, l.recordedCost = l.usage, l.cost
+}
+
+// Error-rate alert: at least errorAlertFailed of the last errorAlertWindow
+// tool calls failed.
+const (
+	errorAlertWindow = 10
+	errorAlertFailed = 6
+)
+
+// watch raises the stuck alerts a call's outcome calls for: repeated
+// actions (oscillation) and a high tool error rate.
+func (l *loop) watch(ctx context.Context, term *TerminationError) error {
+	if l.alert == nil {
+		return nil
+	}
+	failed := 0
+	for _, ok := range l.outcomes {
+		if !ok {
+			failed++
+		}
+	}
+	kind, detail := "", ""
+	switch {
+	case term != nil && term.Reason == ReasonOscillation:
+		kind, detail = AlertRepeat, term.Detail
+	case term != nil && term.Reason == ReasonToolFailures:
+		kind, detail = AlertErrors, term.Detail
+	case len(l.outcomes) >= errorAlertWindow && failed >= errorAlertFailed:
+		kind, detail = AlertErrors, fmt.Sprintf("%d of the last %d tool calls failed", failed, len(l.outcomes))
+	}
+	if kind == "" || l.alerted[kind] {
+		return nil
+	}
+	if l.alerted == nil {
+		l.alerted = map[string]bool{}
+	}
+	l.alerted[kind] = true
+	return l.alert(ctx, kind, detail)
 }
 
 // account records a call's outcome and returns a TerminationError when the
@@ -149,6 +267,10 @@ func (l *loop) account(call llm.ToolCall, res tools.Result) *TerminationError {
 		sig += fmt.Sprintf("@%d", l.writes)
 	}
 	l.history = append(l.history, sig)
+	l.outcomes = append(l.outcomes, res.Success)
+	if len(l.outcomes) > errorAlertWindow {
+		l.outcomes = l.outcomes[1:]
+	}
 	if res.Success {
 		l.consecutive = 0
 		if len(res.Changes) > 0 {
@@ -302,6 +424,7 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 		return llm.Response{}, streamErr
 	}
 	l.usage = l.usage.Add(resp.Usage)
+	l.cost += l.price.Cost(resp.Usage)
 	if resp.ToolChoiceFallback && !l.toolChoiceFallback {
 		l.toolChoiceFallback = true
 		l.rec.Add(events.Log{Level: events.LevelWarn,

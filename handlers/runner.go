@@ -61,7 +61,9 @@ const (
 
 // Config tunes the runner.
 type Config struct {
-	// MaxIterations caps LLM calls per task. Defaults to 25.
+	// MaxIterations caps LLM calls per task: the default iteration budget,
+	// reaching which pauses the task (input.budget.max_iterations
+	// overrides it). Defaults to 25.
 	MaxIterations int
 	// MaxToolFailures ends the loop after this many failed tool calls in a
 	// row. Defaults to 3.
@@ -81,6 +83,13 @@ type Config struct {
 	// ContextTokens is the estimated conversation size above which old
 	// tool outputs are condensed. Defaults to 60000.
 	ContextTokens int
+	// Budget is the default budget of a task; input.budget overrides it
+	// field by field. Its MaxIterations is ignored: MaxIterations is the
+	// default iteration budget. Defaults to no token or cost limit.
+	Budget Budget
+	// Prices prices the model's usage for task cost and cost budgets.
+	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
+	Prices llm.Prices
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ContextTokens <= 0 {
 		c.ContextTokens = 60000
+	}
+	if c.Prices == nil {
+		c.Prices = llm.DefaultPrices()
 	}
 	return c
 }
@@ -194,13 +206,15 @@ func (e *taskError) Unwrap() error { return e.err }
 
 // Result is what a succeeded task writes to ai_tasks.result.
 type Result struct {
-	Summary            string       `json:"summary"`
-	FilesChanged       []FileChange `json:"filesChanged"`
-	Iterations         int          `json:"iterations"`
-	Usage              llm.Usage    `json:"usage"`
-	Model              string       `json:"model"`
-	PromptVersion      string       `json:"promptVersion"`
-	ToolChoiceFallback bool         `json:"toolChoiceFallback,omitempty"`
+	Summary      string       `json:"summary"`
+	FilesChanged []FileChange `json:"filesChanged"`
+	Iterations   int          `json:"iterations"`
+	Usage        llm.Usage    `json:"usage"`
+	// CostUSD is the priced usage of every attempt (LLM_PRICES).
+	CostUSD            float64 `json:"costUsd,omitempty"`
+	Model              string  `json:"model"`
+	PromptVersion      string  `json:"promptVersion"`
+	ToolChoiceFallback bool    `json:"toolChoiceFallback,omitempty"`
 	// Checks is the outcome of the static checks of a build's changes.
 	Checks *verify.Report `json:"checks,omitempty"`
 	// RepairAttempts is the number of self-repair attempts the build needed.
@@ -233,7 +247,13 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
 		slog.String("run_id", RunID(task)), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
 
-	b := &build{r: r, task: task, rec: rec, store: r.deps.Store}
+	b := &build{r: r, task: task, at: at, rec: rec, store: r.deps.Store}
+	// A checkpoint means an earlier attempt got somewhere: continue from it
+	// (and keep its change set) instead of starting over.
+	cp, resumed, err := agentsql.LoadCheckpoint(ctx, r.deps.Pool, task.ID)
+	if err != nil {
+		return r.fail(ctx, rec, log, task, at, nil, nil, err)
+	}
 	if spec.taskType == "build" {
 		cs, status, err := changeset.Open(ctx, r.deps.Pool, r.deps.Store, task.ID, task.ProjectID)
 		if err != nil {
@@ -243,19 +263,20 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			// An earlier attempt succeeded and crashed while applying.
 			return r.resumeApply(ctx, rec, log, task, at, cs)
 		}
-		if err := cs.Reset(ctx); err != nil {
-			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+		if !resumed {
+			if err := cs.Reset(ctx); err != nil {
+				return r.fail(ctx, rec, log, task, at, nil, nil, err)
+			}
 		}
 		b.cs, b.store = cs, cs
 	}
-
 	var (
 		final    string
 		messages []llm.Message
 		lp       *loop
 		plan     *Plan
 	)
-	err := func() error {
+	err = func() error {
 		var pctx prompts.Context
 		if err := stage(ctx, rec, StageLoadContext, func() (err error) {
 			if strings.TrimSpace(task.Prompt) == "" {
@@ -285,16 +306,32 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return &taskError{CodeInternal, err}
 		}
+		pol, err := r.policyOf(task)
+		if err != nil {
+			return err
+		}
+		price, _ := r.cfg.Prices.Lookup(r.deps.LLM.Model())
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
 			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
-				Cache: tools.NewCache(searchCacheBytes), Images: r.deps.LLM},
-			maxIterations: r.cfg.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
+				Cache: tools.NewCache(searchCacheBytes), Images: r.deps.LLM, Scope: pol.scope},
+			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
+			budget: pol.budget, price: price,
 		}
 		b.lp = lp
+		lp.before, lp.alert = b.beforeIteration, b.alert
+		if b.plan == nil {
+			// A plan-driven build resumes by its recorded decisions instead.
+			lp.after = b.checkpoint
+		}
 		if b.cs != nil {
 			lp.beforeFinish = b.checkBeforeFinish
+		}
+		if resumed && b.plan == nil {
+			if messages, err = b.resumeFrom(ctx, cp); err != nil {
+				return err
+			}
 		}
 		if err := stage(ctx, rec, StageAgentLoop, func() error {
 			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter"})
@@ -331,19 +368,23 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			return nil
 		})
 	}()
+	var susp *Suspension
+	if errors.As(err, &susp) && lp != nil {
+		return r.suspend(ctx, log, b, messages, susp)
+	}
 	if err != nil {
 		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
-		Usage: lp.usage, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
+		Usage: lp.usage, CostUSD: lp.cost, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
 		Checks: b.checks, RepairAttempts: b.repairs, Plan: plan}
 	// What is still queued precedes the result's events, written in their
 	// own transaction.
 	if _, err := rec.Flush(ctx); err != nil {
 		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
-	if err := r.writeResult(ctx, task, at, res, b.cs); err != nil {
+	if err := r.writeResult(ctx, task, at, res, lp.unrecorded(), b.cs); err != nil {
 		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
 	log.InfoContext(ctx, "task succeeded", slog.Int("iterations", lp.iterations), slog.Int64("tokens", lp.usage.TotalTokens))
@@ -378,7 +419,7 @@ func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task a
 // writeResult applies a build's change set and moves the task to
 // succeeded, writing the closing events in the same transaction, so a
 // reader never sees one without the other.
-func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt, res Result, cs *changeset.Set) error {
+func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt, res Result, spend agentsql.Spend, cs *changeset.Set) error {
 	var applied []agentsql.ChangeEntry
 	if cs != nil {
 		entries, err := cs.Entries(ctx)
@@ -405,7 +446,7 @@ func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt
 		}
 		ctx = actx
 	}
-	return r.finishSucceeded(ctx, task, at, body, res.Usage, res.Model, res.Summary, len(applied), cs != nil)
+	return r.finishSucceeded(ctx, task, at, body, spend, res.Model, res.Summary, len(applied), cs != nil)
 }
 
 // resumeApply finishes a change set an earlier attempt began to apply.
@@ -429,13 +470,14 @@ func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slo
 	_ = json.Unmarshal(body, &res)
 	log.InfoContext(ctx, "finished applying the change set of an interrupted attempt", slog.Int("files", len(entries)))
 	// The usage was counted by the attempt that made the changes.
-	if err := r.finishSucceeded(actx, task, at, body, llm.Usage{}, res.Model, res.Summary, len(entries), true); err != nil {
+	if err := r.finishSucceeded(actx, task, at, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
 		return r.fail(ctx, rec, log, task, at, nil, nil, err)
 	}
 	return nil
 }
 
-func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, usage llm.Usage, model, summary string, applied int, hasSet bool) error {
+// spend is the usage not yet counted by checkpoints.
+func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
 	return pgx.BeginFunc(ctx, r.deps.Pool, func(tx pgx.Tx) error {
 		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
 		if _, err := rec.Emit(ctx, events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}); err != nil {
@@ -452,7 +494,7 @@ func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Att
 		}
 		if _, err := agentsql.FinishTask(ctx, tx, task.ID, at.JobID, agentsql.Outcome{
 			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
-			TokensIn: usage.PromptTokens, TokensOut: usage.CompletionTokens, Model: model,
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
 		}); err != nil {
 			return err
 		}
@@ -481,37 +523,40 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	if _, err := rec.Flush(context.WithoutCancel(ctx)); err != nil {
 		log.ErrorContext(ctx, "write queued events", slog.String("err", err.Error()))
 	}
-	if cs != nil {
-		// Whatever happens next, this attempt's changes are not applied:
-		// the project stays as it was. (A set already applying is kept.)
+	var spend agentsql.Spend
+	if lp != nil {
+		spend = lp.unrecorded()
+	}
+	discard := func() {
+		if cs == nil {
+			return
+		}
+		// The task ends: its changes are not applied, the project stays as
+		// it was. (A set already applying is kept.)
 		if err := cs.Discard(context.WithoutCancel(ctx)); err != nil {
 			log.ErrorContext(ctx, "discard change set", slog.String("err", err.Error()))
 		}
 	}
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
-		// Cancelled or paused by a control action (agentworker_control_task),
-		// which already moved the task and closed the run: keep the usage
-		// spent so far, and stop without recording a failure.
-		if lp != nil {
-			if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, task.ID, task.Attempt,
-				lp.usage.PromptTokens, lp.usage.CompletionTokens); err != nil {
-				log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
-			}
+		// Cancelled by a control action (agentworker_control_task), which
+		// already moved the task and closed the run: keep the usage spent
+		// since the last checkpoint, and stop without recording a failure.
+		discard()
+		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, task.ID, task.Attempt, spend); err != nil {
+			log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
 		}
 		log.InfoContext(ctx, "task stopped by a control action")
 		return river.JobCancel(fmt.Errorf("task %s stopped by a control action: %w", task.ID, cause))
 	}
 	if ctx.Err() != nil {
-		// Shutdown or job cancellation: River decides what happens next.
+		// Shutdown, a lost lease or the job's timeout: the checkpoint and
+		// the change set stay for the next attempt, which River or another
+		// replica starts.
 		return fmt.Errorf("run task %s: %w", task.ID, cause)
 	}
 	code, msg := classify(cause)
 	msg = redact.String(msg) // it goes to the task's error, its run and an event
 	transient := llm.IsTransient(cause) || isStorageTransient(cause)
-	var usage llm.Usage
-	if lp != nil {
-		usage = lp.usage
-	}
 	wctx := context.WithoutCancel(ctx)
 	if transient && at.Number < at.MaxAttempts {
 		_, err := rec.Emit(wctx,
@@ -521,11 +566,15 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		if err != nil {
 			log.ErrorContext(ctx, "record retry", slog.String("err", err.Error()))
 		}
-		if err := agentsql.RetryRun(wctx, r.deps.Pool, task.ID, task.Attempt, code, msg, usage.PromptTokens, usage.CompletionTokens); err != nil {
+		// The checkpoint and change set stay: the retry continues from them.
+		if err := agentsql.RetryRun(wctx, r.deps.Pool, task.ID, task.Attempt, code, msg, spend); err != nil {
 			log.ErrorContext(ctx, "record retry", slog.String("err", err.Error()))
+		} else if lp != nil {
+			lp.markRecorded()
 		}
 		return fmt.Errorf("run task %s (attempt %d): %w", task.ID, at.Number, cause)
 	}
+	discard()
 	body, _ := json.Marshal(TaskError{Code: code, Message: msg, Recoverable: transient, Attempt: at.Number})
 	status, phase := agentsql.StatusFailed, events.PhaseFailed
 	if code == CodeExpectationMismatch {
@@ -538,7 +587,7 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		}
 		if _, err := agentsql.FinishTask(wctx, tx, task.ID, at.JobID, agentsql.Outcome{
 			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
-			TokensIn: usage.PromptTokens, TokensOut: usage.CompletionTokens, Model: r.deps.LLM.Model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
 		}); err != nil {
 			return err
 		}

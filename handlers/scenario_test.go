@@ -443,7 +443,10 @@ func TestExpectationMismatchBlocksTheTask(t *testing.T) {
 	}
 }
 
-func TestCancelMidBuildLeavesTheProjectUnchanged(t *testing.T) {
+// TestShutdownMidBuildKeepsTheChangeSet stops the worker with no grace
+// while a build thinks: nothing reaches the project, and the staged changes
+// and the checkpoint stay for the attempt that continues the task.
+func TestShutdownMidBuildKeepsTheChangeSet(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []scripted.Reply{
 		call("write_file", m{"path": "new.txt", "content": "new\n"}),
@@ -459,7 +462,8 @@ func TestCancelMidBuildLeavesTheProjectUnchanged(t *testing.T) {
 		}
 		return staged == 2
 	})
-	// Cancel the running job the way shutdown does: stop with no grace.
+	waitFor(t, "the third model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 3 })
+	// Stop with no grace, as a shutdown whose drain timed out does.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
 	defer cancel()
 	<-ctx.Done()
@@ -468,17 +472,29 @@ func TestCancelMidBuildLeavesTheProjectUnchanged(t *testing.T) {
 	}
 	files := h.files(t)
 	if len(files) != 1 || files["a.txt"] != "old\n" {
-		t.Fatalf("project after cancel = %v", files)
+		t.Fatalf("project after shutdown = %v", files)
 	}
 	var status string
-	var entries int
-	if err := h.pool.QueryRow(t.Context(), `SELECT status, (SELECT count(*) FROM change_set_entries WHERE task_id = $1) FROM change_sets WHERE task_id = $1`, id).Scan(&status, &entries); err != nil {
+	var entries, iteration int
+	if err := h.pool.QueryRow(t.Context(), `SELECT status, (SELECT count(*) FROM change_set_entries WHERE task_id = $1),
+		(SELECT iteration FROM task_checkpoints WHERE task_id = $1) FROM change_sets WHERE task_id = $1`, id).Scan(&status, &entries, &iteration); err != nil {
 		t.Fatal(err)
 	}
-	if status != agentsql.ChangeSetDiscarded || entries != 0 {
-		t.Errorf("change set %s with %d entries, want discarded and empty", status, entries)
+	if status != agentsql.ChangeSetOpen || entries != 2 || iteration != 2 {
+		t.Errorf("change set %s with %d entries, checkpoint at iteration %d; want open with 2, iteration 2", status, entries, iteration)
 	}
 	if _, _, err := h.store.Read(t.Context(), h.project.String(), "new.txt"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("new.txt: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // polling with a deadline
 	}
 }

@@ -93,6 +93,9 @@ type ControlResult struct {
 	Status  Status    `json:"status,omitempty"`
 	Version int       `json:"version,omitempty"`
 	Error   string    `json:"error,omitempty"`
+	// Pending is set when a pause of a running task was requested: the
+	// task stays running until its loop reaches the next iteration boundary.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // ControlError is a refused control action. It wraps ErrIllegalTransition,
@@ -253,14 +256,18 @@ func TakeOverLapsed(ctx context.Context, db DBTX, limit int) ([]Takeover, error)
 	return out, nil
 }
 
-// AddRunUsage adds the usage of an attempt that was stopped from outside
-// (cancelled, paused) to its run and task.
-func AddRunUsage(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, tokensIn, tokensOut int64) error {
+// AddRunUsage adds spend to a task and its run of attempt: the usage of
+// the iterations since the last checkpoint, or of an attempt stopped from
+// outside (cancelled).
+func AddRunUsage(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, s Spend) error {
+	if s == (Spend{}) {
+		return nil
+	}
 	if _, err := db.Exec(ctx, `WITH r AS (
-			UPDATE task_runs SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4
+			UPDATE task_runs SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
 			WHERE task_id = $1 AND attempt = $2)
-		UPDATE ai_tasks SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4 WHERE id = $1`,
-		taskID, attempt, tokensIn, tokensOut); err != nil {
+		UPDATE ai_tasks SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5 WHERE id = $1`,
+		taskID, attempt, s.TokensIn, s.TokensOut, s.Cost); err != nil {
 		return fmt.Errorf("add usage of run %d to task %s: %w", attempt, taskID, err)
 	}
 	return nil

@@ -111,6 +111,17 @@ func TestControlEveryActionFromEveryStatus(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s of a %s task: %v", action, from, err)
 					}
+					if action == agentsql.ActionPause && from == agentsql.StatusRunning {
+						// The loop pauses itself at its next iteration boundary.
+						var requested bool
+						if err := pool.QueryRow(t.Context(), `SELECT pause_requested FROM ai_tasks WHERE id = $1`, id).Scan(&requested); err != nil {
+							t.Fatal(err)
+						}
+						if after.Status != agentsql.StatusRunning || !res.Pending || !requested || after.Version <= before.Version {
+							t.Errorf("after pause of a running task: status %s, requested %v, result %+v", after.Status, requested, res)
+						}
+						return
+					}
 					if after.Status != action.Target() || after.Version <= before.Version || res.Version != after.Version {
 						t.Errorf("after %s: status %s version %d (was %d), result %+v", action, after.Status, after.Version, before.Version, res)
 					}

@@ -224,7 +224,8 @@ func FinishTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, o Out
 	if err != nil {
 		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE task_runs SET status = $3, tokens_in = $4, tokens_out = $5, cost = $6,
+	// Usage is added: checkpoints counted the earlier iterations already.
+	if _, err := tx.Exec(ctx, `UPDATE task_runs SET status = $3, tokens_in = tokens_in + $4, tokens_out = tokens_out + $5, cost = cost + $6,
 		error_code = nullif($7, ''), error_message = nullif($8, ''), finished_at = now()
 		WHERE task_id = $1 AND attempt = $2`,
 		id, t.Attempt, o.RunStatus, o.TokensIn, o.TokensOut, o.Cost, o.ErrorCode, o.ErrorMsg); err != nil {
@@ -262,15 +263,15 @@ func OrphanedTasks(ctx context.Context, db DBTX, minAge time.Duration, limit int
 }
 
 // RetryRun marks an attempt's run as waiting for River's retry.
-func RetryRun(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, code, msg string, tokensIn, tokensOut int64) error {
-	if _, err := db.Exec(ctx, `UPDATE task_runs SET status = 'retry_scheduled', next_retry_at = now(),
-		error_code = $3, error_message = $4, tokens_in = $5, tokens_out = $6, finished_at = now()
-		WHERE task_id = $1 AND attempt = $2`, taskID, attempt, code, msg, tokensIn, tokensOut); err != nil {
-		return fmt.Errorf("mark run %d of task %s retry_scheduled: %w", attempt, taskID, err)
+// The spend not yet counted is added to the run and the task.
+func RetryRun(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, code, msg string, spend Spend) error {
+	if err := AddRunUsage(ctx, db, taskID, attempt, spend); err != nil {
+		return err
 	}
-	if _, err := db.Exec(ctx, `UPDATE ai_tasks SET tokens_in = tokens_in + $2, tokens_out = tokens_out + $3, updated_at = now()
-		WHERE id = $1`, taskID, tokensIn, tokensOut); err != nil {
-		return fmt.Errorf("add usage of run %d to task %s: %w", attempt, taskID, err)
+	if _, err := db.Exec(ctx, `UPDATE task_runs SET status = 'retry_scheduled', next_retry_at = now(),
+		error_code = $3, error_message = $4, finished_at = now()
+		WHERE task_id = $1 AND attempt = $2`, taskID, attempt, code, msg); err != nil {
+		return fmt.Errorf("mark run %d of task %s retry_scheduled: %w", attempt, taskID, err)
 	}
 	return nil
 }

@@ -114,49 +114,6 @@ func TestCancelReachesRunningLoop(t *testing.T) {
 	}
 }
 
-func TestPauseThenResume(t *testing.T) {
-	t.Parallel()
-	h := setup(t, setupOpts{responder: scripted.Queue(
-		scripted.Reply{Delay: 20 * time.Second, Content: "never sent"},
-		llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": "a\n"}),
-		llmtest.Call("finish", map[string]string{"summary": "wrote a.txt"}),
-	)})
-	projectID := uuid.New()
-	id := h.insertTask(t, projectID, "build", "write a.txt")
-	waitFor(t, "the model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
-
-	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionPause, agentsql.ControlOpts{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the paused job to stop", 2*time.Second, func() bool { return h.jobState(t, id) == "cancelled" })
-	if st := h.status(t, id); st != agentsql.StatusPaused {
-		t.Fatalf("status = %s, want paused", st)
-	}
-	if got := h.runStatuses(t, id); got != "interrupted" {
-		t.Errorf("runs = %s, want interrupted", got)
-	}
-	task, _ := agentsql.GetTask(t.Context(), h.pool, id)
-	v := task.Version
-	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionResume, agentsql.ControlOpts{ExpectedVersion: &v}); err != nil {
-		t.Fatal(err)
-	}
-	_, task = h.waitDone(t, id)
-	if task.Status != agentsql.StatusSucceeded || task.Attempt != 2 {
-		t.Fatalf("after resume: status %s attempt %d, error %s", task.Status, task.Attempt, task.Error)
-	}
-	if got := h.runStatuses(t, id); got != "interrupted,succeeded" {
-		t.Errorf("runs = %s", got)
-	}
-	var runs, tokens int64
-	if err := h.pool.QueryRow(t.Context(), `SELECT runs, tokens_in + tokens_out FROM usage_daily WHERE model = $1`, llmtest.Model).Scan(&runs, &tokens); err != nil || runs != 1 || tokens == 0 {
-		t.Errorf("usage_daily for %s: %d runs, %d tokens, %v", llmtest.Model, runs, tokens, err)
-	}
-	var items int
-	if err := h.pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_items WHERE task_id = $1 AND kind = 'task_completed' AND status = 'open'`, id).Scan(&items); err != nil || items != 1 {
-		t.Errorf("task_completed inbox items = %d, %v", items, err)
-	}
-}
-
 func TestRetryAndAnswer(t *testing.T) {
 	t.Parallel()
 	var leaky strings.Builder // the provider echoes every secret of the corpus

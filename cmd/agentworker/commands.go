@@ -97,7 +97,12 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
 	}
-	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations})
+	prices, err := cfg.prices()
+	if err != nil {
+		return nil, err
+	}
+	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
+		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/redact"
 )
 
@@ -33,6 +34,9 @@ type config struct {
 
 	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
+	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0"`
+	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0"`
+	LLMPrices         string        `envconfig:"LLM_PRICES"`
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s"`
 	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080"`
@@ -59,6 +63,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: WORKER_CONCURRENCY must be at least 1, got %d", c.WorkerConcurrency)
 	case c.MaxIterations < 1:
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
+	case c.BudgetMaxTokens < 0 || c.BudgetMaxCostUSD < 0:
+		return c, errors.New("config: BUDGET_MAX_TOKENS and BUDGET_MAX_COST_USD must not be negative")
 	case c.TaskLease <= 0:
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
 	case c.SSEHeartbeat <= 0:
@@ -73,7 +79,19 @@ func loadConfig() (config, error) {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return c, err
 	}
+	if _, err := c.prices(); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// prices is the model price table: llm.DefaultPrices with LLM_PRICES over it.
+func (c config) prices() (llm.Prices, error) {
+	p, err := llm.ParsePrices(c.LLMPrices, llm.DefaultPrices())
+	if err != nil {
+		return nil, fmt.Errorf("config: LLM_PRICES: %w", err)
+	}
+	return p, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {

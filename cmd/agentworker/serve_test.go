@@ -156,18 +156,27 @@ func (e *procEnv) runs(t *testing.T, id uuid.UUID) string {
 }
 
 // TestSIGKILLTakeover kills a serving process with SIGKILL in the middle of
-// a build; a second process takes the task over once the lease lapses.
+// a build, after two finished iterations and while the model works on the
+// third; a second process takes the task over once the lease lapses and
+// continues from the checkpoint: the finished iterations' model calls are
+// not made again, and the project gets each file once.
 func TestSIGKILLTakeover(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
 	e := newProcEnv(t,
+		llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": "a\n"}),
+		llmtest.Call("write_file", map[string]string{"path": "b.txt", "content": "b\n"}),
 		scripted.Reply{Delay: time.Minute, Content: "the killed process never gets this"},
 		llmtest.Call("write_file", map[string]string{"path": "c.txt", "content": "c\n"}),
-		llmtest.Call("finish", map[string]string{"summary": "wrote c.txt"}),
+		llmtest.Call("finish", map[string]string{"summary": "wrote a, b and c"}),
 	)
 	first := e.start(t, lease)
-	id, projectID := e.insert(t, "write c.txt")
-	waitFor(t, "the first process's model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 1 })
+	id, projectID := e.insert(t, "write a.txt, b.txt and c.txt")
+	waitFor(t, "the first process's third model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 3 })
+	var checkpointed int
+	if err := e.pool.QueryRow(t.Context(), `SELECT iteration FROM task_checkpoints WHERE task_id = $1`, id).Scan(&checkpointed); err != nil || checkpointed != 2 {
+		t.Fatalf("checkpoint before the kill: iteration %d, %v; want 2", checkpointed, err)
+	}
 
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -203,14 +212,38 @@ func TestSIGKILLTakeover(t *testing.T) {
 	}
 	defer store.Close()
 	files, err := store.List(t.Context(), projectID.String(), "")
-	if err != nil || len(files) != 1 || files[0].Path != "c.txt" {
-		t.Errorf("project files = %+v, %v; want c.txt once", files, err)
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.Path)
 	}
-	// Without checkpoints (a later round) the takeover re-runs the
-	// conversation: 1 lost call + 2 calls on the second process.
-	if got := len(e.llm.Requests()); got != 3 {
-		t.Errorf("model calls = %d, want 3", got)
+	if err != nil || strings.Join(paths, ",") != "a.txt,b.txt,c.txt" {
+		t.Errorf("project files = %v, %v; want a.txt, b.txt and c.txt once each", paths, err)
 	}
+	// Two calls finished on the first process, one was lost with it (its
+	// reply never came), and the second process asked that one again and
+	// the last: 5 calls, none for a finished iteration.
+	reqs := e.llm.Requests()
+	if len(reqs) != 5 {
+		t.Fatalf("model calls = %d, want 5", len(reqs))
+	}
+	sizes := make([]int, len(reqs))
+	for i, r := range reqs {
+		sizes[i] = len(r.Messages)
+	}
+	if sizes[3] != sizes[2] || sizes[1] <= sizes[0] || sizes[2] <= sizes[1] || sizes[4] <= sizes[3] {
+		t.Errorf("conversation sizes of the calls = %v: the takeover should resend only the lost call", sizes)
+	}
+	var starts int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM agent_events WHERE task_id = $1 AND type = 'progress'
+		AND payload ->> 'kind' = 'iteration_start'`, id).Scan(&starts); err != nil || starts != 5 {
+		t.Errorf("iteration_start events = %d, %v; want 5: 1, 2 and 3 on the first process, 3 and 4 on the second", starts, err)
+	}
+	var tokensIn int64
+	if err := e.pool.QueryRow(t.Context(), `SELECT tokens_in FROM task_runs WHERE task_id = $1 AND attempt = 1`, id).Scan(&tokensIn); err != nil || tokensIn == 0 {
+		t.Errorf("the killed run's checkpointed usage: %d tokens in, %v", tokensIn, err)
+	}
+	t.Logf("killed: pid %d after 2 finished iterations, mid-call 3; lost: that one in-flight call (re-asked); calls made %d, message counts %v",
+		first.cmd.Process.Pid, len(reqs), sizes)
 }
 
 // TestSIGTERMDrain sends SIGTERM while a task runs: the process stops taking

@@ -14,6 +14,7 @@ func catalog() []Tool {
 		moveFileTool(),
 		generateImageTool(),
 		finishTool(),
+		requestInputTool(),
 	}
 }
 

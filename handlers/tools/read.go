@@ -43,6 +43,14 @@ func storageFail(op, p string, err error) Result {
 		}
 		return FailWith(fmt.Sprintf("%s: %s changed since you read it (someone else wrote it meanwhile); your change was not made", op, ce.Path),
 			"redo your change against currentContent", extra)
+	case errors.Is(err, storage.ErrSensitive):
+		return Fail(fmt.Sprintf("%s: refused: %s is a sensitive file (keys, credentials, .env); tools may not read or write it", op, p),
+			"do not use secrets files; ask the user with request_input if you need a value")
+	case errors.Is(err, storage.ErrOutOfScope):
+		return Fail(fmt.Sprintf("%s: refused: %s is outside this task's allowed paths", op, p),
+			"change only files within the task's allowed_paths")
+	case errors.Is(err, storage.ErrTooLarge):
+		return Fail(fmt.Sprintf("%s: refused: %v", op, err), "work with smaller files, or split the content")
 	case errors.Is(err, storage.ErrExists):
 		return Fail(fmt.Sprintf("%s: file already exists: %s", op, p), "")
 	default:

@@ -25,6 +25,8 @@ const (
 	ReadOnly Access = iota // never changes the project
 	Write                  // changes the project's files
 	Control                // steers the loop (finish)
+	// Ask puts a question to the user (request_input); every task type may.
+	Ask
 )
 
 // Env is what a tool call runs against.
@@ -37,6 +39,12 @@ type Env struct {
 	// Images generates pictures for generate_image. Without it the tool
 	// fails with an error the model can act on.
 	Images ImageGenerator
+	// Scope, when set, confines writes, deletes and moves to the task's
+	// allowed_paths.
+	Scope *storage.Scope
+	// MaxReadBytes and MaxWriteBytes cap the size of a file read or
+	// written. Default to storage.DefaultMaxReadBytes and DefaultMaxWriteBytes.
+	MaxReadBytes, MaxWriteBytes int64
 }
 
 // Result is the outcome of one tool call. Output is what the model reads
@@ -52,6 +60,9 @@ type Result struct {
 	Finished bool
 	// FromPath and ToPath are set by move_file, for its tool_call event.
 	FromPath, ToPath string
+	// Question is set by request_input: the loop stops and waits for the
+	// user's answer, which becomes this call's result.
+	Question string
 	// Full, when set, is the uncut output for the timeline's tool_complete
 	// event; Output was cut to spare the model's context.
 	Full string
@@ -74,7 +85,7 @@ type Registry struct {
 }
 
 // ForTaskType returns the registry of a task type: chat and plan tasks get
-// the read-only tools, build tasks every tool.
+// the read-only tools and request_input, build tasks every tool.
 func ForTaskType(taskType string) (*Registry, error) {
 	all := catalog()
 	r := &Registry{allowed: map[string]Tool{}, catalog: map[string]Tool{}, taskType: taskType}
@@ -84,7 +95,7 @@ func ForTaskType(taskType string) (*Registry, error) {
 	switch taskType {
 	case "chat", "plan":
 		for _, t := range all {
-			if t.Access == ReadOnly {
+			if t.Access == ReadOnly || t.Access == Ask {
 				r.allowed[t.Name] = t
 			}
 		}
@@ -152,6 +163,9 @@ func (r *Registry) Call(ctx context.Context, env Env, name, arguments string) Re
 	}
 	if err := ctx.Err(); err != nil {
 		return Fail(fmt.Sprintf("%s not run: %v", name, err), "")
+	}
+	if env.Store != nil {
+		env.Store = guard(env)
 	}
 	return t.Run(ctx, env, args)
 }

@@ -1,0 +1,137 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentworker/agentworker/storage"
+)
+
+// guarded is the project store as every tool sees it: the file policy of
+// storage (policy.go) applied after the path jail. Sensitive files can be
+// neither read nor written (and are left out of listings, so searches skip
+// them); writes, deletes and moves stay within the task's allowed_paths;
+// reads and writes have size caps.
+type guarded struct {
+	storage.Store
+	scope             *storage.Scope
+	maxRead, maxWrite int64
+}
+
+func guard(env Env) storage.Store {
+	g := guarded{Store: env.Store, scope: env.Scope, maxRead: env.MaxReadBytes, maxWrite: env.MaxWriteBytes}
+	if g.maxRead <= 0 {
+		g.maxRead = storage.DefaultMaxReadBytes
+	}
+	if g.maxWrite <= 0 {
+		g.maxWrite = storage.DefaultMaxWriteBytes
+	}
+	return g
+}
+
+// readable checks a path before it is read.
+func (g guarded) readable(p string) (string, error) {
+	clean, err := storage.CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	return clean, storage.CheckSensitive(clean)
+}
+
+// writable checks a path before it is changed.
+func (g guarded) writable(p string) (string, error) {
+	clean, err := g.readable(p)
+	if err != nil {
+		return "", err
+	}
+	return clean, g.scope.Check(clean)
+}
+
+func (g guarded) Read(ctx context.Context, projectID, p string) ([]byte, storage.FileInfo, error) {
+	clean, err := g.readable(p)
+	if err != nil {
+		return nil, storage.FileInfo{}, err
+	}
+	if info, err := g.Store.Stat(ctx, projectID, clean); err == nil {
+		if err := storage.CheckSize(clean, info.Size, g.maxRead); err != nil {
+			return nil, storage.FileInfo{}, err
+		}
+	}
+	content, info, err := g.Store.Read(ctx, projectID, clean)
+	if err != nil {
+		return nil, info, err
+	}
+	if err := storage.CheckSize(clean, int64(len(content)), g.maxRead); err != nil {
+		return nil, storage.FileInfo{}, err
+	}
+	return content, info, nil
+}
+
+func (g guarded) Stat(ctx context.Context, projectID, p string) (storage.FileInfo, error) {
+	clean, err := g.readable(p)
+	if err != nil {
+		return storage.FileInfo{}, err
+	}
+	return g.Store.Stat(ctx, projectID, clean)
+}
+
+func (g guarded) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
+	files, err := g.Store.List(ctx, projectID, dir)
+	if err != nil {
+		return nil, err
+	}
+	out := files[:0:0]
+	for _, f := range files {
+		if storage.CheckSensitive(f.Path) == nil {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func (g guarded) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
+	clean, err := g.writable(p)
+	if err != nil {
+		return storage.FileInfo{}, err
+	}
+	if err := storage.CheckSize(clean, int64(len(content)), g.maxWrite); err != nil {
+		return storage.FileInfo{}, err
+	}
+	return g.Store.Write(ctx, projectID, clean, content)
+}
+
+func (g guarded) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
+	clean, err := g.writable(p)
+	if err != nil {
+		return storage.FileInfo{}, err
+	}
+	if err := storage.CheckSize(clean, int64(len(content)), g.maxWrite); err != nil {
+		return storage.FileInfo{}, err
+	}
+	return g.Store.WriteIf(ctx, projectID, clean, content, ifMatch)
+}
+
+func (g guarded) Delete(ctx context.Context, projectID, p string) error {
+	clean, err := g.writable(p)
+	if err != nil {
+		return err
+	}
+	return g.Store.Delete(ctx, projectID, clean)
+}
+
+func (g guarded) Move(ctx context.Context, projectID, from, to string, overwrite bool) error {
+	cfrom, err := g.writable(from)
+	if err != nil {
+		return err
+	}
+	cto, err := g.writable(to)
+	if err != nil {
+		return err
+	}
+	if info, err := g.Store.Stat(ctx, projectID, cfrom); err == nil {
+		if err := storage.CheckSize(cto, info.Size, g.maxWrite); err != nil {
+			return fmt.Errorf("move %s: %w", cfrom, err)
+		}
+	}
+	return g.Store.Move(ctx, projectID, cfrom, cto, overwrite)
+}

@@ -1,0 +1,143 @@
+package tools_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/agentworker/agentworker/handlers/tools"
+	"github.com/agentworker/agentworker/storage"
+)
+
+// policyFiles are in the project, secrets among them, written around the
+// tools (an app or a person put them there).
+var policyFiles = map[string]string{
+	"src/main.go": "package main\n", "docs/readme.md": "# doc\n", ".env": "API_KEY=sk-secret\n",
+	"config/.env.production": "DB_PASSWORD=hunter2\n", "certs/server.pem": "-----BEGIN-----\n",
+	"keys/deploy.key": "k\n", "home/.ssh/id_rsa": "rsa\n", "app.p12": "p12\n", "big.txt": strings.Repeat("x", 2048),
+}
+
+func TestPathJail(t *testing.T) {
+	t.Parallel()
+	reg, env := setup(t, policyFiles)
+	tests := []struct {
+		name, tool, args, wantErr string
+	}{
+		{"ReadDotDot", "read_file", `{"path":"../etc/passwd"}`, "invalid path"},
+		{"ReadAbsolute", "read_file", `{"path":"/etc/passwd"}`, "invalid path"},
+		{"ReadNestedEscape", "read_file", `{"path":"src/../../x"}`, "invalid path"},
+		{"ReadBackslash", "read_file", `{"path":"src\\main.go"}`, "invalid path"},
+		{"ReadNUL", "read_file", `{"path":"src/main.go\u0000.txt"}`, "invalid path"},
+		{"WriteDotDot", "write_file", `{"path":"../outside.txt","content":"x"}`, "invalid path"},
+		{"WriteAbsolute", "write_file", `{"path":"/tmp/x","content":"x"}`, "invalid path"},
+		{"DeleteEscape", "delete_file", `{"path":"a/../../b"}`, "invalid path"},
+		{"MoveOut", "move_file", `{"fromPath":"src/main.go","toPath":"../main.go"}`, "invalid path"},
+		{"ListUp", "list_files", `{"path":".."}`, "invalid path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := reg.Call(t.Context(), env, tt.tool, tt.args)
+			if r.Success || !strings.Contains(r.Output, tt.wantErr) {
+				t.Fatalf("%s %s = %+v, want a failure containing %q", tt.tool, tt.args, r, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestSensitiveFilesRefused(t *testing.T) {
+	t.Parallel()
+	reg, env := setup(t, policyFiles)
+	tests := []struct {
+		name, tool, args string
+	}{
+		{"ReadDotEnv", "read_file", `{"path":".env"}`},
+		{"ReadDotEnvVariant", "read_file", `{"path":"config/.env.production"}`},
+		{"ReadPEM", "read_file", `{"path":"certs/server.pem"}`},
+		{"ReadKey", "read_file", `{"path":"keys/deploy.key"}`},
+		{"ReadSSH", "read_file", `{"path":"home/.ssh/id_rsa"}`},
+		{"ReadP12UpperCase", "read_file", `{"path":"APP.P12"}`},
+		{"WriteDotEnv", "write_file", `{"path":".env","content":"X=1"}`},
+		{"WriteNewKey", "write_file", `{"path":"id_ed25519","content":"k"}`},
+		{"EditDotEnv", "edit_file", `{"path":".env","old_string":"API_KEY","new_string":"KEY"}`},
+		{"DeletePEM", "delete_file", `{"path":"certs/server.pem"}`},
+		{"MoveKeyOut", "move_file", `{"fromPath":"keys/deploy.key","toPath":"keys/deploy.txt"}`},
+		{"MoveOntoEnv", "move_file", `{"fromPath":"docs/readme.md","toPath":".env"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := reg.Call(t.Context(), env, tt.tool, tt.args)
+			if r.Success || !strings.Contains(r.Output, "sensitive file") {
+				t.Fatalf("%s %s = %+v, want refused as a sensitive file", tt.tool, tt.args, r)
+			}
+		})
+	}
+	t.Run("NotListedNorSearched", func(t *testing.T) {
+		t.Parallel()
+		r := reg.Call(t.Context(), env, "search_files", `{"query":"sk-secret|hunter2|BEGIN"}`)
+		if !r.Success || strings.Contains(r.Output, "sk-secret") || strings.Contains(r.Output, "hunter2") || strings.Contains(r.Output, "BEGIN") {
+			t.Fatalf("search = %+v", r)
+		}
+		r = reg.Call(t.Context(), env, "list_files", `{}`)
+		if !r.Success || strings.Contains(r.Output, ".env") {
+			t.Fatalf("list = %+v", r)
+		}
+	})
+	if c, _, _ := env.Store.Read(t.Context(), "p", ".env"); string(c) != "API_KEY=sk-secret\n" {
+		t.Errorf(".env changed: %q", c)
+	}
+}
+
+func TestAllowedPathsAndSizeCaps(t *testing.T) {
+	t.Parallel()
+	reg, env := setup(t, policyFiles)
+	scope, err := storage.NewScope([]string{"src/**", "docs/*.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Scope, env.MaxReadBytes, env.MaxWriteBytes = scope, 1024, 16
+	tests := []struct {
+		name, tool, args, wantErr string
+	}{
+		{"WriteInScope", "write_file", `{"path":"src/pkg/a.go","content":"package pkg"}`, ""},
+		{"WriteDocInScope", "write_file", `{"path":"docs/new.md","content":"# new"}`, ""},
+		{"WriteOutOfScope", "write_file", `{"path":"main.go","content":"x"}`, "outside this task's allowed paths"},
+		{"WriteDocTooDeep", "write_file", `{"path":"docs/a/b.md","content":"x"}`, "outside this task's allowed paths"},
+		{"DeleteOutOfScope", "delete_file", `{"path":"big.txt"}`, "outside this task's allowed paths"},
+		{"MoveOutOfScope", "move_file", `{"fromPath":"src/main.go","toPath":"main.go"}`, "outside this task's allowed paths"},
+		{"ReadOutOfScopeAllowed", "read_file", `{"path":"src/main.go"}`, ""},
+		{"WriteTooLarge", "write_file", `{"path":"src/big.go","content":"` + strings.Repeat("y", 17) + `"}`, "over the 16-byte cap"},
+		{"ReadTooLarge", "read_file", `{"path":"big.txt"}`, "over the 1024-byte cap"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := reg.Call(t.Context(), env, tt.tool, tt.args)
+			if tt.wantErr == "" {
+				if !r.Success {
+					t.Fatalf("%s %s = %+v, want success", tt.tool, tt.args, r)
+				}
+				return
+			}
+			if r.Success || !strings.Contains(r.Output, tt.wantErr) {
+				t.Fatalf("%s %s = %+v, want a failure containing %q", tt.tool, tt.args, r, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRequestInputForEveryTaskType(t *testing.T) {
+	t.Parallel()
+	for _, typ := range []string{"chat", "plan", "build"} {
+		reg, err := tools.ForTaskType(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := reg.Call(t.Context(), tools.Env{}, "request_input", `{"question":"Which database?"}`)
+		if !r.Success || r.Question != "Which database?" {
+			t.Errorf("%s: request_input = %+v", typ, r)
+		}
+		if r := reg.Call(t.Context(), tools.Env{}, "request_input", `{"question":"  "}`); r.Success {
+			t.Errorf("%s: an empty question was accepted", typ)
+		}
+	}
+}

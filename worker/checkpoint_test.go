@@ -1,0 +1,254 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/llmtest"
+)
+
+// insertWithInput inserts a task with an input object, as an app would.
+func (h *harness) insertWithInput(t *testing.T, taskType, prompt string, input any) (uuid.UUID, uuid.UUID) {
+	t.Helper()
+	body, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	projectID := uuid.New()
+	var id uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, input) VALUES ($1, $2, $3, $4) RETURNING id`,
+		projectID, taskType, prompt, body).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id, projectID
+}
+
+func (h *harness) waitStatus(t *testing.T, id uuid.UUID, want agentsql.Status) {
+	t.Helper()
+	waitFor(t, "status "+string(want), 30*time.Second, func() bool { return h.status(t, id) == want })
+}
+
+func (h *harness) openItems(t *testing.T, id uuid.UUID, reason string) []agentsql.InboxItem {
+	t.Helper()
+	rows, err := h.pool.Query(t.Context(), `SELECT title, content FROM inbox_items WHERE task_id = $1 AND reason = $2 AND status = 'open'`, id, reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var items []agentsql.InboxItem
+	for rows.Next() {
+		var it agentsql.InboxItem
+		if err := rows.Scan(&it.Title, &it.Content); err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// assertNoRepeats checks that every model request continued the previous
+// one: an attempt that resumed from a checkpoint sent no conversation again.
+func assertNoRepeats(t *testing.T, reqs []scripted.Request) {
+	t.Helper()
+	for i := 1; i < len(reqs); i++ {
+		if len(reqs[i].Messages) <= len(reqs[i-1].Messages) {
+			t.Errorf("request %d has %d messages, request %d had %d: a finished iteration was repeated",
+				i+1, len(reqs[i].Messages), i, len(reqs[i-1].Messages))
+		}
+	}
+}
+
+func TestPauseAtIterationBoundaryThenResume(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(
+		scripted.Reply{Delay: time.Second, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": "a\n"}).ToolCalls},
+		llmtest.Call("finish", map[string]string{"summary": "wrote a.txt"}),
+	)})
+	projectID := uuid.New()
+	id := h.insertTask(t, projectID, "build", "write a.txt")
+	waitFor(t, "the model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
+
+	res, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionPause, agentsql.ControlOpts{Actor: "tester"})
+	if err != nil || !res.Pending || res.Status != agentsql.StatusRunning {
+		t.Fatalf("pause of a running task = %+v, %v; want pending", res, err)
+	}
+	requested := time.Now()
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	t.Logf("pause requested → paused at the iteration boundary: %s (the model call in flight took 1 s)", time.Since(requested))
+	if got := h.runStatuses(t, id); got != "interrupted" {
+		t.Errorf("runs = %s, want interrupted", got)
+	}
+	if got := len(h.llm.Requests()); got != 1 {
+		t.Errorf("model calls before resume = %d, want 1", got)
+	}
+	var iteration int
+	var entries int
+	if err := h.pool.QueryRow(t.Context(), `SELECT (SELECT iteration FROM task_checkpoints WHERE task_id = $1),
+		(SELECT count(*) FROM change_set_entries WHERE task_id = $1)`, id).Scan(&iteration, &entries); err != nil || iteration != 1 || entries != 1 {
+		t.Fatalf("checkpoint at iteration %d, %d staged changes, %v; want 1 and 1", iteration, entries, err)
+	}
+	waitFor(t, "the paused job to complete", 5*time.Second, func() bool { return h.jobState(t, id) == "completed" })
+
+	task, _ := agentsql.GetTask(t.Context(), h.pool, id)
+	v := task.Version
+	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionResume, agentsql.ControlOpts{ExpectedVersion: &v}); err != nil {
+		t.Fatal(err)
+	}
+	_, task = h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded || task.Attempt != 2 {
+		t.Fatalf("after resume: status %s attempt %d, error %s", task.Status, task.Attempt, task.Error)
+	}
+	if got := h.runStatuses(t, id); got != "interrupted,succeeded" {
+		t.Errorf("runs = %s", got)
+	}
+	reqs := h.llm.Requests()
+	if len(reqs) != 2 {
+		t.Errorf("model calls = %d, want 2: the resumed attempt continues from the checkpoint", len(reqs))
+	}
+	assertNoRepeats(t, reqs)
+	if content, _, err := h.store.Read(t.Context(), projectID.String(), "a.txt"); err != nil || string(content) != "a\n" {
+		t.Errorf("a.txt = %q, %v", content, err)
+	}
+	var runs, tokens int64
+	if err := h.pool.QueryRow(t.Context(), `SELECT runs, tokens_in + tokens_out FROM usage_daily WHERE model = $1`, llmtest.Model).Scan(&runs, &tokens); err != nil || runs != 2 || tokens == 0 {
+		t.Errorf("usage_daily for %s: %d runs, %d tokens, %v", llmtest.Model, runs, tokens, err)
+	}
+	var leftover int
+	if err := h.pool.QueryRow(t.Context(), `SELECT count(*) FROM task_checkpoints WHERE task_id = $1`, id).Scan(&leftover); err != nil || leftover != 0 {
+		t.Errorf("checkpoints left after success = %d, %v", leftover, err)
+	}
+}
+
+func TestRequestInputRoundTrip(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(
+		llmtest.Call("request_input", map[string]string{"question": "Which colour should the banner be?"}),
+		llmtest.Call("write_file", map[string]string{"path": "banner.txt", "content": "blue\n"}),
+		llmtest.Call("finish", map[string]string{"summary": "blue banner"}),
+	)})
+	id, projectID := h.insertWithInput(t, "build", "make a banner", map[string]any{})
+	h.waitStatus(t, id, agentsql.StatusAwaitingInput)
+	items := h.openItems(t, id, "question")
+	if len(items) != 1 || items[0].Content != "Which colour should the banner be?" {
+		t.Fatalf("open question items = %+v", items)
+	}
+	if got := h.runStatuses(t, id); got != "interrupted" {
+		t.Errorf("runs = %s, want interrupted", got)
+	}
+	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionAnswer, agentsql.ControlOpts{Answer: "blue", Actor: "tester"}); err != nil {
+		t.Fatal(err)
+	}
+	_, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	reqs := h.llm.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("model calls = %d, want 3", len(reqs))
+	}
+	assertNoRepeats(t, reqs)
+	ask := reqs[0].Messages // the conversation the question was asked in
+	second := reqs[1].Messages
+	last := second[len(second)-1]
+	askCall := second[len(ask)].ToolCalls[0]
+	if last.Role != llm.RoleTool || last.ToolCallID != askCall.ID || !strings.Contains(last.Content, `"answer":"blue"`) {
+		t.Errorf("resumed conversation ends with %+v; want the answer as the result of %s", last, askCall.ID)
+	}
+	if content, _, err := h.store.Read(t.Context(), projectID.String(), "banner.txt"); err != nil || string(content) != "blue\n" {
+		t.Errorf("banner.txt = %q, %v", content, err)
+	}
+}
+
+func TestBudgetPausesTheTask(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Queue(
+			llmtest.Call("write_file", map[string]string{"path": "one.txt", "content": "1\n"}),
+			llmtest.Call("write_file", map[string]string{"path": "two.txt", "content": "2\n"}),
+			llmtest.Call("finish", map[string]string{"summary": "two files"}),
+		),
+		// A dollar per 1,000 tokens either way: any call spends the budget.
+		prices: llm.Prices{llmtest.Model: {InPer1K: 1, OutPer1K: 1}},
+	})
+	id, projectID := h.insertWithInput(t, "build", "write two files", map[string]any{"budget": map[string]any{"max_cost_usd": 0.001}})
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	items := h.openItems(t, id, handlers.ReasonBudget)
+	if len(items) != 1 || !strings.Contains(items[0].Content, "cost budget") {
+		t.Fatalf("open budget items = %+v", items)
+	}
+	var code string
+	var runCost, taskCost float64
+	if err := h.pool.QueryRow(t.Context(), `SELECT r.error_code, r.cost::float8, t.cost::float8 FROM task_runs r JOIN ai_tasks t ON t.id = r.task_id
+		WHERE r.task_id = $1`, id).Scan(&code, &runCost, &taskCost); err != nil {
+		t.Fatal(err)
+	}
+	if code != "budget_max_cost" || runCost <= 0 || taskCost != runCost {
+		t.Errorf("run code %s, run cost %v, task cost %v", code, runCost, taskCost)
+	}
+	if got := len(h.llm.Requests()); got != 1 {
+		t.Errorf("model calls before the pause = %d, want 1", got)
+	}
+
+	// Raise the budget and resume: the task continues where it stopped.
+	if _, err := h.pool.Exec(t.Context(), `UPDATE ai_tasks SET input = '{"budget": {"max_cost_usd": 100}}' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionResume, agentsql.ControlOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	_, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	if items := h.openItems(t, id, handlers.ReasonBudget); len(items) != 0 {
+		t.Errorf("budget items still open after resume: %+v", items)
+	}
+	reqs := h.llm.Requests()
+	if len(reqs) != 3 {
+		t.Errorf("model calls = %d, want 3", len(reqs))
+	}
+	assertNoRepeats(t, reqs)
+	var res handlers.Result
+	if err := json.Unmarshal(task.Result, &res); err != nil || res.CostUSD <= 0 || task.Cost < res.CostUSD-1e-6 {
+		t.Errorf("result cost %v, task cost %v, %v", res.CostUSD, task.Cost, err)
+	}
+	for _, f := range []string{"one.txt", "two.txt"} {
+		if _, _, err := h.store.Read(t.Context(), projectID.String(), f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestStuckAlertFromTheLoop(t *testing.T) {
+	t.Parallel()
+	same := llmtest.Call("read_file", map[string]string{"path": "missing.txt"})
+	h := setup(t, setupOpts{responder: scripted.Queue(
+		llmtest.Call("list_files", "{}"), same, llmtest.Call("list_files", "{}"), same,
+	)})
+	id := h.insertTask(t, uuid.New(), "build", "loop forever")
+	evs, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusFailed {
+		t.Fatalf("status = %s", task.Status)
+	}
+	var alerts []string
+	for _, l := range payloadsOf[events.Log](t, evs) {
+		if kind, ok := l.Metadata["alert"].(string); ok {
+			alerts = append(alerts, kind)
+		}
+	}
+	if strings.Join(alerts, ",") != handlers.AlertRepeat {
+		t.Errorf("alerts = %v, want one %s", alerts, handlers.AlertRepeat)
+	}
+	if items := h.openItems(t, id, handlers.AlertRepeat); len(items) != 1 || items[0].Title != "Task looks stuck" {
+		t.Errorf("open stuck_repeat items = %+v, want one", items)
+	}
+}
