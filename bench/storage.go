@@ -42,7 +42,9 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	if err != nil {
 		return err
 	}
-	env := tools.Env{Store: opts.Store, ProjectID: large}
+	// As a task sees it: with the process-wide file cache, so the first
+	// search reads every file and later ones only changed files.
+	env := tools.Env{Store: opts.Store, ProjectID: large, Cache: tools.NewCache(64 << 20)}
 	n := 200
 	if opts.Quick {
 		n = 40
@@ -82,7 +84,7 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	} else {
 		r.note("edit_file is not in this build's tool set; edit latency not measured")
 	}
-	r.note("storage figures on the %s store; search_files scans the whole 2,000-file tree per call", opts.StoreName)
+	r.note("storage figures on the %s store; search_files lists the 2,000-file tree per call and reads the files the cache lacks (all of them on the first call: its time is the p99)", opts.StoreName)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
@@ -72,5 +73,50 @@ func TestGenerateImageFailureIsAToolErrorTheModelActsOn(t *testing.T) {
 	if err := json.Unmarshal([]byte(last.Content), &out); err != nil || out.Success ||
 		!strings.Contains(out.Error, "unavailable") || !strings.Contains(out.Error, "overloaded") || !strings.Contains(out.Hint, "placeholder") {
 		t.Errorf("tool output = %s", last.Content)
+	}
+}
+
+// A fast tool's tool_start is written with its result, in one statement; a
+// slow one's is written while it runs, so a timeline shows it running.
+func TestToolStartWrittenWhileASlowToolRuns(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []scripted.Reply{
+		call("list_files", m{}),
+		call("generate_image", m{"prompt": "a slow fox", "path": "public/logo.png"}),
+		call("finish", m{"summary": "added public/logo.png"}),
+	}, handlers.Config{}, nil, llmtest.Images(func(*scripted.ImageRequest) scripted.Reply {
+		return scripted.Reply{Delay: 300 * time.Millisecond}
+	}))
+	id := h.insert(t, "build", "add a logo", nil)
+	evs, _ := h.wait(t, id)
+	starts := map[string]events.Event{}
+	for _, ev := range evs {
+		p, err := ev.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, ok := p.(*events.Progress)
+		if !ok {
+			continue
+		}
+		switch pr.Kind {
+		case events.KindToolStart:
+			starts[pr.ToolName] = ev
+		case events.KindToolComplete:
+			start, ok := starts[pr.ToolName]
+			if !ok || start.Seq >= ev.Seq {
+				t.Fatalf("%s: tool_complete (seq %d) without an earlier tool_start", pr.ToolName, ev.Seq)
+			}
+			if pr.ToolName == "finish" {
+				continue // its static checks write their own event in between
+			}
+			sameStatement := start.CreatedAt.Equal(ev.CreatedAt)
+			if slow := pr.ToolName == "generate_image"; slow == sameStatement {
+				t.Errorf("%s: tool_start and tool_complete in one statement = %t, want %t", pr.ToolName, sameStatement, !slow)
+			}
+		}
+	}
+	if len(starts) != 3 {
+		t.Fatalf("tool_start events for %d tools, want 3", len(starts))
 	}
 }

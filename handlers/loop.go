@@ -107,6 +107,10 @@ func (l *loop) grant(budget int) {
 	l.history = nil
 }
 
+// toolStartDelay is how long a tool runs before its tool_start event is
+// written on its own.
+const toolStartDelay = 50 * time.Millisecond
+
 // run drives the conversation until the model finishes (a reply without
 // tool calls, or the finish tool), and returns the final text. A
 // *Suspension stops it at an iteration boundary: a pause request, a spent
@@ -455,11 +459,24 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 		// Keep the event valid JSON; the raw text is still reported.
 		args, _ = json.Marshal(map[string]string{"raw": call.Arguments})
 	}
-	if _, err := l.rec.Emit(ctx, events.Progress{Kind: events.KindToolStart, ToolName: call.Name, ToolArgs: args, Iteration: l.iterations}); err != nil {
-		return tools.Result{}, err
-	}
+	// tool_start is written only if the tool is still running after
+	// toolStartDelay: a fast tool's start and result land in one statement,
+	// a slow one (a search over a large project, an image) shows as running.
+	l.rec.Add(events.Progress{Kind: events.KindToolStart, ToolName: call.Name, ToolArgs: args, Iteration: l.iterations})
+	flushed := make(chan error, 1)
+	timer := time.AfterFunc(toolStartDelay, func() {
+		_, err := l.rec.Flush(ctx)
+		flushed <- err
+	})
 	start := time.Now()
 	res := l.registry.Call(ctx, l.env, call.Name, call.Arguments)
+	if !timer.Stop() {
+		// The flush ran or is running: wait for it, so nothing written after
+		// it can take an earlier seq.
+		if err := <-flushed; err != nil {
+			return tools.Result{}, err
+		}
+	}
 	if res.Finished && l.beforeFinish != nil {
 		refusal, err := l.beforeFinish(ctx)
 		if err != nil {

@@ -70,6 +70,9 @@ type Config struct {
 	MaxToolFailures int
 	// ContextFiles caps the file list put in the system prompt. Defaults to 200.
 	ContextFiles int
+	// FileCacheBytes bounds the file contents the process keeps, by project,
+	// path and version, for search_files. Defaults to 64 MiB.
+	FileCacheBytes int
 	// DisableStreaming makes LLM calls without streaming (no stream_delta
 	// events). Defaults to false: streaming on.
 	DisableStreaming bool
@@ -99,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxToolFailures <= 0 {
 		c.MaxToolFailures = 3
 	}
+	if c.FileCacheBytes <= 0 {
+		c.FileCacheBytes = 64 << 20
+	}
 	if c.ContextFiles <= 0 {
 		c.ContextFiles = 200
 	}
@@ -119,9 +125,6 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
-
-// searchCacheBytes is the file content a task keeps between its searches.
-const searchCacheBytes = 32 << 20
 
 // Deps are the services a runner uses.
 type Deps struct {
@@ -146,6 +149,7 @@ type Runner struct {
 	deps    Deps
 	cfg     Config
 	prompts *prompts.Set
+	files   *tools.Cache // shared by every task of the process
 }
 
 // NewRunner validates deps and applies config defaults.
@@ -160,7 +164,8 @@ func NewRunner(deps Deps, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{deps: deps, cfg: cfg.withDefaults(), prompts: set}, nil
+	cfg = cfg.withDefaults()
+	return &Runner{deps: deps, cfg: cfg, prompts: set, files: tools.NewCache(cfg.FileCacheBytes)}, nil
 }
 
 // Handler runs one claimed task of its type.
@@ -314,7 +319,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
 			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
-				Cache: tools.NewCache(searchCacheBytes), Images: r.deps.LLM, Scope: pol.scope},
+				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, price: price,

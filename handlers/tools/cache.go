@@ -2,10 +2,12 @@ package tools
 
 import "sync"
 
-// Cache keeps file contents keyed by path and version (the ETag a listing
-// reports), up to a byte budget. A file whose version changed is simply not
-// found, so the cache never serves stale content. The zero of *Cache (nil)
-// caches nothing. It is safe for concurrent use.
+// Cache keeps file contents keyed by project, path and version (the ETag a
+// listing reports), up to a byte budget. A file whose version changed is
+// simply not found, so the cache never serves stale content, and one cache
+// can serve every task of a process: a chat, a plan and a build on one
+// project read its files once. The zero of *Cache (nil) caches nothing. It
+// is safe for concurrent use.
 type Cache struct {
 	maxBytes int
 
@@ -37,19 +39,26 @@ func (c *Cache) get(path, version string) ([]byte, bool) {
 	return f.content, true
 }
 
-// put stores content, replacing the path's older version; content that
-// does not fit the budget is not stored.
+// put stores content, replacing the path's older version. To make room it
+// evicts arbitrary entries (map order); content larger than the whole
+// budget is not stored.
 func (c *Cache) put(path, version string, content []byte) {
-	if c == nil || version == "" {
+	if c == nil || version == "" || len(content) > c.maxBytes {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.files[path]
-	size := c.bytes - len(old.content) + len(content)
-	if size > c.maxBytes {
-		return
+	if old, ok := c.files[path]; ok {
+		c.bytes -= len(old.content)
+		delete(c.files, path)
+	}
+	for k, f := range c.files {
+		if c.bytes+len(content) <= c.maxBytes {
+			break
+		}
+		c.bytes -= len(f.content)
+		delete(c.files, k)
 	}
 	c.files[path] = cached{version: version, content: content}
-	c.bytes = size
+	c.bytes += len(content)
 }

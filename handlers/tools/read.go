@@ -332,14 +332,15 @@ func searchAll(ctx context.Context, env Env, files []storage.FileInfo, re *regex
 // its first 8 KiB hold a NUL byte.
 func searchFile(ctx context.Context, env Env, f storage.FileInfo, re *regexp.Regexp, most int) ([]map[string]any, bool, error) {
 	p := f.Path
-	content, ok := env.Cache.get(p, f.ETag)
+	key := env.ProjectID + "/" + p
+	content, ok := env.Cache.get(key, f.ETag)
 	if !ok {
 		var info storage.FileInfo
 		var err error
 		if content, info, err = env.Store.Read(ctx, env.ProjectID, p); err != nil {
 			return nil, false, err
 		}
-		env.Cache.put(p, info.ETag, content)
+		env.Cache.put(key, info.ETag, content)
 	}
 	if bytes.IndexByte(content[:min(len(content), 8<<10)], 0) >= 0 {
 		return nil, true, nil

@@ -2,6 +2,7 @@ package scripted
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"image/png"
 	"net/http"
 	"slices"
+	"time"
 )
 
 // ImageRequest is a decoded Images API generation request
@@ -42,7 +44,7 @@ func (s *Server) ImageRequests() []ImageRequest {
 
 // serveImages answers one image generation request with a PNG, or with the
 // error the ImageResponder chose.
-func (s *Server) serveImages(w http.ResponseWriter, body []byte, header http.Header) {
+func (s *Server) serveImages(ctx context.Context, w http.ResponseWriter, body []byte, header http.Header) {
 	var req ImageRequest
 	decodeErr := json.Unmarshal(body, &req)
 	req.Header, req.Body = header, body
@@ -60,7 +62,17 @@ func (s *Server) serveImages(w http.ResponseWriter, body []byte, header http.Hea
 		return
 	}
 	if s.ImageResponder != nil {
-		if reply := s.ImageResponder(&req); reply.Status != 0 {
+		reply := s.ImageResponder(&req)
+		if reply.Delay > 0 {
+			timer := time.NewTimer(reply.Delay)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+		}
+		if reply.Status != 0 {
 			writeError(w, reply.Status, reply.RetryAfter, reply.ErrorMessage)
 			return
 		}

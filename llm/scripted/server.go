@@ -75,7 +75,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if images {
-		s.serveImages(w, body, r.Header.Clone())
+		s.serveImages(r.Context(), w, body, r.Header.Clone())
 		return
 	}
 	req, decodeErr := decodeRequest(body)
