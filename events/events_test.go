@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -169,5 +170,41 @@ func TestAddAndFlushWriteInOrderInOneStatement(t *testing.T) {
 	}
 	if evs, err := rec.Flush(t.Context()); err != nil || len(evs) != 1 || evs[0].Seq != 4 {
 		t.Fatalf("retry after a failed flush = %v, %v", evs, err)
+	}
+}
+
+func TestFlushAsyncKeepsOrder(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
+	for i := range 20 {
+		rec.Add(events.Log{Level: "info", Message: fmt.Sprint(2 * i)})
+		rec.FlushAsync(t.Context())
+		if _, err := rec.Emit(t.Context(), events.Log{Level: "info", Message: fmt.Sprint(2*i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := agentsql.TaskEventsAfter(t.Context(), pool, task.ID, 0, 100)
+	if err != nil || len(rows) != 40 {
+		t.Fatalf("%d events, %v", len(rows), err)
+	}
+	for i, row := range rows {
+		var l events.Log
+		_ = json.Unmarshal(row.Payload, &l)
+		if l.Message != fmt.Sprint(i) || *row.Seq != i+1 {
+			t.Fatalf("event seq %d is %q, want %d", *row.Seq, l.Message, i)
+		}
+	}
+	// A failed asynchronous write leaves its events queued for the next one.
+	cctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rec.Add(events.Log{Level: "info", Message: "40"})
+	rec.FlushAsync(cctx)
+	if evs, err := rec.Flush(t.Context()); err != nil || len(evs) != 1 || evs[0].Seq != 41 {
+		t.Fatalf("flush after a failed async write = %v, %v", evs, err)
 	}
 }

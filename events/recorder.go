@@ -28,6 +28,11 @@ type Recorder struct {
 
 	observer Observer
 
+	// writeMu is held while a statement is in flight, so writes happen one
+	// at a time in the order they were asked for (seq follows that order).
+	// FlushAsync's goroutine releases it when its write is done.
+	writeMu sync.Mutex
+
 	mu         sync.Mutex
 	buffered   []Payload       // events added but not yet written
 	pending    strings.Builder // stream deltas not yet written
@@ -109,15 +114,45 @@ func (r *Recorder) Emit(ctx context.Context, ps ...Payload) ([]Event, error) {
 // the events (a loop's checkpoint). Should the transaction roll back after
 // the statement succeeded, its events are lost with it.
 func (r *Recorder) EmitIn(ctx context.Context, db agentsql.DBTX, ps ...Payload) ([]Event, error) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	ps = r.takeBuffered(ps)
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	return r.insert(ctx, db, ps)
+}
+
+// FlushAsync starts writing the queued payloads and returns at once: a
+// runner flushes before a long wait (an LLM call) and the write overlaps it.
+// The next write waits for this one; if it failed, its payloads are queued
+// again and that write carries them, or returns the error.
+func (r *Recorder) FlushAsync(ctx context.Context) {
+	r.writeMu.Lock()
+	ps := r.takeBuffered(nil)
+	if len(ps) == 0 {
+		r.writeMu.Unlock()
+		return
+	}
+	go func() {
+		defer r.writeMu.Unlock()
+		_, _ = r.insert(ctx, r.db, ps) // on failure insert queues ps again
+	}()
+}
+
+// takeBuffered returns the queued payloads followed by ps, and empties the queue.
+func (r *Recorder) takeBuffered(ps []Payload) []Payload {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if len(r.buffered) > 0 {
 		ps = append(r.buffered, ps...)
 		r.buffered = nil
 	}
-	r.mu.Unlock()
-	if len(ps) == 0 {
-		return nil, nil
-	}
+	return ps
+}
+
+// insert writes ps in one statement; the caller holds writeMu.
+func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) ([]Event, error) {
 	evs := make([]agentsql.NewEvent, len(ps))
 	for i, p := range ps {
 		p = r.stamp(p)

@@ -126,12 +126,13 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 			return "", messages, s
 		}
 		l.iterations++
-		if _, err := l.rec.Emit(ctx,
+		// Written while the model thinks: the statement overlaps the LLM
+		// call instead of delaying it (the next write waits for it).
+		l.rec.Add(
 			events.Progress{Kind: events.KindIterationStart, Iteration: l.iterations, TotalIterations: l.maxIterations},
 			events.Progress{Kind: events.KindThinking, Iteration: l.iterations},
-		); err != nil {
-			return "", messages, err
-		}
+		)
+		l.rec.FlushAsync(ctx)
 		var err error
 		if messages, err = l.condense(ctx, messages); err != nil {
 			return "", messages, err
