@@ -40,6 +40,11 @@ type Set struct {
 
 	mu   sync.Mutex
 	seen map[string]string // path → base version the agent last read
+	// staged mirrors this task's change_set_entries between writes: the Set
+	// is their only writer while its attempt runs, so reads (every Read,
+	// Stat and List of the build) need not query them each time. A write
+	// drops the mirror; the next read loads it again.
+	staged []agentsql.ChangeEntry // in ord order; nil: not loaded
 	// writing makes concurrent WriteIf calls check and stage one at a time
 	// (a plain Write does not wait for it; a build runs its tools in turn).
 	writing sync.Mutex
@@ -59,13 +64,34 @@ func Open(ctx context.Context, pool *pgxpool.Pool, base storage.Store, taskID, p
 func (s *Set) Reset(ctx context.Context) error {
 	s.mu.Lock()
 	s.seen = map[string]string{}
+	s.staged = nil
 	s.mu.Unlock()
 	return agentsql.ResetChangeSet(ctx, s.pool, s.taskID)
 }
 
 // Entries returns the pending changes in the order they were first made.
 func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
-	return agentsql.ListChangeEntries(ctx, s.pool, s.taskID)
+	s.mu.Lock()
+	staged := s.staged
+	s.mu.Unlock()
+	if staged == nil {
+		loaded, err := agentsql.ListChangeEntries(ctx, s.pool, s.taskID)
+		if err != nil {
+			return nil, err
+		}
+		staged = append([]agentsql.ChangeEntry{}, loaded...) // non-nil: loaded
+		s.mu.Lock()
+		s.staged = staged
+		s.mu.Unlock()
+	}
+	return append([]agentsql.ChangeEntry(nil), staged...), nil
+}
+
+// changed drops the mirror of the entries after a write.
+func (s *Set) changed() {
+	s.mu.Lock()
+	s.staged = nil
+	s.mu.Unlock()
 }
 
 // Discard drops the pending changes; the project stays as it was.
@@ -87,7 +113,16 @@ func (s *Set) check(projectID string) error {
 }
 
 func (s *Set) entry(ctx context.Context, p string) (agentsql.ChangeEntry, bool, error) {
-	return agentsql.GetChangeEntry(ctx, s.pool, s.taskID, p)
+	entries, err := s.Entries(ctx)
+	if err != nil {
+		return agentsql.ChangeEntry{}, false, err
+	}
+	for _, e := range entries {
+		if e.Path == p {
+			return e, true, nil
+		}
+	}
+	return agentsql.ChangeEntry{}, false, nil
 }
 
 func stagedInfo(e agentsql.ChangeEntry) storage.FileInfo {
@@ -233,6 +268,7 @@ func (s *Set) Delete(ctx context.Context, projectID, p string) error {
 }
 
 func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
+	defer s.changed()
 	prev, ok, err := agentsql.GetChangeEntry(ctx, db, s.taskID, clean)
 	if err != nil {
 		return err
@@ -276,6 +312,7 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 	} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("move to %q: %w", cto, err)
 	}
+	defer s.changed() // also when the transaction rolls back
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		e := agentsql.ChangeEntry{Path: cto, Op: agentsql.ChangeWrite, Content: content, FromPath: cfrom}
 		if err := s.stage(ctx, tx, &e); err != nil {
@@ -289,6 +326,7 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 // touched yet, and refusing the change when the file changed since the
 // agent read it.
 func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEntry) error {
+	defer s.changed()
 	prev, ok, err := agentsql.GetChangeEntry(ctx, db, s.taskID, e.Path)
 	if err != nil {
 		return err
