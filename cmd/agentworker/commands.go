@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -263,12 +266,17 @@ func submit(ctx context.Context, cfg config, args []string, out io.Writer) error
 func follow(ctx context.Context, cfg config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("follow", flag.ContinueOnError)
 	after := fs.Int("after", 0, "print events after this seq (resume cursor)")
+	gateway := fs.String("sse", "", "follow through the SSE gateway at this base URL (e.g. http://localhost:8080) instead of the database")
+	token := fs.String("token", os.Getenv("AGENTWORKER_TOKEN"), "bearer token for --sse (default $AGENTWORKER_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	id, err := uuid.Parse(fs.Arg(0))
 	if err != nil {
 		return fmt.Errorf("follow: task id %q is not a uuid: %w", fs.Arg(0), err)
+	}
+	if *gateway != "" {
+		return followSSE(ctx, strings.TrimSuffix(*gateway, "/"), *token, id, *after, out)
 	}
 	pool, err := connect(ctx, cfg)
 	if err != nil {
@@ -279,6 +287,27 @@ func follow(ctx context.Context, cfg config, args []string, out io.Writer) error
 		return err
 	}
 	return printTimeline(ctx, pool, id, *after, out)
+}
+
+// followSSE prints a task's events from the SSE gateway, as a browser
+// would receive them, reconnecting with Last-Event-ID, until its terminal event.
+func followSSE(ctx context.Context, base, token string, id uuid.UUID, after int, out io.Writer) error {
+	client := &sse.Client{Token: token}
+	last := ""
+	if after > 0 {
+		last = strconv.Itoa(after)
+	}
+	err := client.Follow(ctx, base+"/v1/tasks/"+id.String()+"/events", last, func(m sse.Message) error {
+		fmt.Fprintln(out, events.Format(m.Event))
+		if events.Terminal(m.Event) {
+			return events.ErrStopFollowing
+		}
+		return nil
+	})
+	if errors.Is(err, events.ErrStopFollowing) {
+		return nil
+	}
+	return err
 }
 
 // printTimeline prints a task's events until its terminal event.

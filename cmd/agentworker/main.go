@@ -27,7 +27,8 @@ commands:
   serve                       run the worker: claim tasks, run agents, serve HTTP
   migrate                     apply database migrations (River's and ours)
   submit [flags] <prompt>     create a task; --project, --type, --follow
-  follow [--after N] <task>   print a task's events live until it ends
+  follow [--after N] [--sse URL] <task>
+                              print a task's events live until it ends
   demo                        run a build task end to end on the embedded default
   bench [--quick] [--json]    measure latency, throughput, events, tools, memory vs raw River
 `
