@@ -73,6 +73,12 @@ func setup(t *testing.T, o setupOpts) *harness {
 	if lc.MaxRetries == 0 {
 		lc.MaxRetries = -1 // no retries inside a call unless the test asks
 	}
+	logs, level := o.logs, slog.LevelDebug
+	if logs == nil {
+		logs, level = os.Stderr, slog.LevelWarn
+	}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	lc.Logger = logger // the client's own logs must not carry the key either
 	client, err := llm.New(lc)
 	if err != nil {
 		t.Fatalf("llm client: %v", err)
@@ -80,11 +86,6 @@ func setup(t *testing.T, o setupOpts) *harness {
 	if o.noService {
 		return h
 	}
-	logs, level := o.logs, slog.LevelDebug
-	if logs == nil {
-		logs, level = os.Stderr, slog.LevelWarn
-	}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
 		// These tests pin the loop's own stops; handlers tests cover self-repair.
 		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices})
