@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 )
@@ -169,7 +170,7 @@ type database struct {
 func newDatabase(ctx context.Context, adminURL string, maxConns int32) (*database, error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redactURL(adminURL), err)
+		return nil, fmt.Errorf("connect to %s: %w", redact.String(adminURL), err)
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

@@ -37,9 +37,6 @@ func TestReplaceDatabase(t *testing.T) {
 			t.Errorf("replaceDatabase(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
-	if got := redactURL("postgres://u:secret@h/db"); got != "postgres://u:xxxxx@h/db" {
-		t.Errorf("redactURL = %q", got)
-	}
 }
 
 // BenchmarkTasks runs b.N queued build tasks (instant model, one

@@ -18,12 +18,3 @@ func replaceDatabase(connString, name string) (string, error) {
 	}
 	return connString + " dbname=" + name, nil
 }
-
-// redactURL drops the password from a URL for error messages.
-func redactURL(connString string) string {
-	u, err := url.Parse(connString)
-	if err != nil || u.User == nil {
-		return "the database"
-	}
-	return u.Redacted()
-}

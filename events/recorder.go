@@ -76,9 +76,6 @@ type Observer interface {
 // the Recorder is shared.
 func (r *Recorder) SetObserver(o Observer) { r.observer = o }
 
-// TaskID returns the task whose events this Recorder writes.
-func (r *Recorder) TaskID() uuid.UUID { return r.taskID }
-
 // Add queues payloads to be written by the next Emit or Flush, in order.
 // A runner adds what happens between two waits (an LLM call, a tool) and
 // flushes before it waits: one statement instead of one per event, with the

@@ -225,8 +225,7 @@ type Result struct {
 	// RepairAttempts is the number of self-repair attempts the build needed.
 	RepairAttempts int `json:"repairAttempts,omitempty"`
 	// Plan is the structured plan a plan task produced.
-	Plan  *Plan          `json:"plan,omitempty"`
-	Extra map[string]any `json:"extra,omitempty"`
+	Plan *Plan `json:"plan,omitempty"`
 }
 
 // FileChange is one entry of Result.FilesChanged.

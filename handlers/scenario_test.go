@@ -24,6 +24,7 @@ import (
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -462,7 +463,7 @@ func TestShutdownMidBuildKeepsTheChangeSet(t *testing.T) {
 		}
 		return staged == 2
 	})
-	waitFor(t, "the third model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 3 })
+	poll.Until(t, "the third model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 3 })
 	// Stop with no grace, as a shutdown whose drain timed out does.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
 	defer cancel()
@@ -485,16 +486,5 @@ func TestShutdownMidBuildKeepsTheChangeSet(t *testing.T) {
 	}
 	if _, _, err := h.store.Read(t.Context(), h.project.String(), "new.txt"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("new.txt: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // polling with a deadline
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/poll"
 )
 
 // insertWithInput inserts a task with an input object, as an app would.
@@ -34,7 +35,7 @@ func (h *harness) insertWithInput(t *testing.T, taskType, prompt string, input a
 
 func (h *harness) waitStatus(t *testing.T, id uuid.UUID, want agentsql.Status) {
 	t.Helper()
-	waitFor(t, "status "+string(want), 30*time.Second, func() bool { return h.status(t, id) == want })
+	poll.Until(t, "status "+string(want), 30*time.Second, func() bool { return h.status(t, id) == want })
 }
 
 func (h *harness) openItems(t *testing.T, id uuid.UUID, reason string) []agentsql.InboxItem {
@@ -75,7 +76,7 @@ func TestPauseAtIterationBoundaryThenResume(t *testing.T) {
 	)})
 	projectID := uuid.New()
 	id := h.insertTask(t, projectID, "build", "write a.txt")
-	waitFor(t, "the model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
+	poll.Until(t, "the model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
 
 	res, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionPause, agentsql.ControlOpts{Actor: "tester"})
 	if err != nil || !res.Pending || res.Status != agentsql.StatusRunning {
@@ -96,7 +97,7 @@ func TestPauseAtIterationBoundaryThenResume(t *testing.T) {
 		(SELECT count(*) FROM change_set_entries WHERE task_id = $1)`, id).Scan(&iteration, &entries); err != nil || iteration != 1 || entries != 1 {
 		t.Fatalf("checkpoint at iteration %d, %d staged changes, %v; want 1 and 1", iteration, entries, err)
 	}
-	waitFor(t, "the paused job to complete", 5*time.Second, func() bool { return h.jobState(t, id) == "completed" })
+	poll.Until(t, "the paused job to complete", 5*time.Second, func() bool { return h.jobState(t, id) == "completed" })
 
 	task, _ := agentsql.GetTask(t.Context(), h.pool, id)
 	v := task.Version

@@ -21,24 +21,9 @@ import (
 	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/worker"
 )
-
-// waitFor polls cond every 10 ms until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
 
 func (h *harness) status(t *testing.T, id uuid.UUID) agentsql.Status {
 	t.Helper()
@@ -75,7 +60,7 @@ func TestCancelReachesRunningLoop(t *testing.T) {
 	h := setup(t, setupOpts{responder: scripted.Queue(
 		scripted.Reply{Delay: 20 * time.Second, Content: "too late"})})
 	id := h.insertTask(t, uuid.New(), "build", "write a long essay")
-	waitFor(t, "the model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
+	poll.Until(t, "the model call", 10*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
 
 	start := time.Now()
 	res, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionCancel, agentsql.ControlOpts{Actor: "tester"})
@@ -83,7 +68,7 @@ func TestCancelReachesRunningLoop(t *testing.T) {
 		t.Fatalf("cancel: %+v, %v", res, err)
 	}
 	// The job is finalized only once the running Work call has returned.
-	waitFor(t, "the running job to stop", time.Second, func() bool { return h.jobState(t, id) == "cancelled" })
+	poll.Until(t, "the running job to stop", time.Second, func() bool { return h.jobState(t, id) == "cancelled" })
 	latency := time.Since(start)
 	t.Logf("cancel → running loop stopped and job finalized: %s", latency)
 
@@ -149,7 +134,7 @@ func TestRetryAndAnswer(t *testing.T) {
 	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, agentsql.ActionRetry, agentsql.ControlOpts{Actor: "tester"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the retried task to succeed", 30*time.Second, func() bool { return h.status(t, id) == agentsql.StatusSucceeded })
+	poll.Until(t, "the retried task to succeed", 30*time.Second, func() bool { return h.status(t, id) == agentsql.StatusSucceeded })
 	task, _ = agentsql.GetTask(t.Context(), h.pool, id)
 	if task.Error != nil || task.Attempt != 2 {
 		t.Errorf("after retry: error %s attempt %d", task.Error, task.Attempt)
@@ -157,7 +142,7 @@ func TestRetryAndAnswer(t *testing.T) {
 
 	// Answer: a task awaiting input with an open question.
 	asked := h.insertTask(t, uuid.New(), "chat", "ask me")
-	waitFor(t, "the second task", 30*time.Second, func() bool { return h.status(t, asked) == agentsql.StatusSucceeded })
+	poll.Until(t, "the second task", 30*time.Second, func() bool { return h.status(t, asked) == agentsql.StatusSucceeded })
 	if _, err := h.pool.Exec(t.Context(), `UPDATE ai_tasks SET status = 'queued' WHERE id = $1`, asked); err == nil {
 		t.Fatal("succeeded -> queued by UPDATE was accepted")
 	}
@@ -173,7 +158,7 @@ func TestRetryAndAnswer(t *testing.T) {
 		waiting).Scan(&answer, &resolver); err != nil || answer != "use Go" || resolver != "tester" {
 		t.Fatalf("answered item: %q by %q, %v", answer, resolver, err)
 	}
-	waitFor(t, "the answered task to run", 30*time.Second, func() bool { return h.status(t, waiting) == agentsql.StatusSucceeded })
+	poll.Until(t, "the answered task to run", 30*time.Second, func() bool { return h.status(t, waiting) == agentsql.StatusSucceeded })
 }
 
 // insertAwaiting creates a task that asked a question (until request_input
@@ -240,7 +225,7 @@ func TestLeaseTakeover(t *testing.T) {
 		_ = victim.Stop(sctx)
 	})
 	id := h.insertTaskVia(t, victimPool, uuid.New(), "build", "write b.txt")
-	waitFor(t, "the victim's model call", 15*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
+	poll.Until(t, "the victim's model call", 15*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
 	survivor := newService(t, h, h.pool, "survivor", lease)
 	if err := survivor.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -350,7 +335,7 @@ func TestStopHandsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := h.insertTask(t, uuid.New(), "build", "finish")
-	waitFor(t, "the model call", 15*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
+	poll.Until(t, "the model call", 15*time.Second, func() bool { return len(h.llm.Requests()) == 1 })
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	if err := first.Stop(ctx); err != nil {

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,8 @@ import (
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/logtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -463,28 +463,10 @@ func TestUnknownTypeRejectedByTable(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the worker's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestSecretsStayOutOfErrorsEventsAndLogs(t *testing.T) {
 	t.Parallel()
 	const secret = "sk-test-SECRETVALUE-0123456789"
-	var logs syncBuffer
+	var logs logtest.Buffer
 	h := setup(t, setupOpts{apiKey: secret, logs: &logs, responder: scripted.Queue(
 		scripted.Reply{Status: 401, ErrorMessage: "Incorrect API key provided"})})
 	id := h.insertTask(t, uuid.New(), "chat", "hello")
@@ -547,20 +529,13 @@ func TestDuplicateJobIsHarmless(t *testing.T) {
 		VALUES (jsonb_build_object('task_id', $1::uuid), 'ai_task', 'ai_tasks', 5, 1, 'available') RETURNING id`, id).Scan(&jobID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, "the duplicate job to complete", 10*time.Second, func() bool {
 		var state string
 		if err := h.pool.QueryRow(t.Context(), "SELECT state FROM river_job WHERE id = $1", jobID).Scan(&state); err != nil {
 			t.Fatal(err)
 		}
-		if state == "completed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("duplicate job still %s", state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+		return state == "completed"
+	})
 	rows, err := agentsql.TaskEventsAfter(t.Context(), h.pool, id, 0, 1000)
 	if err != nil || len(rows) != len(all) {
 		t.Fatalf("events after the duplicate job: %d, want %d (%v)", len(rows), len(all), err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -22,6 +21,8 @@ import (
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/logtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -59,26 +60,9 @@ func newProcEnv(t *testing.T, replies ...scripted.Reply) *procEnv {
 
 type proc struct {
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *logtest.Buffer
 	exited  chan struct{} // closed when the process has exited
 	waitErr error         // its exit status, once exited is closed
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs `agentworker serve` against the test's services.
@@ -96,7 +80,7 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 		"OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model,
 		"HTTP_ADDR=127.0.0.1:0", "TASK_LEASE="+lease.String(), "WORKER_CONCURRENCY=2", "LOG_LEVEL=info",
 	)
-	p := &proc{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	p := &proc{cmd: cmd, out: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -113,17 +97,6 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 		}
 	})
 	return p
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // polling with a deadline
-	}
 }
 
 func (e *procEnv) insert(t *testing.T, prompt string) (uuid.UUID, uuid.UUID) {
@@ -172,7 +145,7 @@ func TestSIGKILLTakeover(t *testing.T) {
 	)
 	first := e.start(t, lease)
 	id, projectID := e.insert(t, "write a.txt, b.txt and c.txt")
-	waitFor(t, "the first process's third model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 3 })
+	poll.Until(t, "the first process's third model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 3 })
 	var checkpointed int
 	if err := e.pool.QueryRow(t.Context(), `SELECT iteration FROM task_checkpoints WHERE task_id = $1`, id).Scan(&checkpointed); err != nil || checkpointed != 2 {
 		t.Fatalf("checkpoint before the kill: iteration %d, %v; want 2", checkpointed, err)
@@ -184,7 +157,7 @@ func TestSIGKILLTakeover(t *testing.T) {
 	killed := time.Now()
 	<-first.exited
 	second := e.start(t, lease)
-	waitFor(t, "the task to finish on the second process", 60*time.Second, func() bool {
+	poll.Until(t, "the task to finish on the second process", 60*time.Second, func() bool {
 		return e.task(t, id).Status.Terminal()
 	})
 	task := e.task(t, id)
@@ -256,7 +229,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	)
 	p := e.start(t, 30*time.Second)
 	id, _ := e.insert(t, "write d.txt")
-	waitFor(t, "the model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 1 })
+	poll.Until(t, "the model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 1 })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
