@@ -28,13 +28,13 @@ func runMemory(ctx context.Context, opts Options, r *Report) error {
 		}
 		return scripted.Reply{Delay: 2 * time.Second, ToolCalls: []llm.ToolCall{{Name: "write_file", Arguments: `{"path":"out.txt","content":"x\n"}`}}}
 	})
-	model, err := startModel(slow)
+	model, err := scripted.ListenLoopback(slow)
 	if err != nil {
 		return err
 	}
-	defer model.close()
+	defer func() { _ = model.Close() }()
 	for _, n := range []int{1, 10, 100} {
-		mb, err := serveRSS(ctx, opts, model.url, n)
+		mb, err := serveRSS(ctx, opts, model.URL, n)
 		if err != nil {
 			return err
 		}

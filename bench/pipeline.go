@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -44,25 +42,6 @@ func iterationsModel(n int) scripted.Responder {
 		return scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"done"}`}}}
 	})
 }
-
-// modelServer serves a scripted model on loopback.
-type modelServer struct {
-	url string
-	srv *http.Server
-}
-
-func startModel(responder scripted.Responder) (*modelServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listen for the scripted model: %w", err)
-	}
-	// A server that forgets requests: the bench sends tens of thousands.
-	srv := &http.Server{Handler: &scripted.Server{Responder: responder, DiscardRequests: true}, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return &modelServer{url: "http://" + ln.Addr().String() + "/v1", srv: srv}, nil
-}
-
-func (m *modelServer) close() { _ = m.srv.Close() }
 
 // timedHandlers wraps handlers to report when each task's handler starts
 // and returns.
@@ -114,38 +93,38 @@ func (t *timedHandlers) startedAt(id uuid.UUID) time.Time {
 // pipeline is our worker over one scenario database.
 type pipeline struct {
 	db    *database
-	model *modelServer
+	model *scripted.Loopback
 	svc   *worker.Service
 	timed *timedHandlers
 	llm   *llm.Client
 }
 
 func startPipeline(ctx context.Context, opts Options, db *database, responder scripted.Responder, start bool) (*pipeline, error) {
-	model, err := startModel(responder)
+	model, err := scripted.ListenLoopback(responder)
 	if err != nil {
 		return nil, err
 	}
-	client, err := llm.New(llm.Config{BaseURL: model.url, Model: "bench-instant", MaxRetries: -1})
+	client, err := llm.New(llm.Config{BaseURL: model.URL, Model: "bench-instant", MaxRetries: -1})
 	if err != nil {
-		model.close()
+		_ = model.Close()
 		return nil, err
 	}
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: db.pool, Store: opts.Store, LLM: client, Logger: opts.Logger},
 		handlers.Config{MaxIterations: 50})
 	if err != nil {
-		model.close()
+		_ = model.Close()
 		return nil, err
 	}
 	timed := newTimedHandlers()
 	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, Logger: opts.Logger})
 	if err != nil {
-		model.close()
+		_ = model.Close()
 		return nil, err
 	}
 	p := &pipeline{db: db, model: model, svc: svc, timed: timed, llm: client}
 	if start {
 		if err := svc.Start(ctx); err != nil {
-			model.close()
+			_ = model.Close()
 			return nil, err
 		}
 	}
@@ -156,7 +135,7 @@ func (p *pipeline) stop(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = p.svc.Stop(sctx)
-	p.model.close()
+	_ = p.model.Close()
 }
 
 // insertTask inserts a build task with plain SQL, as an app would.

@@ -50,7 +50,7 @@ func TestSoak(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	s3 := s3test.Config(t)
-	model, err := startModel(scripted.Func(func(req *scripted.Request) scripted.Reply {
+	model, err := scripted.ListenLoopback(scripted.Func(func(req *scripted.Request) scripted.Reply {
 		delay := time.Duration(rand.IntN(20)) * time.Millisecond // tasks overlap across processes
 		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
 			return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"done"}`}}}
@@ -60,11 +60,11 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(model.close)
+	t.Cleanup(func() { _ = model.Close() })
 
 	for i := range processes {
 		cmd := exec.Command(bin, "serve")
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "OPENAI_BASE_URL="+model.url, "OPENAI_API_KEY=soak",
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY=soak",
 			"S3_ENDPOINT="+s3.Endpoint, "S3_ACCESS_KEY="+s3.AccessKey, "S3_SECRET_KEY="+s3.SecretKey, "S3_BUCKET="+s3.Bucket,
 			"WORKER_CONCURRENCY=10", fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", 0), "LOG_LEVEL=warn")
 		cmd.Stderr = os.Stderr

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -52,12 +49,16 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "storage: no S3_ENDPOINT or STORAGE_DIR; project files go to %s\n", dir)
 	}
 	if !cfg.llmConfigured() {
-		url, stop, err := startDemoModel()
+		model, err := scripted.ListenLoopback(scripted.DemoModel())
 		if err != nil {
-			return err
+			return fmt.Errorf("demo: %w", err)
 		}
-		defer stop()
-		cfg.OpenAIBaseURL, cfg.LLMModel = url, "agentworker-demo"
+		defer func() {
+			if err := model.Close(); err != nil {
+				log.Warn("stop the demo model", slog.String("err", err.Error()))
+			}
+		}()
+		cfg.OpenAIBaseURL, cfg.LLMModel = model.URL, "agentworker-demo"
 		fmt.Fprintln(out, "model: no OPENAI_BASE_URL or OPENAI_API_KEY; using the bundled scripted demo model (no real LLM)")
 	} else {
 		fmt.Fprintf(out, "model: %s at %s\n", cfg.LLMModel, orDefault(cfg.OpenAIBaseURL, "api.openai.com"))
@@ -124,21 +125,6 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "\n--- %s (%d bytes)\n%s", f.Path, f.Size, content)
 	}
 	return nil
-}
-
-// startDemoModel serves the bundled scripted model on loopback.
-func startDemoModel() (url string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("demo: listen for the scripted model: %w", err)
-	}
-	srv := &http.Server{Handler: &scripted.Server{Responder: scripted.DemoModel(), DiscardRequests: true}, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			slog.Default().Error("scripted model server", slog.String("err", err.Error()))
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/v1", func() { _ = srv.Close() }, nil
 }
 
 func orDefault(s, def string) string {

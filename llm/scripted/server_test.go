@@ -524,3 +524,22 @@ func TestDiscardRequests(t *testing.T) {
 		t.Fatalf("kept %d requests", n)
 	}
 }
+
+func TestListenLoopback(t *testing.T) {
+	t.Parallel()
+	l, err := scripted.ListenLoopback(scripted.Queue(scripted.Reply{Content: "hi"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := llm.New(llm.Config{BaseURL: l.URL, Model: "m", MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Complete(t.Context(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hello"}}})
+	if err != nil || resp.Message.Content != "hi" {
+		t.Fatalf("Complete = %+v, %v", resp, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
