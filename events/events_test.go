@@ -11,11 +11,22 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/events"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
+
+// newTask inserts a task of taskType in a new project.
+func newTask(t *testing.T, pool *pgxpool.Pool, taskType string) agentsql.Task {
+	t.Helper()
+	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: taskType, Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
 
 func allPayloads() []events.Payload {
 	ok := true
@@ -34,10 +45,7 @@ func allPayloads() []events.Payload {
 func TestRoundTripThroughDatabase(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "build", Prompt: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := newTask(t, pool, "build")
 	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
 	want := allPayloads()
 	var in []events.Payload
@@ -76,13 +84,10 @@ func TestRoundTripThroughDatabase(t *testing.T) {
 func TestFollowStopsWithContext(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := newTask(t, pool, "chat")
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	err = events.Follow(ctx, pool, task.ID, 0, func(events.Event) error { return nil })
+	err := events.Follow(ctx, pool, task.ID, 0, func(events.Event) error { return nil })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Follow = %v, want the context's error", err)
 	}
@@ -135,10 +140,7 @@ func TestFormatAndTerminal(t *testing.T) {
 func TestAddAndFlushWriteInOrderInOneStatement(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := newTask(t, pool, "chat")
 	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
 	rec.Add(events.Log{Level: "info", Message: "1"}, events.Log{Level: "info", Message: "2"})
 	if got, _ := agentsql.TaskEventsAfter(t.Context(), pool, task.ID, 0, 10); len(got) != 0 {
@@ -176,10 +178,7 @@ func TestAddAndFlushWriteInOrderInOneStatement(t *testing.T) {
 func TestFlushAsyncKeepsOrder(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := newTask(t, pool, "chat")
 	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
 	for i := range 20 {
 		rec.Add(events.Log{Level: "info", Message: fmt.Sprint(2 * i)})

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -17,10 +15,7 @@ import (
 func TestEmitRedacts(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := newTask(t, pool, "chat")
 	rec := events.NewRecorder(pool, task.ID, task.ProjectID)
 	var seen []events.Payload
 	rec.SetObserver(observerFunc(func(p events.Payload) { seen = append(seen, p) }))

@@ -42,10 +42,7 @@ func TestStreamDeltasCoalesced(t *testing.T) {
 
 	setup := func(t *testing.T, interval time.Duration) (*events.Recorder, *fakeClock, uuid.UUID) {
 		t.Helper()
-		task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		task := newTask(t, pool, "chat")
 		clock := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 		opts := []events.RecorderOption{events.WithClock(clock.Now)}
 		if interval > 0 {
