@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/agentworker/agentworker/events"
-	"github.com/agentworker/agentworker/handlers/changeset"
+	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"

@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/agentworker/agentworker/events"
-	"github.com/agentworker/agentworker/handlers/changeset"
+	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/handlers/projectctx"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/tools"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
-	"github.com/agentworker/agentworker/sql/localpg"
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 )
 
 const demoPrompt = "create hello.txt saying hi"

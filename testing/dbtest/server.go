@@ -22,7 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	agentsql "github.com/agentworker/agentworker/sql"
-	"github.com/agentworker/agentworker/sql/localpg"
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 )
 
 // errNoServer means no PostgreSQL server is available: tests skip, unless

@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/storage/localminio"
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
 )
 
 // shared is the MinIO server of this test process, started by the first test

@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/storage/localminio"
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
 )
 
 func Example() {

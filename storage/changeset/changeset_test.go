@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/agentworker/agentworker/handlers/changeset"
+	"github.com/agentworker/agentworker/storage/changeset"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
