@@ -7,12 +7,12 @@ import (
 	"sort"
 
 	"github.com/agentworker/agentworker/events"
-	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/changeset"
 )
 
 // ReasonStaticChecks ends a build loop whose model stopped while the static

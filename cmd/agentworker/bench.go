@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/cmd/agentworker/bench"
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
 	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/internal/devenv/localminio"
 )
 
 // runBench measures the service against raw River (see package bench).

@@ -36,8 +36,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"go.uber.org/goleak"
 
-	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/internal/devenv/localminio"
+	"github.com/agentworker/agentworker/storage"
 )
 
 // installHint says how to get a server; it is part of the skip message.
