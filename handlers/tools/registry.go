@@ -31,7 +31,15 @@ const (
 
 // Env is what a tool call runs against.
 type Env struct {
-	Store     storage.Store
+	// Store holds the project's files. For a build task it is the build's
+	// change set (storage/changeset): writes, deletes and moves are staged
+	// and land in the project only when the build succeeds; reads, stats
+	// and listings see the staged changes over the project's files. Either
+	// way it keeps the storage.Store contract (package storagetest), so a
+	// tool need not know which it was given.
+	Store storage.Store
+	// ProjectID is the project the task works on; a change set refuses any
+	// other.
 	ProjectID string
 	// Cache, when set, keeps file contents by version between the calls of
 	// one task, so that repeated searches do not read unchanged files again.
