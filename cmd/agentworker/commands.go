@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
@@ -26,7 +27,6 @@ import (
 	"github.com/agentworker/agentworker/metrics"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/taskapi"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -190,7 +190,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux.Handle("GET /metrics", m.Handler())
 	sse.New(pool, hub, sse.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Heartbeat: cfg.SSEHeartbeat, Logger: log}).Register(mux)
 	if verifier != nil {
-		taskapi.New(pool, verifier, log).Register(mux)
+		api.New(pool, verifier, log).Register(mux)
 	}
 	mux.Handle("GET /", timeline.Handler())
 	return mux, nil

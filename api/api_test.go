@@ -1,4 +1,4 @@
-package taskapi_test
+package api_test
 
 import (
 	"encoding/json"
@@ -12,9 +12,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	agentsql "github.com/agentworker/agentworker/sql"
-	"github.com/agentworker/agentworker/taskapi"
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
@@ -30,7 +30,7 @@ func TestControlEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	taskapi.New(pool, verifier, nil).Register(mux)
+	api.New(pool, verifier, nil).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -81,16 +81,16 @@ func TestControlEndpoints(t *testing.T) {
 	}{
 		{"NoToken", "/v1/tasks/" + task.ID.String() + "/cancel", "", "", http.StatusUnauthorized, ""},
 		{"OtherProject", "/v1/tasks/" + task.ID.String() + "/cancel", token(uuid.NewString()), "", http.StatusForbidden, ""},
-		{"NotFound", "/v1/tasks/" + uuid.NewString() + "/cancel", good, "", http.StatusNotFound, taskapi.CodeTaskNotFound},
-		{"BadID", "/v1/tasks/nope/cancel", good, "", http.StatusBadRequest, taskapi.CodeValidation},
-		{"BadBody", "/v1/tasks/" + task.ID.String() + "/cancel", good, "{", http.StatusBadRequest, taskapi.CodeValidation},
-		{"StaleVersion", "/v1/tasks/" + task.ID.String() + "/pause", good, fmt.Sprintf(`{"expected_version": %d}`, task.Version+5), http.StatusConflict, taskapi.CodeVersionConflict},
-		{"Illegal", "/v1/tasks/" + task.ID.String() + "/resume", good, "", http.StatusConflict, taskapi.CodeIllegal},
-		{"AnswerRequired", "/v1/tasks/" + task.ID.String() + "/answer", good, `{}`, http.StatusBadRequest, taskapi.CodeValidation},
+		{"NotFound", "/v1/tasks/" + uuid.NewString() + "/cancel", good, "", http.StatusNotFound, api.CodeTaskNotFound},
+		{"BadID", "/v1/tasks/nope/cancel", good, "", http.StatusBadRequest, api.CodeValidation},
+		{"BadBody", "/v1/tasks/" + task.ID.String() + "/cancel", good, "{", http.StatusBadRequest, api.CodeValidation},
+		{"StaleVersion", "/v1/tasks/" + task.ID.String() + "/pause", good, fmt.Sprintf(`{"expected_version": %d}`, task.Version+5), http.StatusConflict, api.CodeVersionConflict},
+		{"Illegal", "/v1/tasks/" + task.ID.String() + "/resume", good, "", http.StatusConflict, api.CodeIllegal},
+		{"AnswerRequired", "/v1/tasks/" + task.ID.String() + "/answer", good, `{}`, http.StatusBadRequest, api.CodeValidation},
 		{"Pause", "/v1/tasks/" + task.ID.String() + "/pause", good, fmt.Sprintf(`{"expected_version": %d}`, task.Version), http.StatusOK, ""},
 		{"Resume", "/v1/tasks/" + task.ID.String() + "/resume", good, "", http.StatusOK, ""},
 		{"Cancel", "/v1/tasks/" + task.ID.String() + "/cancel", good, "", http.StatusOK, ""},
-		{"CancelAgain", "/v1/tasks/" + task.ID.String() + "/cancel", good, "", http.StatusConflict, taskapi.CodeIllegal},
+		{"CancelAgain", "/v1/tasks/" + task.ID.String() + "/cancel", good, "", http.StatusConflict, api.CodeIllegal},
 		{"Retry", "/v1/tasks/" + task.ID.String() + "/retry", good, "", http.StatusOK, ""},
 	}
 	for _, tt := range tests { // in order: the steps share one task
@@ -130,7 +130,7 @@ func TestInboxEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	taskapi.New(pool, verifier, nil).Register(mux)
+	api.New(pool, verifier, nil).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	projectID := uuid.New()

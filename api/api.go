@@ -1,4 +1,4 @@
-// Package taskapi serves the HTTP endpoints that steer tasks, and the inbox:
+// Package api serves the HTTP endpoints that steer tasks, and the inbox:
 //
 //	POST /v1/tasks/{id}/cancel
 //	POST /v1/tasks/{id}/pause
@@ -13,7 +13,7 @@
 // function apps reach through PostgREST, agentworker_control_task, so the
 // state machine, the version check and the audit event are one
 // implementation.
-package taskapi
+package api
 
 import (
 	"encoding/json"
