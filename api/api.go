@@ -1,172 +1,239 @@
-// Package api serves the HTTP endpoints that steer tasks, and the inbox:
+// Package api is agentworker's HTTP API. Every /v1 route is in one table
+// (routes) and is served behind one guard, so CORS, auth, the refusal of a
+// resource the bearer may not see and the error body cannot differ between
+// routes:
 //
-//	POST /v1/tasks/{id}/cancel
+//	GET  /v1/tasks/{id}/events      a task's events (SSE); the SSE id is the event's seq
+//	POST /v1/tasks/{id}/cancel      steer a task; optional {"expected_version": n}
 //	POST /v1/tasks/{id}/pause
 //	POST /v1/tasks/{id}/resume
 //	POST /v1/tasks/{id}/retry
-//	POST /v1/tasks/{id}/answer    {"answer": "…"} (required)
-//	GET  /v1/projects/{project_id}/inbox[?all=true&limit=n]
-//	POST /v1/inbox/{id}/close     (items that need no answer)
+//	POST /v1/tasks/{id}/answer      {"answer": "…"} (required)
+//	GET  /v1/projects/{id}/events   a project's events (SSE); the SSE id is an opaque cursor
+//	POST /v1/projects/{id}/tasks    create a task: {"type", "prompt", "input"}
+//	GET  /v1/projects/{id}/inbox    open inbox items [?all=true&limit=n]
+//	POST /v1/inbox/{id}/close       close an item that needs no answer
 //
-// Each takes an optional JSON body {"expected_version": n} and a bearer token
-// (package auth) that must cover the task's project. They call the same SQL
-// function apps reach through PostgREST, agentworker_control_task, so the
-// state machine, the version check and the audit event are one
-// implementation.
+// The guard, in order: CORS headers for an allowed Origin and 204 to a
+// preflight; 503 while auth is not configured; 401 without a valid bearer
+// token (package auth); then the route's {id} must be a resource the token
+// covers. A task or inbox item of another project is answered exactly like a
+// missing one (403, as a project outside the token is), so the API is no
+// oracle for what exists. Every refusal and failure is
+// {"error": {"code", "message"}} with Content-Type application/json.
+//
+// The steering routes call the SQL function apps reach through PostgREST,
+// agentworker_control_task, so the state machine, the version check and the
+// audit event are one implementation.
 package api
 
 import (
-	"encoding/json"
-	"errors"
-	"io"
+	"context"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/auth"
-	"github.com/agentworker/agentworker/redact"
+	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
-// Error codes of the error body {"error": {"code", "message"}}.
+// Config configures the API.
+type Config struct {
+	// Verifier checks bearer tokens. When nil, every /v1 route answers 503:
+	// auth is not configured (JWT_SECRET unset). Defaults to nil.
+	Verifier *auth.Verifier
+	// AllowedOrigins lists the origins allowed by CORS ("*" for any). The
+	// page served by the worker itself needs none. Defaults to none.
+	AllowedOrigins []string
+	// Logger receives the failures answered 500. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// API serves the /v1 routes.
+type API struct {
+	pool    *pgxpool.Pool
+	streams *sse.Streams
+	cfg     Config
+}
+
+// New returns the API over pool, serving the event streams of streams.
+func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &API{pool: pool, streams: streams, cfg: cfg}
+}
+
+// scope says what a route's {id} names, and so what the guard checks before
+// the handler runs.
+type scope int
+
 const (
-	CodeValidation      = "VALIDATION_ERROR"
-	CodeTaskNotFound    = "TASK_NOT_FOUND"
-	CodeVersionConflict = "TASK_VERSION_CONFLICT"
-	CodeIllegal         = "ILLEGAL_TRANSITION"
-	CodeInternal        = "INTERNAL_ERROR"
-	CodeNotFound        = "NOT_FOUND"
-	CodeAnswerRequired  = "ANSWER_REQUIRED"
+	projectScope scope = iota // a project the token must cover
+	taskScope                 // a task whose project the token must cover
+	inboxScope                // an inbox item whose project the token must cover
 )
 
-// maxBody bounds a request body; an answer is text a person typed.
-const maxBody = 64 << 10
+// handler serves a request the guard let through. It returns an error only
+// when it has written nothing; the guard answers it (fail).
+type handler func(w http.ResponseWriter, r *http.Request) error
 
-// API is the task steering endpoints.
-type API struct {
-	pool     *pgxpool.Pool
-	verifier *auth.Verifier
-	logger   *slog.Logger
+type route struct {
+	pattern string // "METHOD /v1/…{id}…"
+	scope   scope
+	handle  handler
 }
 
-// New returns the endpoints. logger defaults to discarding.
-func New(pool *pgxpool.Pool, verifier *auth.Verifier, logger *slog.Logger) *API {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+// routes is the one table of /v1 routes.
+func (a *API) routes() []route {
+	rs := []route{
+		{"GET /v1/tasks/{id}/events", taskScope, a.streams.TaskEvents},
+		{"GET /v1/projects/{id}/events", projectScope, a.streams.ProjectEvents},
+		{"POST /v1/projects/{id}/tasks", projectScope, a.createTask},
+		{"GET /v1/projects/{id}/inbox", projectScope, a.listInbox},
+		{"POST /v1/inbox/{id}/close", inboxScope, a.closeInbox},
 	}
-	return &API{pool: pool, verifier: verifier, logger: logger}
-}
-
-// Register adds the endpoints to mux.
-func (a *API) Register(mux *http.ServeMux) {
 	for _, action := range agentsql.Actions {
-		mux.HandleFunc("POST /v1/tasks/{id}/"+string(action), a.control(action))
+		rs = append(rs, route{"POST /v1/tasks/{id}/" + string(action), taskScope, a.control(action)})
 	}
-	mux.HandleFunc("GET /v1/projects/{project_id}/inbox", a.listInbox)
-	mux.HandleFunc("POST /v1/inbox/{id}/close", a.closeInbox)
+	return rs
 }
 
-type request struct {
-	ExpectedVersion *int   `json:"expected_version"`
-	Answer          string `json:"answer"`
-}
-
-func (a *API) control(action agentsql.Action) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		claims, err := a.verifier.FromRequest(r)
-		if err != nil {
-			auth.WriteError(w, err)
-			return
-		}
-		id, err := uuid.Parse(r.PathValue("id"))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, CodeValidation, "task id is not a uuid")
-			return
-		}
-		var req request
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-		switch {
-		case err != nil:
-			writeError(w, http.StatusBadRequest, CodeValidation, "could not read the request body")
-			return
-		case len(body) > maxBody:
-			writeError(w, http.StatusRequestEntityTooLarge, CodeValidation, "request body too large")
-			return
-		case len(body) > 0:
-			if err := json.Unmarshal(body, &req); err != nil {
-				writeError(w, http.StatusBadRequest, CodeValidation, "request body is not valid JSON: "+err.Error())
-				return
-			}
-		}
-		task, err := agentsql.GetTask(ctx, a.pool, id)
-		if errors.Is(err, agentsql.ErrTaskNotFound) {
-			writeError(w, http.StatusNotFound, CodeTaskNotFound, "task not found")
-			return
-		}
-		if err != nil {
-			a.internal(w, r, err)
-			return
-		}
-		if !claims.CanAccess(task.ProjectID.String()) {
-			auth.WriteError(w, auth.ErrForbidden)
-			return
-		}
-		res, err := agentsql.ControlTask(ctx, a.pool, id, action, agentsql.ControlOpts{
-			ExpectedVersion: req.ExpectedVersion, Actor: actor(claims), Answer: req.Answer})
-		var ce *agentsql.ControlError
-		switch {
-		case err == nil:
-			writeJSON(w, http.StatusOK, res)
-		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrVersionConflict):
-			writeError(w, http.StatusConflict, CodeVersionConflict, ce.Result.Error)
-		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrIllegalTransition):
-			writeError(w, http.StatusConflict, CodeIllegal, ce.Result.Error)
-		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrInvalidAction):
-			writeError(w, http.StatusBadRequest, CodeValidation, ce.Result.Error)
-		case errors.Is(err, agentsql.ErrTaskNotFound):
-			writeError(w, http.StatusNotFound, CodeTaskNotFound, "task not found")
-		default:
-			a.internal(w, r, err)
-		}
+// Register adds every /v1 route to mux, and under /v1/ an answer for the
+// rest: 204 to a preflight, else 405 or 404, in the API's error body.
+func (a *API) Register(mux *http.ServeMux) {
+	rs := a.routes()
+	for _, rt := range rs {
+		mux.Handle(rt.pattern, a.guard(rt))
+	}
+	// One pattern per method: a method-less "/v1/" would conflict with a
+	// page registered as "GET /".
+	rest := a.edge(unrouted(rs))
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodTrace} {
+		mux.Handle(m+" /v1/", rest)
 	}
 }
 
-// actor names the bearer for the audit event.
-func actor(c auth.Claims) string {
-	switch {
-	case c.Subject != "":
-		return "user:" + c.Subject
-	case c.Role != "":
-		return "role:" + c.Role
+// edge applies what holds for every /v1 request, routed or not: CORS, the
+// answer to a preflight, and 503 while auth is not configured.
+func (a *API) edge(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.cors(w, r)
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if a.cfg.Verifier == nil {
+			a.fail(w, r, errUnavailable)
+			return
+		}
+		if err := h(w, r); err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+// guard is edge, then the bearer's token, then the route's {id}.
+func (a *API) guard(rt route) http.Handler {
+	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
+		claims, err := a.cfg.Verifier.FromRequest(r)
+		if err != nil {
+			return err
+		}
+		acc, err := a.authorize(r, rt.scope, claims)
+		if err != nil {
+			return err
+		}
+		return rt.handle(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))
+	})
+}
+
+// access is what the guard established about a request.
+type access struct {
+	claims auth.Claims
+	id     uuid.UUID          // the route's {id}
+	task   agentsql.Task      // for task routes
+	item   agentsql.InboxItem // for inbox item routes
+}
+
+type accessKey struct{}
+
+// accessOf returns what the guard established about r.
+func accessOf(r *http.Request) access {
+	acc, _ := r.Context().Value(accessKey{}).(access)
+	return acc
+}
+
+// authorize checks that claims cover the resource the route's {id} names.
+func (a *API) authorize(r *http.Request, sc scope, claims auth.Claims) (access, error) {
+	acc := access{claims: claims}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return acc, validation("id %q is not a uuid", r.PathValue("id"))
 	}
-	return "api"
+	acc.id = id
+	var projectID uuid.UUID
+	switch sc {
+	case projectScope:
+		projectID = id
+	case taskScope:
+		if acc.task, err = agentsql.GetTask(r.Context(), a.pool, id); err != nil {
+			return acc, notVisible(claims, err)
+		}
+		projectID = acc.task.ProjectID
+	case inboxScope:
+		if acc.item, err = agentsql.GetInboxItem(r.Context(), a.pool, id); err != nil {
+			return acc, notVisible(claims, err)
+		}
+		projectID = acc.item.ProjectID
+	}
+	if !claims.CanAccess(projectID.String()) {
+		return acc, auth.ErrForbidden
+	}
+	return acc, nil
 }
 
-func (a *API) internal(w http.ResponseWriter, r *http.Request, err error) {
-	a.logger.ErrorContext(r.Context(), "task control request failed", slog.String("path", r.URL.Path), slog.String("err", err.Error()))
-	writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+// cors sets the CORS headers for an allowed Origin, on every /v1 answer
+// (errors included, so a browser can read them).
+func (a *API) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return
+	}
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	if !slices.Contains(a.cfg.AllowedOrigins, "*") && !slices.Contains(a.cfg.AllowedOrigins, origin) {
+		return
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+	h.Set("Access-Control-Max-Age", "600")
 }
 
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// writeError answers with the error body; the message is redacted, as every
-// HTTP error body is.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	var b errorBody
-	b.Error.Code, b.Error.Message = code, redact.String(msg)
-	writeJSON(w, status, b)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+// unrouted answers a /v1 request no route matches: 405 (with Allow) when
+// the path is a route's under another method, else 404.
+func unrouted(rs []route) handler {
+	paths := http.NewServeMux()
+	allowed := map[string][]string{}
+	for _, rt := range rs {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if allowed[path] == nil {
+			paths.Handle(path, http.NotFoundHandler()) // only matched, never served
+		}
+		allowed[path] = append(allowed[path], method)
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if _, pattern := paths.Handler(r); pattern != "" {
+			w.Header().Set("Allow", strings.Join(allowed[pattern], ", "))
+			return &apiError{http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method not allowed"}
+		}
+		return &apiError{http.StatusNotFound, CodeNotFound, "not found"}
+	}
 }

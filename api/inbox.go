@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/agentworker/agentworker/auth"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -36,76 +35,43 @@ func toItem(i agentsql.InboxItem) inboxItem {
 		CreatedAt: i.CreatedAt, ResolvedAt: i.ResolvedAt}
 }
 
-// listInbox serves GET /v1/projects/{project_id}/inbox[?all=true&limit=n]:
-// the project's open items (all items with all=true), newest first.
-func (a *API) listInbox(w http.ResponseWriter, r *http.Request) {
-	projectID, err := uuid.Parse(r.PathValue("project_id"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeValidation, "project id is not a uuid")
-		return
-	}
-	if _, err := a.verifier.Authorize(r, projectID.String()); err != nil {
-		auth.WriteError(w, err)
-		return
-	}
+// listInbox serves GET /v1/projects/{id}/inbox[?all=true&limit=n]: the
+// project's open items (all items with all=true), newest first.
+func (a *API) listInbox(w http.ResponseWriter, r *http.Request) error {
 	limit := 100
 	if s := r.URL.Query().Get("limit"); s != "" {
+		var err error
 		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > 1000 {
-			writeError(w, http.StatusBadRequest, CodeValidation, "limit must be 1 to 1000")
-			return
+			return validation("limit must be 1 to 1000")
 		}
 	}
-	items, err := agentsql.ListInbox(r.Context(), a.pool, projectID, r.URL.Query().Get("all") != "true", limit)
+	items, err := agentsql.ListInbox(r.Context(), a.pool, accessOf(r).id, r.URL.Query().Get("all") != "true", limit)
 	if err != nil {
-		a.internal(w, r, err)
-		return
+		return err
 	}
 	out := make([]inboxItem, len(items))
 	for i, it := range items {
 		out[i] = toItem(it)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"items": out})
+	return nil
 }
 
 // closeInbox serves POST /v1/inbox/{id}/close for items that need no
 // answer; a question the agent asked is answered with POST
 // /v1/tasks/{task_id}/answer, which also resumes the task.
-func (a *API) closeInbox(w http.ResponseWriter, r *http.Request) {
-	claims, err := a.verifier.FromRequest(r)
-	if err != nil {
-		auth.WriteError(w, err)
-		return
+func (a *API) closeInbox(w http.ResponseWriter, r *http.Request) error {
+	acc := accessOf(r)
+	if it := acc.item; it.Kind == agentsql.InboxAwaitUserInput && it.Reason == "question" && it.Status == "open" {
+		return &apiError{http.StatusConflict, CodeAnswerRequired, "this item is a question: answer it with POST /v1/tasks/{task_id}/answer"}
 	}
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeValidation, "inbox item id is not a uuid")
-		return
-	}
-	item, err := agentsql.GetInboxItem(r.Context(), a.pool, id)
+	closed, err := agentsql.CloseInboxItem(r.Context(), a.pool, acc.id, actor(acc.claims))
 	if errors.Is(err, agentsql.ErrInboxItemNotFound) {
-		writeError(w, http.StatusNotFound, CodeNotFound, "inbox item not found")
-		return
+		return &apiError{http.StatusConflict, CodeIllegal, "inbox item is already closed"}
 	}
 	if err != nil {
-		a.internal(w, r, err)
-		return
-	}
-	if !claims.CanAccess(item.ProjectID.String()) {
-		auth.WriteError(w, auth.ErrForbidden)
-		return
-	}
-	if item.Kind == agentsql.InboxAwaitUserInput && item.Reason == "question" && item.Status == "open" {
-		writeError(w, http.StatusConflict, CodeAnswerRequired, "this item is a question: answer it with POST /v1/tasks/{task_id}/answer")
-		return
-	}
-	closed, err := agentsql.CloseInboxItem(r.Context(), a.pool, id, actor(claims))
-	if errors.Is(err, agentsql.ErrInboxItemNotFound) {
-		writeError(w, http.StatusConflict, CodeIllegal, "inbox item is already closed")
-		return
-	}
-	if err != nil {
-		a.internal(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, toItem(closed))
+	return nil
 }
