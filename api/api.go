@@ -3,13 +3,13 @@
 // resource the bearer may not see and the error body cannot differ between
 // routes:
 //
-//	GET  /v1/tasks/{id}/events      a task's events (SSE); the SSE id is the event's seq
+//	GET  /v1/tasks/{id}/events      a task's events (SSE, until the token expires); the SSE id is the seq
 //	POST /v1/tasks/{id}/cancel      steer a task; optional {"expected_version": n}
 //	POST /v1/tasks/{id}/pause
 //	POST /v1/tasks/{id}/resume
 //	POST /v1/tasks/{id}/retry
 //	POST /v1/tasks/{id}/answer      {"answer": "…"} (required)
-//	GET  /v1/projects/{id}/events   a project's events (SSE); the SSE id is an opaque cursor
+//	GET  /v1/projects/{id}/events   a project's events (SSE, until the token expires); an opaque cursor
 //	POST /v1/projects/{id}/tasks    create a task: {"type", "prompt", "input"}
 //	GET  /v1/projects/{id}/inbox    open inbox items [?all=true&limit=n]
 //	POST /v1/inbox/{id}/close       close an item that needs no answer
@@ -87,19 +87,20 @@ type route struct {
 	pattern string // "METHOD /v1/…{id}…"
 	scope   scope
 	handle  handler
+	stream  bool // long-lived: it ends when the bearer's token expires
 }
 
 // routes is the one table of /v1 routes.
 func (a *API) routes() []route {
 	rs := []route{
-		{"GET /v1/tasks/{id}/events", taskScope, a.streams.TaskEvents},
-		{"GET /v1/projects/{id}/events", projectScope, a.streams.ProjectEvents},
-		{"POST /v1/projects/{id}/tasks", projectScope, a.createTask},
-		{"GET /v1/projects/{id}/inbox", projectScope, a.listInbox},
-		{"POST /v1/inbox/{id}/close", inboxScope, a.closeInbox},
+		{pattern: "GET /v1/tasks/{id}/events", scope: taskScope, handle: a.streams.TaskEvents, stream: true},
+		{pattern: "GET /v1/projects/{id}/events", scope: projectScope, handle: a.streams.ProjectEvents, stream: true},
+		{pattern: "POST /v1/projects/{id}/tasks", scope: projectScope, handle: a.createTask},
+		{pattern: "GET /v1/projects/{id}/inbox", scope: projectScope, handle: a.listInbox},
+		{pattern: "POST /v1/inbox/{id}/close", scope: inboxScope, handle: a.closeInbox},
 	}
 	for _, action := range agentsql.Actions {
-		rs = append(rs, route{"POST /v1/tasks/{id}/" + string(action), taskScope, a.control(action)})
+		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})
 	}
 	return rs
 }
@@ -139,7 +140,8 @@ func (a *API) edge(h handler) http.Handler {
 	})
 }
 
-// guard is edge, then the bearer's token, then the route's {id}.
+// guard is edge, then the bearer's token, then the route's {id}. A stream
+// ends when the token expires.
 func (a *API) guard(rt route) http.Handler {
 	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
 		claims, err := a.cfg.Verifier.FromRequest(r)
@@ -150,7 +152,13 @@ func (a *API) guard(rt route) http.Handler {
 		if err != nil {
 			return err
 		}
-		return rt.handle(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, acc)))
+		ctx := context.WithValue(r.Context(), accessKey{}, acc)
+		if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
+			defer cancel()
+		}
+		return rt.handle(w, r.WithContext(ctx))
 	})
 }
 

@@ -412,3 +412,46 @@ func TestStreamRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamEndsWhenTokenExpires: a stream closes when its token's exp
+// passes, after a final "expired" event, and not before.
+func TestStreamEndsWhenTokenExpires(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectID := uuid.New()
+	task := e.newTask(t, projectID)
+	for name, path := range map[string]string{
+		"Task":    "/v1/tasks/" + task.ID.String() + "/events",
+		"Project": "/v1/projects/" + projectID.String() + "/events",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			exp := jwt.NewNumericDate(time.Now().Add(2 * time.Second)).Time // exp has whole seconds
+			tok := e.tokenUntil(t, exp, "", "", projectID)
+			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+path, nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body) // until the server closes the stream
+			ended := time.Now()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("stream: %d, %v (%s)", resp.StatusCode, err, body)
+			}
+			if !strings.HasSuffix(string(body), "event: expired\ndata: {\"message\":\"token expired\"}\n\n") {
+				t.Errorf("stream ended without the expired event: %q", body)
+			}
+			if ended.Before(exp) || ended.After(exp.Add(3*time.Second)) {
+				t.Errorf("stream ended at %s, token expired at %s", ended.Format(time.StampMilli), exp.Format(time.StampMilli))
+			}
+			// Coming back with the same token is refused.
+			if rp := e.call(t, "GET", path, tok, "", nil); rp.status != http.StatusUnauthorized {
+				t.Errorf("reconnect with the expired token: %d", rp.status)
+			}
+		})
+	}
+}

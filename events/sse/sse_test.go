@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -399,5 +400,24 @@ func TestHeartbeatAndShutdown(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("stream still open 5 s after shutdown")
+	}
+}
+
+// TestClientSkipsNamedEvents: the client hands over task events only, not
+// a named event such as the "expired" that ends a stream.
+func TestClientSkipsNamedEvents(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "retry: 1000\n: connected\n\nid: 1\ndata: {\"seq\":1,\"type\":\"log\"}\n\nevent: expired\ndata: {\"message\":\"token expired\"}\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	var got []sse.Message
+	last, err := (&sse.Client{}).Stream(t.Context(), srv.URL, "", func(m sse.Message) error {
+		got = append(got, m)
+		return nil
+	})
+	if err != nil || last != "1" || len(got) != 1 || got[0].Event.Seq != 1 {
+		t.Fatalf("Stream = %q, %v; got %+v", last, err, got)
 	}
 }

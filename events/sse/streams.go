@@ -7,7 +7,9 @@
 //
 // A stream starts after the cursor in the Last-Event-ID header, else in the
 // last_event_id or after query parameter, else at the beginning. It ends
-// when the client leaves, the hub stops, or the request's context ends.
+// when the client leaves, the hub stops, or the request's context ends;
+// when that context ends with cause ErrExpired (the bearer's token expired)
+// it first sends an "expired" event.
 package sse
 
 import (
@@ -73,9 +75,20 @@ func NewStreams(pool *pgxpool.Pool, hub *Hub, cfg Config) *Streams {
 	return &Streams{pool: pool, hub: hub, cfg: cfg}
 }
 
-// ErrBadCursor: the request's resume cursor is malformed or names no event
-// of the project.
-var ErrBadCursor = errors.New("invalid cursor")
+var (
+	// ErrBadCursor: the request's resume cursor is malformed or names no
+	// event of the project.
+	ErrBadCursor = errors.New("invalid cursor")
+	// ErrExpired, as the cause of a stream request's context
+	// (context.WithDeadlineCause), ends the stream with a final "expired"
+	// event: the bearer's token ran out, and a client must come back with a
+	// fresh one.
+	ErrExpired = errors.New("stream authorization expired")
+)
+
+// expiredEvent is the last message of a stream whose token expired; its
+// type is not "message", so EventSource's onmessage and Client skip it.
+const expiredEvent = "event: expired\ndata: {\"message\":\"token expired\"}\n\n"
 
 // pathID parses the {id} path value.
 func pathID(r *http.Request) (uuid.UUID, error) {
@@ -211,7 +224,8 @@ type catchUp func(ctx context.Context, write func(id string, ev events.Event) er
 
 // stream runs one SSE response: headers, then catch-up on every wake-up,
 // recheck or held-event timer, with heartbeats, until the client leaves,
-// the server shuts down (the request's context) or the hub stops.
+// the server shuts down or the token expires (the request's context), or
+// the hub stops.
 func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscription, catch catchUp) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
@@ -228,6 +242,12 @@ func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscripti
 	if rc.Flush() != nil {
 		return
 	}
+	defer func() {
+		if errors.Is(context.Cause(ctx), ErrExpired) {
+			_, _ = fmt.Fprint(w, expiredEvent)
+			_ = rc.Flush()
+		}
+	}()
 
 	var buf []byte
 	write := func(id string, ev events.Event) error {
