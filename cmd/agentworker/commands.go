@@ -187,7 +187,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	hub := sse.NewHub(pool, log)
 	go func() { _ = hub.Run(ctx) }()
 	mux := healthMux(pool, st)
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log}).Register(mux)
 	mux.Handle("GET /", timeline.Handler())

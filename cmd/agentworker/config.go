@@ -43,6 +43,7 @@ type config struct {
 	JWTSecret         string        `envconfig:"JWT_SECRET"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s"`
+	MetricsToken      string        `envconfig:"METRICS_TOKEN"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text"`
 }
@@ -116,7 +117,7 @@ func (c config) logger() *slog.Logger {
 
 // redactor masks the configured secrets by value, besides redact's patterns.
 func (c config) redactor() *redact.Redactor {
-	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret}
+	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret, c.MetricsToken}
 	if c.DatabaseURL != "" {
 		if pc, err := pgconn.ParseConfig(c.DatabaseURL); err == nil {
 			secrets = append(secrets, pc.Password)
