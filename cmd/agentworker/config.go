@@ -46,6 +46,7 @@ type config struct {
 	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
+	MetricsToken      string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json (log/slog)"`
 }
@@ -119,7 +120,7 @@ func (c config) logger() *slog.Logger {
 
 // redactor masks the configured secrets by value, besides redact's patterns.
 func (c config) redactor() *redact.Redactor {
-	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret}
+	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret, c.MetricsToken}
 	if c.DatabaseURL != "" {
 		if pc, err := pgconn.ParseConfig(c.DatabaseURL); err == nil {
 			secrets = append(secrets, pc.Password)

@@ -21,7 +21,7 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"DATABASE_URL", "S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "S3_USE_SSL",
 		"STORAGE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL", "WORKER_CONCURRENCY", "MAX_ITERATIONS",
-		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "LOG_LEVEL", "LOG_FORMAT"} {
+		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "METRICS_TOKEN", "LOG_LEVEL", "LOG_FORMAT"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
