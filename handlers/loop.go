@@ -79,8 +79,8 @@ type loop struct {
 	// the task's input cannot raise.
 	budget  Budget
 	ceiling Budget
-	price  llm.Price
-	cost   float64
+	price   llm.Price
+	cost    float64
 	// recorded is the usage and cost already counted on the task's run
 	// (by checkpoints, or by earlier attempts).
 	recorded     llm.Usage
