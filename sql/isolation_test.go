@@ -324,6 +324,52 @@ func checkIsolation(t *testing.T, pool *pgxpool.Pool) {
 	t.Run("Matrix", func(t *testing.T) { checkMatrix(t, pool, rels, f) })
 	t.Run("ControlFunctions", func(t *testing.T) { checkControl(t, pool, f) })
 	t.Run("AppInsertIsPickedUp", func(t *testing.T) { checkPickup(t, pool, f) })
+	t.Run("NewAppRoles", func(t *testing.T) { checkAppRoles(t, pool, f) })
+}
+
+// checkAppRoles grants two roles of an app as docs/security.md says: one
+// that acts for the tenants its claims name, one for every project.
+// Roles belong to the cluster: created if missing, never dropped.
+func checkAppRoles(t *testing.T, pool *pgxpool.Pool, f isolationFixture) {
+	ctx := t.Context()
+	for _, q := range []string{
+		`CREATE ROLE agentworker_test_tenant_app NOLOGIN`,
+		`GRANT authenticated TO agentworker_test_tenant_app`,
+		`CREATE ROLE agentworker_test_backend_app NOLOGIN`,
+		`GRANT service_role TO agentworker_test_backend_app`,
+	} {
+		if _, err := pool.Exec(ctx, `DO $$ BEGIN `+q+`; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	tenant := `{"projects": ["` + f.own.String() + `"]}`
+	for _, tt := range []struct {
+		role     string
+		claims   string
+		projects int    // projects whose tasks the role reads
+		other    string // outcome of cancelling the other project's task
+	}{
+		{"agentworker_test_tenant_app", tenant, 1, "not_found"},
+		{"agentworker_test_backend_app", `{}`, 2, "applied|rejected"},
+	} {
+		var projects int
+		var raw []byte
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := asRole(ctx, tx, tt.role, tt.claims); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `SELECT count(DISTINCT project_id) FROM ai_tasks WHERE project_id IN ($1, $2)`, f.own, f.other).Scan(&projects); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT agentworker_cancel_task(task_id => $1) ->> 'outcome'`, f.otherTask).Scan(&raw)
+		})
+		if err != nil {
+			t.Fatalf("as %s: %v", tt.role, err)
+		}
+		if projects != tt.projects || !slices.Contains(strings.Split(tt.other, "|"), string(raw)) {
+			t.Errorf("as %s: read tasks of %d projects, cancel another project's task: %s; want %d, %s", tt.role, projects, raw, tt.projects, tt.other)
+		}
+	}
 }
 
 func checkCatalog(t *testing.T, pool *pgxpool.Pool, rels []relation) {
