@@ -34,8 +34,11 @@
 --            REVOKE ALL ON t FROM PUBLIC, anon, authenticated, service_role;
 --     That makes it internal. A table apps may read also gets its GRANTs
 --     and policies keyed on agentworker_jwt_projects() like agent_events
---     below, and a line in the test's access table. A table
---     created before this migration is added to v_api or v_internal below.
+--     below, and a line in the test's access table. A table made by an
+--     earlier-numbered migration (applied before this one on a new
+--     database) goes into v_api or v_internal below instead; its functions
+--     named agentworker_* and its trigger functions are then covered by the
+--     loops below.
 --   * view: the same REVOKE; one apps read is WITH (security_invoker = true)
 --     so the tables' policies apply to the caller.
 --   * sequence: the same REVOKE.
