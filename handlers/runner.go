@@ -62,9 +62,9 @@ const (
 
 // Config tunes the runner.
 type Config struct {
-	// MaxIterations caps LLM calls per task: the default iteration budget,
-	// reaching which pauses the task (input.budget.max_iterations
-	// overrides it). Defaults to 25.
+	// MaxIterations caps LLM calls per task: the iteration budget,
+	// reaching which pauses the task. input.budget.max_iterations may
+	// lower it, never raise it. Defaults to 25.
 	MaxIterations int
 	// MaxToolFailures ends the loop after this many failed tool calls in a
 	// row. Defaults to 3.
@@ -87,9 +87,11 @@ type Config struct {
 	// ContextTokens is the estimated conversation size above which old
 	// tool outputs are condensed. Defaults to 60000.
 	ContextTokens int
-	// Budget is the default budget of a task; input.budget overrides it
-	// field by field. Its MaxIterations is ignored: MaxIterations is the
-	// default iteration budget. Defaults to no token or cost limit.
+	// Budget is the budget of a task and its ceiling: input.budget may
+	// lower it field by field, never raise it (a zero field is no limit,
+	// which input.budget may set). Its MaxIterations is ignored:
+	// MaxIterations is the iteration budget. Defaults to no token or cost
+	// limit.
 	Budget Budget
 	// Prices prices the model's usage for task cost and cost budgets.
 	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
@@ -322,7 +324,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
-			budget: pol.budget, price: price,
+			budget: pol.budget, ceiling: pol.ceiling, price: price,
 		}
 		b.lp = lp
 		lp.before, lp.alert = b.beforeIteration, b.alert

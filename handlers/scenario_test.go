@@ -444,6 +444,38 @@ func TestExpectationMismatchBlocksTheTask(t *testing.T) {
 	}
 }
 
+// TestPlanOfAnotherProjectIsNotFound: a build naming another project's
+// plan fails exactly as one naming no task at all; the error, which the
+// build's project reads, says nothing of the other task.
+func TestPlanOfAnotherProjectIsNotFound(t *testing.T) {
+	t.Parallel()
+	h := setup(t, nil, handlers.Config{}, map[string]string{"src/main.ts": "console.log('hi')\n"})
+	plan := threeStepPlan()
+	res, _ := json.Marshal(handlers.Result{Summary: "secret plan", Plan: &plan})
+	var foreign uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `WITH skip AS (SELECT set_config('agentworker.skip_enqueue', 'on', true))
+		INSERT INTO ai_tasks (project_id, type, prompt, status, result) SELECT $1, 'plan', 'theirs', 'succeeded', $2 FROM skip RETURNING id`,
+		uuid.New(), res).Scan(&foreign); err != nil {
+		t.Fatal(err)
+	}
+	missing := uuid.New()
+	messages := map[uuid.UUID]string{}
+	for _, planID := range []uuid.UUID{foreign, missing} {
+		_, task := h.wait(t, h.insert(t, "build", "use the plan", m{"plan_task_id": planID}))
+		te := taskError(t, task)
+		if task.Status != agentsql.StatusFailed || te.Code != handlers.CodePlanNotFound {
+			t.Fatalf("plan_task_id %s: status %s, error %+v", planID, task.Status, te)
+		}
+		messages[planID] = te.Message
+	}
+	if strings.ReplaceAll(messages[foreign], foreign.String(), missing.String()) != messages[missing] {
+		t.Errorf("another project's plan: %q; no task: %q", messages[foreign], messages[missing])
+	}
+	if len(h.llm.Requests()) != 0 {
+		t.Errorf("the model was called %d times", len(h.llm.Requests()))
+	}
+}
+
 // TestShutdownMidBuildKeepsTheChangeSet stops the worker with no grace
 // while a build thinks: nothing reaches the project, and the staged changes
 // and the checkpoint stay for the attempt that continues the task.
