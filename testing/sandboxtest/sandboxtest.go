@@ -28,7 +28,7 @@ func CacheDir() string { return filepath.Join(os.TempDir(), "agentworker-sandbox
 
 // New returns a sandbox for one test, with its own workspace directory and
 // the shared dependency cache; cfg's zero fields get sandbox's defaults,
-// but a longer MaxTimeout (a busy test machine is slow).
+// but longer timeouts (a busy test machine is slow).
 func New(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
 	t.Helper()
 	if cfg.Dir == "" {
@@ -39,6 +39,9 @@ func New(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
 	}
 	if cfg.MaxTimeout == 0 {
 		cfg.MaxTimeout = 5 * time.Minute
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 2 * time.Minute
 	}
 	sb, err := sandbox.New(t.Context(), cfg)
 	if errors.Is(err, sandbox.ErrUnavailable) {
