@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/redact"
+	"github.com/agentworker/agentworker/sandbox"
 )
 
 // config is the process configuration, read from the environment only.
@@ -43,6 +45,12 @@ type config struct {
 	JWTSecret         string        `envconfig:"JWT_SECRET"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s"`
+	RunCommand        string        `envconfig:"RUN_COMMAND" default:"sandbox"`
+	RunConcurrency    int           `envconfig:"RUN_COMMAND_CONCURRENCY" default:"2"`
+	RunMaxTimeout     time.Duration `envconfig:"RUN_COMMAND_MAX_TIMEOUT" default:"2m"`
+	RunMaxOutput      int           `envconfig:"RUN_COMMAND_MAX_OUTPUT" default:"1048576"`
+	RunDir            string        `envconfig:"RUN_COMMAND_DIR"`
+	RunChecks         string        `envconfig:"RUN_COMMAND_CHECKS" default:"typecheck,lint,test"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text"`
 }
@@ -73,6 +81,14 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: STUCK_IDLE_TIMEOUT must be positive, got %s", c.StuckIdleTimeout)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return c, fmt.Errorf("config: LOG_FORMAT must be text or json, got %q", c.LogFormat)
+	case c.RunCommand != "off" && c.RunCommand != "sandbox":
+		return c, fmt.Errorf("config: RUN_COMMAND must be off or sandbox, got %q", c.RunCommand)
+	case c.RunConcurrency < 1:
+		return c, fmt.Errorf("config: RUN_COMMAND_CONCURRENCY must be at least 1, got %d", c.RunConcurrency)
+	case c.RunMaxTimeout < time.Second:
+		return c, fmt.Errorf("config: RUN_COMMAND_MAX_TIMEOUT must be at least 1s, got %s", c.RunMaxTimeout)
+	case c.RunMaxOutput < 16<<10:
+		return c, fmt.Errorf("config: RUN_COMMAND_MAX_OUTPUT must be at least 16384 bytes, got %d", c.RunMaxOutput)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
 		return c, errors.New("config: S3_ACCESS_KEY and S3_SECRET_KEY are required when S3_ENDPOINT is set")
 	}
@@ -92,6 +108,37 @@ func (c config) prices() (llm.Prices, error) {
 		return nil, fmt.Errorf("config: LLM_PRICES: %w", err)
 	}
 	return p, nil
+}
+
+// projectChecks is RUN_COMMAND_CHECKS as the runner takes it: the scripts
+// a build runs before it may finish; "none" (or nothing) for none.
+func (c config) projectChecks() []string {
+	checks := []string{}
+	for _, s := range strings.Split(c.RunChecks, ",") {
+		if s = strings.TrimSpace(s); s != "" && s != "none" {
+			checks = append(checks, s)
+		}
+	}
+	return checks
+}
+
+// sandbox starts the sandbox of run_command, or returns nil when
+// RUN_COMMAND is off or the sandbox cannot start here, saying why: a
+// command never runs unsandboxed.
+func (c config) sandbox(ctx context.Context, log *slog.Logger) *sandbox.Sandbox {
+	if c.RunCommand == "off" {
+		log.InfoContext(ctx, "run_command is off (RUN_COMMAND=off): builds cannot run the project's checks")
+		return nil
+	}
+	sb, err := sandbox.New(ctx, sandbox.Config{Dir: c.RunDir, Concurrency: c.RunConcurrency, MaxTimeout: c.RunMaxTimeout,
+		MaxOutputBytes: c.RunMaxOutput, Logger: log})
+	if err != nil {
+		log.WarnContext(ctx, "run_command is off: the sandbox cannot start on this host", slog.String("reason", err.Error()))
+		return nil
+	}
+	log.InfoContext(ctx, "run_command is on: builds run the project's npm scripts in a bubblewrap sandbox",
+		slog.Int("concurrency", c.RunConcurrency), slog.Any("checks_before_finish", c.projectChecks()))
+	return sb
 }
 
 func parseLevel(s string) (slog.Level, error) {
