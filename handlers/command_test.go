@@ -35,32 +35,59 @@ func toolOutput(t *testing.T, h *harness, request int) map[string]any {
 	return out
 }
 
+// decoded returns the payloads of the events of one type.
+func decoded[P any](t *testing.T, evs []events.Event, typ events.Type) []P {
+	t.Helper()
+	var out []P
+	for _, ev := range evs {
+		if ev.Type != typ {
+			continue
+		}
+		var p P
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 func commandCalls(t *testing.T, evs []events.Event) []events.ToolCall {
 	t.Helper()
 	var calls []events.ToolCall
-	for _, ev := range evs {
-		if ev.Type != events.TypeToolCall {
-			continue
-		}
-		p, err := ev.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tc := p.(*events.ToolCall); tc.ToolName == "run_command" {
-			calls = append(calls, *tc)
+	for _, tc := range decoded[events.ToolCall](t, evs, events.TypeToolCall) {
+		if tc.ToolName == "run_command" {
+			calls = append(calls, tc)
 		}
 	}
 	return calls
 }
 
-const typeError = "import { greet } from './greet'\n\nconst message: number = greet('world')\nconsole.log(message)\n"
+// The fixture's src/index.ts with a type error, and its fix.
+var (
+	introduceTypeError = call("write_file", m{"path": "src/index.ts",
+		"content": "import { greet } from './greet'\n\nconst message: number = greet('world')\nconsole.log(message)\n"})
+	fixTypeError = call("edit_file", m{"path": "src/index.ts", "old_string": "const message: number", "new_string": "const message: string"})
+)
+
+// logEvents returns the log events whose message contains s.
+func logEvents(t *testing.T, evs []events.Event, s string) []events.Log {
+	t.Helper()
+	var logs []events.Log
+	for _, l := range decoded[events.Log](t, evs, events.TypeLog) {
+		if strings.Contains(l.Message, s) {
+			logs = append(logs, l)
+		}
+	}
+	return logs
+}
 
 func TestTypeErrorToldByTypecheckThenFixed(t *testing.T) {
 	t.Parallel()
 	h := setupSandbox(t, []scripted.Reply{
-		call("write_file", m{"path": "src/index.ts", "content": typeError}),
+		introduceTypeError,
 		call("run_command", m{"command": "npm_typecheck"}),
-		call("edit_file", m{"path": "src/index.ts", "old_string": "const message: number", "new_string": "const message: string"}),
+		fixTypeError,
 		call("run_command", m{"command": "npm_typecheck", "timeout": 120000}),
 		call("finish", m{"summary": "index.ts logs the greeting as a string; typecheck passes."}),
 	}, handlers.Config{}, nil)
@@ -81,20 +108,15 @@ func TestTypeErrorToldByTypecheckThenFixed(t *testing.T) {
 		*calls[0].ExitCode != 2 || *calls[1].ExitCode != 0 || !calls[0].Success || calls[0].Duration <= 0 {
 		t.Fatalf("run_command events: %+v", calls)
 	}
-	var logs []string
-	for _, ev := range evs {
-		if p, _ := ev.Decode(); ev.Type == events.TypeLog {
-			if l := p.(*events.Log); strings.Contains(l.Message, "npm run typecheck") {
-				logs = append(logs, l.Message)
-				if l.Metadata["output"] == nil {
-					t.Errorf("log %q carries no output", l.Message)
-				}
-			}
-		}
-	}
+	logs := logEvents(t, evs, "npm run typecheck")
 	// Two calls, then the definition of done at finish.
-	if len(logs) != 3 || !strings.HasPrefix(logs[2], "project check: npm run typecheck passed") {
-		t.Errorf("log events: %q", logs)
+	if len(logs) != 3 || !strings.HasPrefix(logs[2].Message, "project check: npm run typecheck passed") {
+		t.Errorf("log events: %+v", logs)
+	}
+	for _, l := range logs {
+		if l.Metadata["output"] == nil {
+			t.Errorf("log %q carries no output", l.Message)
+		}
 	}
 	if got := h.files(t)["src/index.ts"]; !strings.Contains(got, "const message: string") {
 		t.Errorf("src/index.ts = %q", got)
@@ -106,9 +128,9 @@ func TestTypeErrorToldByTypecheckThenFixed(t *testing.T) {
 func TestFinishRefusedUntilTypecheckPasses(t *testing.T) {
 	t.Parallel()
 	h := setupSandbox(t, []scripted.Reply{
-		call("write_file", m{"path": "src/index.ts", "content": typeError}),
+		introduceTypeError,
 		call("finish", m{"summary": "done"}),
-		call("edit_file", m{"path": "src/index.ts", "old_string": "const message: number", "new_string": "const message: string"}),
+		fixTypeError,
 		call("finish", m{"summary": "index.ts logs the greeting; typecheck passes."}),
 	}, handlers.Config{}, nil)
 	id := h.insert(t, "build", "log the greeting", nil)
@@ -133,13 +155,7 @@ func TestCheckFailingBeforeTheBuildDoesNotRefuse(t *testing.T) {
 	id := h.insert(t, "build", "add farewell", nil)
 	evs, task := h.wait(t, id)
 	result(t, task)
-	found := false
-	for _, ev := range evs {
-		if p, _ := ev.Decode(); ev.Type == events.TypeLog {
-			found = found || strings.Contains(p.(*events.Log).Message, "it failed the same way before this build")
-		}
-	}
-	if !found {
+	if len(logEvents(t, evs, "it failed the same way before this build")) != 1 {
 		t.Error("no log event says the check failed before the build")
 	}
 	if _, ok := h.files(t)["src/farewell.ts"]; !ok {

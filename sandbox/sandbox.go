@@ -489,7 +489,10 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	waitErr := cmd.Wait()
 	timer.Stop()
 	stop()
-	res := execResult{duration: time.Since(start), output: out.output(), exitCode: cmd.ProcessState.ExitCode()}
+	res := execResult{duration: time.Since(start), output: out.output(), exitCode: -1}
+	if cmd.ProcessState != nil {
+		res.exitCode = cmd.ProcessState.ExitCode()
+	}
 	infoR.Close() // unblocks the reader if bwrap never wrote
 	if fd := <-initFD; fd >= 0 {
 		err := waitGone(fd, 10*time.Second)
