@@ -138,7 +138,7 @@ func TestFinishRefusedUntilTypecheckPasses(t *testing.T) {
 	result(t, task)
 	refusal := toolOutput(t, h, 2)
 	hint, _ := refusal["hint"].(string)
-	if refusal["success"] != false || !strings.Contains(hint, "npm run typecheck failed with exit code 2") ||
+	if refusal["success"] != false || !strings.HasPrefix(hint, "The project's own checks fail over your changes:\nnpm run typecheck failed with exit code 2") ||
 		!strings.Contains(hint, "error TS2322") || !strings.Contains(hint, "call finish again") {
 		t.Fatalf("finish refusal: %v", refusal)
 	}

@@ -95,7 +95,8 @@ func (b *build) projectChecks(ctx context.Context) (string, error) {
 	if len(refusals) == 0 {
 		return "", nil
 	}
-	return strings.Join(refusals, "\n") + "\nFix these problems (run_command runs a check again), then call finish again.", nil
+	return "The project's own checks fail over your changes:\n" + strings.Join(refusals, "\n") +
+		"\nFix these problems (run_command runs a check again), then call finish again.", nil
 }
 
 // judge decides whether a check's outcome refuses the finish, comparing a

@@ -39,9 +39,9 @@ var installEnv = []string{"NODE_EXTRA_CA_CERTS", "HTTP_PROXY", "HTTPS_PROXY", "N
 
 // Install says how a command's dependencies were provided.
 type Install struct {
-	Command  string        `json:"command,omitempty"` // npm ci or npm install; "" when the project has no dependencies
-	Cached   bool          `json:"cached,omitempty"`
-	Duration time.Duration `json:"-"`
+	Command  string // npm ci or npm install; "" when the project has no dependencies
+	Cached   bool
+	Duration time.Duration // of an install made for this command
 }
 
 // ensure returns the node_modules directory for the workspace's
