@@ -506,10 +506,14 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	evs := []events.Payload{
 		events.Progress{Kind: events.KindToolComplete, ToolName: call.Name, ToolResult: result, ToolSuccess: &success, Duration: duration, Iteration: l.iterations},
 		events.ToolCall{ToolName: call.Name, ArgsSummary: summarizeArgs(call), ResultSummary: res.Summary,
-			Success: res.Success, Duration: duration, FromPath: res.FromPath, ToPath: res.ToPath},
+			Success: res.Success, Duration: duration, FromPath: res.FromPath, ToPath: res.ToPath,
+			Command: res.Command, ExitCode: res.ExitCode},
 	}
 	for _, c := range res.Changes {
 		evs = append(evs, c)
+	}
+	for _, lg := range res.Logs {
+		evs = append(evs, lg)
 	}
 	l.rec.Add(evs...) // written with the next tool_start or iteration_start
 	l.changes = append(l.changes, res.Changes...)
@@ -533,6 +537,9 @@ func summarizeArgs(call llm.ToolCall) string {
 	}
 	if q, ok := args["query"].(string); ok {
 		return clip(q, 120)
+	}
+	if c, ok := args["command"].(string); ok {
+		return c
 	}
 	return clip(call.Arguments, 120)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/redact"
+	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
@@ -96,6 +97,11 @@ type Config struct {
 	// Prices prices the model's usage for task cost and cost budgets.
 	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
 	Prices llm.Prices
+	// ProjectChecks are the package.json scripts a build that changed
+	// something runs in the sandbox before it may finish, those the project
+	// has; a failure goes back to the model like a failing static check.
+	// Defaults (nil) to typecheck, lint and test; empty and non-nil: none.
+	ProjectChecks []string
 }
 
 func (c Config) withDefaults() Config {
@@ -126,6 +132,9 @@ func (c Config) withDefaults() Config {
 	if c.Prices == nil {
 		c.Prices = llm.DefaultPrices()
 	}
+	if c.ProjectChecks == nil {
+		c.ProjectChecks = defaultProjectChecks
+	}
 	return c
 }
 
@@ -137,6 +146,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Observer, if set, sees every event a task's loop writes (metrics).
 	Observer events.Observer
+	// Sandbox, if set, runs builds' run_command calls and project checks;
+	// nil: commands are off (the tool is not offered).
+	Sandbox *sandbox.Sandbox
 }
 
 // Attempt identifies the River attempt running a task.
@@ -276,6 +288,8 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			}
 		}
 		b.cs, b.store = cs, cs
+		b.openWorkspace()
+		defer b.closeWorkspaces(log)
 	}
 	var (
 		final    string
@@ -313,6 +327,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return &taskError{CodeInternal, err}
 		}
+		if r.deps.Sandbox == nil {
+			registry = registry.Without(tools.RunCommand)
+		}
 		pol, err := r.policyOf(task)
 		if err != nil {
 			return err
@@ -321,7 +338,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
 			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
-				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope},
+				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Workspace: b.ws},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, ceiling: pol.ceiling, price: price,

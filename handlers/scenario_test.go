@@ -47,6 +47,13 @@ type harness struct {
 // a scripted model, with files seeded into the project.
 func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files map[string]string, opts ...llmtest.Option) *harness {
 	t.Helper()
+	return setupWith(t, handlers.Deps{}, replies, cfg, files, opts...)
+}
+
+// setupWith is setup with services of deps besides the pipeline's own
+// (the sandbox).
+func setupWith(t *testing.T, deps handlers.Deps, replies []scripted.Reply, cfg handlers.Config, files map[string]string, opts ...llmtest.Option) *harness {
+	t.Helper()
 	h := &harness{project: uuid.New()}
 	var err error
 	h.pool, err = pgxpool.New(t.Context(), dbtest.NewURL(t))
@@ -69,7 +76,8 @@ func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files ma
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg.DisableStreaming = true
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger}, cfg)
+	deps.Pool, deps.Store, deps.LLM, deps.Logger = h.pool, h.store, client, logger
+	runner, err := handlers.NewRunner(deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

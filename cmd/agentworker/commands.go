@@ -98,7 +98,7 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 // startWorker wires the runner and the River service and starts it.
 // m, when not nil, receives the loop's events and the runs' durations.
 func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
-	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log}
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Sandbox: cfg.sandbox(ctx, log)}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
@@ -108,7 +108,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		return nil, err
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
-		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}})
+		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks()})
 	if err != nil {
 		return nil, err
 	}
