@@ -402,8 +402,10 @@ func TestTransientLLMErrors(t *testing.T) {
 	})
 	t.Run("ServerErrorRetriedByRiver", func(t *testing.T) {
 		t.Parallel()
-		// A 500 that outlives the client's retries fails the attempt; River
-		// retries the job, which claims the task again and finishes it.
+		// A 500 that outlives the client's retries fails the attempt; the
+		// task waits queued for its retry with the same River job snoozed,
+		// which claims it again and finishes it; the run waiting for its
+		// retry goes on running (retry_scheduled -> running).
 		h := setup(t, setupOpts{responder: scripted.Queue(
 			llmtest.Error(500, ""), llmtest.Text("hello after a retry"))})
 		id := h.insertTask(t, uuid.New(), "chat", "say hello")
@@ -421,8 +423,13 @@ func TestTransientLLMErrors(t *testing.T) {
 		var runs []string
 		rows, _ := h.pool.Query(t.Context(), "SELECT status FROM task_runs WHERE task_id = $1 ORDER BY attempt", id)
 		runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || strings.Join(runs, ",") != "retry_scheduled,succeeded" {
+		if err != nil || strings.Join(runs, ",") != "succeeded" {
 			t.Errorf("task_runs = %v, %v", runs, err)
+		}
+		var jobs, retries int
+		if err := h.pool.QueryRow(t.Context(), `SELECT count(*), (SELECT retries FROM ai_tasks WHERE id = $1)
+			FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::text`, id).Scan(&jobs, &retries); err != nil || jobs != 1 || retries != 1 {
+			t.Errorf("river jobs = %d, retries = %d, %v; want 1 job, 1 retry", jobs, retries, err)
 		}
 		checkSeqs(t, all, 1)
 	})
