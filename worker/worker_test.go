@@ -52,6 +52,7 @@ type setupOpts struct {
 	lease         time.Duration
 	noService     bool // the test starts its own worker services
 	prices        llm.Prices
+	retryBackoff  time.Duration
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -88,7 +89,7 @@ func setup(t *testing.T, o setupOpts) *harness {
 	}
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger},
 		// These tests pin the loop's own stops; handlers tests cover self-repair.
-		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices})
+		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices, RetryBackoff: o.retryBackoff})
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}
@@ -400,6 +401,32 @@ func TestTransientLLMErrors(t *testing.T) {
 			t.Errorf("model got %d requests, want 2", got)
 		}
 	})
+	t.Run("ProviderFailingForeverEnds", func(t *testing.T) {
+		t.Parallel()
+		// Every call answers 500, with a lease shorter than the waits: the
+		// task's own budget ends it failed with a typed error after the
+		// configured tries, through one River job; no run is left waiting.
+		h := setup(t, setupOpts{responder: scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Error(500, "") }),
+			lease: 2 * time.Second, retryBackoff: 300 * time.Millisecond})
+		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		_, task := h.waitDone(t, id)
+		var te handlers.TaskError
+		if err := json.Unmarshal(task.Error, &te); err != nil || task.Status != agentsql.StatusFailed || te.Code != handlers.CodeLLMTransient || te.Attempt != 5 {
+			t.Fatalf("status = %s, error %s (%v); want failed with %s after 5 tries", task.Status, task.Error, err, handlers.CodeLLMTransient)
+		}
+		var jobs, retries, waiting int
+		var runs string
+		if err := h.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::uuid::text),
+			retries, (SELECT count(*) FROM task_runs WHERE task_id = $1 AND status = 'retry_scheduled'),
+			(SELECT string_agg(status, ',' ORDER BY attempt) FROM task_runs WHERE task_id = $1)
+			FROM ai_tasks WHERE id = $1`, id).Scan(&jobs, &retries, &waiting, &runs); err != nil {
+			t.Fatal(err)
+		}
+		if jobs != 1 || retries != 4 || waiting != 0 || runs != "failed" {
+			t.Errorf("river jobs %d, retries %d, runs waiting %d, runs %s; want 1 job, 4 retries, none waiting, one failed run", jobs, retries, waiting, runs)
+		}
+		t.Logf("model calls: %d", len(h.llm.Requests()))
+	})
 	t.Run("ServerErrorRetriedByRiver", func(t *testing.T) {
 		t.Parallel()
 		// A 500 that outlives the client's retries fails the attempt; the
@@ -428,7 +455,7 @@ func TestTransientLLMErrors(t *testing.T) {
 		}
 		var jobs, retries int
 		if err := h.pool.QueryRow(t.Context(), `SELECT count(*), (SELECT retries FROM ai_tasks WHERE id = $1)
-			FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::text`, id).Scan(&jobs, &retries); err != nil || jobs != 1 || retries != 1 {
+			FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::uuid::text`, id).Scan(&jobs, &retries); err != nil || jobs != 1 || retries != 1 {
 			t.Errorf("river jobs = %d, retries = %d, %v; want 1 job, 1 retry", jobs, retries, err)
 		}
 		checkSeqs(t, all, 1)
