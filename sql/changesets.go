@@ -181,7 +181,7 @@ func MarkChangeSetApplying(ctx context.Context, db DBTX, f Fence, result json.Ra
 			WHERE e.task_id = $1 AND e.path = p.path AND EXISTS (SELECT 1 FROM fence)),
 		w AS (UPDATE change_sets SET status = 'applying', result = $3, updated_at = now()
 			WHERE task_id = $1 AND status IN ('open', 'applying') AND EXISTS (SELECT 1 FROM fence)
-			RETURNING 1)`, result, paths, exists, contents)
+			RETURNING 1)`, JSONB(result), paths, exists, contents)
 	if err != nil {
 		return fmt.Errorf("mark change set of task %s applying: %w", f.TaskID, err)
 	}

@@ -39,7 +39,7 @@ func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend 
 		SELECT $1, $3, $4, $5, $6 FROM fence
 		ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
 			messages = excluded.messages, state = excluded.state, updated_at = now()
-		RETURNING 1)`, cp.Attempt, cp.Iteration, cp.Messages, cp.State); err != nil {
+		RETURNING 1)`, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State)); err != nil {
 		return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
 	}
 	return AddRunUsage(ctx, db, f, spend)

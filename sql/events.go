@@ -73,7 +73,7 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 	payloads := make([]string, len(b.Events))
 	for i, e := range b.Events {
 		types[i] = e.Type
-		payloads[i] = string(e.Payload)
+		payloads[i] = string(JSONB(e.Payload))
 	}
 	var key *uuid.UUID
 	if b.Key != uuid.Nil {

@@ -256,7 +256,7 @@ func FinishTask(ctx context.Context, tx pgx.Tx, f Fence, o Outcome) (Task, error
 		model = coalesce(nullif($8, ''), model),
 		finished_at = CASE WHEN $9 THEN now() END, updated_at = now(), version = version + 1
 		WHERE id = $1 RETURNING `+taskColumns,
-		id, o.Status, nullJSON(o.Result), nullJSON(o.Error), o.TokensIn, o.TokensOut, o.Cost, o.Model, finished))
+		id, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model, finished))
 	if err != nil {
 		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, err)
 	}
@@ -264,7 +264,7 @@ func FinishTask(ctx context.Context, tx pgx.Tx, f Fence, o Outcome) (Task, error
 	if _, err := tx.Exec(ctx, `UPDATE task_runs SET status = $3, tokens_in = tokens_in + $4, tokens_out = tokens_out + $5, cost = cost + $6,
 		error_code = nullif($7, ''), error_message = nullif($8, ''), finished_at = now()
 		WHERE task_id = $1 AND attempt = $2`,
-		id, t.Attempt, o.RunStatus, o.TokensIn, o.TokensOut, o.Cost, o.ErrorCode, o.ErrorMsg); err != nil {
+		id, t.Attempt, o.RunStatus, o.TokensIn, o.TokensOut, o.Cost, o.ErrorCode, Text(o.ErrorMsg)); err != nil {
 		return Task{}, fmt.Errorf("finish task %s: close run %d: %w", id, t.Attempt, err)
 	}
 	return t, nil
@@ -314,7 +314,7 @@ func ScheduleRetry(ctx context.Context, tx pgx.Tx, f Fence, code, msg string, af
 	if _, err := fenced(ctx, tx, f, `w AS (UPDATE task_runs r SET status = 'retry_scheduled', next_retry_at = now() + $3::interval,
 			error_code = $4, error_message = $5, finished_at = now()
 		FROM ai_tasks t WHERE t.id = $1 AND r.task_id = $1 AND r.attempt = t.attempt AND EXISTS (SELECT 1 FROM fence)
-		RETURNING 1)`, after, code, msg); err != nil {
+		RETURNING 1)`, after, code, Text(msg)); err != nil {
 		return fmt.Errorf("schedule retry of task %s: mark run: %w", f.TaskID, err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE ai_tasks SET status = 'queued', retries = retries + 1, updated_at = now() WHERE id = $1`, f.TaskID); err != nil {
