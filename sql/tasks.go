@@ -279,15 +279,19 @@ func nullJSON(b json.RawMessage) any {
 
 // OrphanedTasks returns queued tasks older than minAge that have no live
 // River job: the pickup trigger's work was lost (for example, rows copied in
-// with triggers disabled). The reconciler enqueues them.
-func OrphanedTasks(ctx context.Context, db DBTX, minAge time.Duration, limit int) ([]uuid.UUID, error) {
+// with triggers disabled), or the job's worker died between River's fetch
+// and the claim's commit, leaving the job running for claimStuck and more
+// while its task is still queued (River's rescuer would wait for the job
+// timeout). The reconciler enqueues them.
+func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duration, limit int) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, `SELECT t.id FROM ai_tasks t
 		WHERE t.status = 'queued' AND t.created_at < now() - $1::interval
 		AND NOT EXISTS (
 			SELECT 1 FROM river_job j
 			WHERE j.kind = 'ai_task' AND j.args ->> 'task_id' = t.id::text
-			AND j.state NOT IN ('completed', 'cancelled', 'discarded'))
-		ORDER BY t.created_at LIMIT $2`, minAge, limit)
+			AND j.state NOT IN ('completed', 'cancelled', 'discarded')
+			AND NOT (j.state = 'running' AND j.attempted_at < now() - $3::interval))
+		ORDER BY t.created_at LIMIT $2`, minAge, limit, claimStuck)
 	if err != nil {
 		return nil, fmt.Errorf("find orphaned tasks: %w", err)
 	}

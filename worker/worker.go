@@ -65,6 +65,10 @@ type Config struct {
 	// ReconcileMinAge is how old a queued task must be before the reconciler
 	// considers it orphaned. Defaults to 5 seconds.
 	ReconcileMinAge time.Duration
+	// ClaimTimeout is how long a River job may stay running while its task
+	// is still queued (its worker died between fetch and claim) before the
+	// reconciler gives the task a new job. Defaults to 30 seconds.
+	ClaimTimeout time.Duration
 	// Lease is how long a claimed task stays held without its worker
 	// renewing it; the worker renews it every Lease/3. A task whose lease
 	// lapsed is handed to another replica. Defaults to 30 seconds.
@@ -110,6 +114,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
+	}
+	if c.ClaimTimeout <= 0 {
+		c.ClaimTimeout = 30 * time.Second
 	}
 	if c.LeaseSweepInterval <= 0 {
 		c.LeaseSweepInterval = min(c.Lease/6, 5*time.Second)
@@ -418,7 +425,7 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 // Reconcile enqueues a River job for every queued task older than
 // ReconcileMinAge that has none, and returns how many it enqueued.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
-	ids, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, 1000)
+	ids, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, s.cfg.ClaimTimeout, 1000)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}

@@ -552,6 +552,41 @@ func TestReconcilerEnqueuesOrphanedTasks(t *testing.T) {
 	}
 }
 
+// TestStuckClaimIsPickedUpAgain: a worker that died between River's fetch
+// and the claim's commit leaves the job running and the task queued; the
+// reconciler gives the task a new job once ClaimTimeout passed, instead of
+// River's rescuer waiting for the job timeout.
+func TestStuckClaimIsPickedUpAgain(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Queue(llmtest.Text("hi")),
+		workerConfig: worker.Config{ReconcileInterval: 100 * time.Millisecond, ReconcileMinAge: time.Millisecond,
+			ClaimTimeout: time.Second},
+	})
+	// The job as the dead worker left it: fetched (running), never claimed.
+	var id uuid.UUID
+	err := pgx.BeginFunc(t.Context(), h.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'hi') RETURNING id`, uuid.New()).Scan(&id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `INSERT INTO river_job (args, kind, queue, max_attempts, priority, state, attempt, attempted_at, attempted_by)
+			VALUES (jsonb_build_object('task_id', $1::uuid), 'ai_task', 'ai_tasks', 5, 1, 'running', 1, now(), '{dead-worker}')`, id)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inserted := time.Now()
+	_, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	t.Logf("stuck claim picked up again after %s (claim timeout 1 s)", time.Since(inserted))
+}
+
 func TestDuplicateJobIsHarmless(t *testing.T) {
 	t.Parallel()
 	h := setup(t, setupOpts{responder: scripted.Queue(llmtest.Text("hi"))})
