@@ -285,10 +285,13 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			// An earlier attempt succeeded and crashed while applying.
 			return r.resumeApply(ctx, rec, log, task, at, cs)
 		}
-		if !resumed {
-			if err := cs.Reset(ctx); err != nil {
-				return r.fail(ctx, rec, log, task, at, nil, nil, err)
-			}
+		reset := cs.Reset
+		if resumed {
+			// The conversation continues from the checkpoint: so do its changes.
+			reset = cs.Rewind
+		}
+		if err := reset(ctx); err != nil {
+			return r.fail(ctx, rec, log, task, at, nil, nil, err)
 		}
 		b.cs, b.store = cs, cs
 	}

@@ -72,6 +72,20 @@ func ResetChangeSet(ctx context.Context, db DBTX, f Fence) error {
 	return nil
 }
 
+// RewindChangeSet puts the change set of the task held by f back to what
+// its last checkpoint recorded, for an attempt that resumes the
+// conversation from that checkpoint: entries made after it are dropped,
+// entries changed after it get their recorded state again.
+func RewindChangeSet(ctx context.Context, db DBTX, f Fence) error {
+	if _, err := fenced(ctx, db, f, `gone AS (DELETE FROM change_set_entries WHERE task_id = $1 AND NOT cp AND EXISTS (SELECT 1 FROM fence)),
+		w AS (UPDATE change_set_entries SET op = cp_op, content = cp_content, from_path = cp_from_path, applied = false, updated_at = now()
+			WHERE task_id = $1 AND cp AND (op IS DISTINCT FROM cp_op OR from_path IS DISTINCT FROM cp_from_path OR content IS DISTINCT FROM cp_content)
+			AND EXISTS (SELECT 1 FROM fence) RETURNING 1)`); err != nil {
+		return fmt.Errorf("rewind the change set of task %s to its checkpoint: %w", f.TaskID, err)
+	}
+	return nil
+}
+
 const entryColumns = `path, op, content, coalesce(from_path, ''), base_etag, ord, applied,
 	prior_exists IS NOT NULL, coalesce(prior_exists, false), prior`
 

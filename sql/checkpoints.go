@@ -29,8 +29,9 @@ type Spend struct {
 	Cost      float64
 }
 
-// SaveCheckpoint writes the checkpoint of the task held by f and adds
-// spend to the task and its current run, in db (the transaction of the
+// SaveCheckpoint writes the checkpoint of the task held by f, records the
+// change set as it stands (RewindChangeSet puts it back), and adds spend
+// to the task and its current run, in db (the transaction of the
 // iteration's events). It returns ErrFenced when f no longer holds the
 // task: a stale attempt never overwrites the checkpoint of the one that
 // took over.
@@ -41,6 +42,13 @@ func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend 
 			messages = excluded.messages, state = excluded.state, updated_at = now()
 		RETURNING 1)`, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State)); err != nil {
 		return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
+	}
+	// Under the task row lock the insert took: only entries changed since
+	// the last checkpoint are copied.
+	if _, err := db.Exec(ctx, `UPDATE change_set_entries SET cp = true, cp_op = op, cp_content = content, cp_from_path = from_path
+		WHERE task_id = $1 AND (NOT cp OR cp_op IS DISTINCT FROM op OR cp_from_path IS DISTINCT FROM from_path
+			OR cp_content IS DISTINCT FROM content)`, f.TaskID); err != nil {
+		return fmt.Errorf("checkpoint the change set of task %s: %w", f.TaskID, err)
 	}
 	return AddRunUsage(ctx, db, f, spend)
 }

@@ -296,3 +296,14 @@ BEGIN
     RETURN v_result;
 END
 $$;
+
+-- The change set as the task's last checkpoint saw it: cp says the entry
+-- existed then, cp_* what it held. A new attempt resumes the conversation
+-- from the checkpoint, so the entries are put back to this view first: a
+-- change made after the checkpoint (by tools of an iteration cut short)
+-- would otherwise stay, though the conversation that made it is gone.
+ALTER TABLE change_set_entries
+    ADD COLUMN cp           boolean NOT NULL DEFAULT false,
+    ADD COLUMN cp_op        text,
+    ADD COLUMN cp_content   bytea,
+    ADD COLUMN cp_from_path text;

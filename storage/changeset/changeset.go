@@ -75,6 +75,16 @@ func (s *Set) Reset(ctx context.Context) error {
 	return agentsql.ResetChangeSet(ctx, s.pool, s.fence)
 }
 
+// Rewind puts the change set back to what the task's last checkpoint
+// recorded, for an attempt that continues from that checkpoint.
+func (s *Set) Rewind(ctx context.Context) error {
+	s.mu.Lock()
+	s.seen = map[string]string{}
+	s.staged = nil
+	s.mu.Unlock()
+	return agentsql.RewindChangeSet(ctx, s.pool, s.fence)
+}
+
 // Entries returns the pending changes in the order they were first made.
 func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 	s.mu.Lock()

@@ -389,3 +389,36 @@ func TestConflictHalfWayRollsBack(t *testing.T) {
 		t.Errorf("set status = %s, want discarded: a retry starts against the current files", st)
 	}
 }
+
+// TestRewindToTheCheckpoint: changes made after the last checkpoint (by
+// the tools of an iteration a crash cut short) are undone when a new
+// attempt resumes from it; changes it recorded stay.
+func TestRewindToTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"a.txt": "a\n"})
+	ctx := t.Context()
+	if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentsql.SaveCheckpoint(ctx, f.pool, f.fence, agentsql.Checkpoint{TaskID: f.taskID, Attempt: 1, Iteration: 1,
+		Messages: []byte(`[]`), State: []byte(`{}`)}, agentsql.Spend{}); err != nil {
+		t.Fatal(err)
+	}
+	// The next iteration's tools, cut short by a crash.
+	if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("two\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.set.Write(ctx, f.project, "ghost.txt", []byte("ghost\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.set.Rewind(ctx); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := f.set.Entries(ctx)
+	if err != nil || len(entries) != 1 || entries[0].Path != "a.txt" || string(entries[0].Content) != "one\n" {
+		t.Fatalf("entries after the rewind = %+v, %v; want a.txt as checkpointed", entries, err)
+	}
+	if got := f.read(t, f.set, "ghost.txt"); got != "<missing>" {
+		t.Errorf("ghost.txt in the build = %q", got)
+	}
+}
