@@ -325,7 +325,7 @@ func (p *privatePG) restart(t *testing.T) {
 	t.Helper()
 	c, err := localpg.Start(t.Context(), localpg.Config{Dir: p.dir, Port: p.port})
 	if errors.Is(err, localpg.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip("postgresql server binaries are not installed: run ./scripts/test to install them")
+		t.Skip("postgresql server binaries (initdb, postgres) are not installed: install the postgresql package")
 	}
 	if err != nil {
 		t.Fatal(err)
