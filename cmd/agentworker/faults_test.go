@@ -52,7 +52,8 @@ func faultTasks() int {
 
 // buildModel scripts every build the same way: write the file the prompt
 // names, then finish. Each reply takes delay, so faults land mid-task.
-// While storm is above zero, each call is answered with a 500 or a 429.
+// While storm is above zero, each call is answered with a 500 or a 429; a
+// build of a file named poison* gets a 500 for every call.
 type buildModel struct {
 	delay time.Duration
 	storm atomic.Int64
@@ -68,6 +69,9 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 		return llmtest.Error(http.StatusInternalServerError, "")
 	}
 	m.storm.Store(0)
+	if strings.Contains(req.Messages[min(1, len(req.Messages)-1)].Content, "poison") {
+		return llmtest.Error(http.StatusInternalServerError, "")
+	}
 	for _, msg := range req.Messages {
 		if msg.Role == llm.RoleTool {
 			r := llmtest.Call("finish", map[string]string{"summary": "done"})
@@ -92,6 +96,7 @@ type faultEnv struct {
 	*procEnv
 	model *buildModel
 	procs []*proc
+	tasks []faultTask
 	pg    *privatePG
 	minio *privateMinio
 }
@@ -140,21 +145,19 @@ type faultTask struct {
 	file    string
 }
 
-// submit inserts n build tasks, each in its own project.
-func (e *faultEnv) submit(t *testing.T, n int) []faultTask {
+// submit inserts a build task for each file, each in its own project.
+func (e *faultEnv) submit(t *testing.T, files ...string) {
 	t.Helper()
-	var out []faultTask
-	for i := range n {
-		file := fmt.Sprintf("f%d.txt", i)
+	for _, file := range files {
 		id, project := e.insert(t, "write "+file)
-		out = append(out, faultTask{id: id, project: project, file: file})
+		e.tasks = append(e.tasks, faultTask{id: id, project: project, file: file})
 	}
-	return out
 }
 
 // settle waits until every task ended and checks what must hold.
-func (e *faultEnv) settle(t *testing.T, tasks []faultTask) map[agentsql.Status]int {
+func (e *faultEnv) settle(t *testing.T) map[agentsql.Status]int {
 	t.Helper()
+	tasks := e.tasks
 	poll.Until(t, "every task to end", 150*time.Second, func() bool {
 		var open int
 		ids := make([]uuid.UUID, len(tasks))
@@ -187,13 +190,13 @@ func (e *faultEnv) settle(t *testing.T, tasks []faultTask) map[agentsql.Status]i
 			if err != nil || string(got) != tk.file+"\n" || len(files) != 1 {
 				t.Errorf("task %s succeeded: %s = %q, %v; %d files: want its one file, once", tk.id, tk.file, got, err, len(files))
 			}
-		case agentsql.StatusFailed:
+		case agentsql.StatusFailed, agentsql.StatusCancelled:
 			var te struct{ Code string }
-			if err := json.Unmarshal(task.Error, &te); err != nil || te.Code == "" {
+			if err := json.Unmarshal(task.Error, &te); task.Status == agentsql.StatusFailed && (err != nil || te.Code == "") {
 				t.Errorf("task %s failed without a typed error: %s", tk.id, task.Error)
 			}
 			if len(files) != 0 {
-				t.Errorf("task %s failed but changed its project: %d files", tk.id, len(files))
+				t.Errorf("task %s %s but changed its project: %d files", tk.id, task.Status, len(files))
 			}
 		default:
 			t.Errorf("task %s ended %s", tk.id, task.Status)
@@ -224,7 +227,12 @@ func TestFaults(t *testing.T) {
 			defer func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }()
 			waitFor(t, 4*time.Second) // past the 2 s lease: the other process takes over
 		}},
-		{name: "SIGKILL", hit: func(t *testing.T, e *faultEnv) {
+		{name: "SIGKILLAndACancel", hit: func(t *testing.T, e *faultEnv) {
+			// A cancel is refused only while the build's files are landing.
+			if _, err := agentsql.ControlTask(t.Context(), e.pool, e.tasks[0].id, agentsql.ActionCancel, agentsql.ControlOpts{Actor: "faults"}); err != nil &&
+				!errors.Is(err, agentsql.ErrIllegalTransition) {
+				t.Fatal(err)
+			}
 			_ = e.procs[0].cmd.Process.Signal(syscall.SIGKILL)
 			<-e.procs[0].exited
 			e.procs[0] = e.start(t, 2*time.Second)
@@ -244,6 +252,8 @@ func TestFaults(t *testing.T) {
 			e.minio.restart(t)
 		}},
 		{name: "ModelStorm429And500", hit: func(t *testing.T, e *faultEnv) {
+			// One build's model fails for good: it must end failed, typed.
+			e.submit(t, "poison.txt")
 			e.model.storm.Store(int64(3 * n))
 		}},
 	}
@@ -254,13 +264,15 @@ func TestFaults(t *testing.T) {
 			}
 			t.Parallel()
 			e := newFaultEnv(t, f.opts)
-			tasks := e.submit(t, n)
+			for i := range n {
+				e.submit(t, fmt.Sprintf("f%d.txt", i))
+			}
 			poll.Until(t, "the tasks in flight", 60*time.Second, func() bool { return e.model.calls.Load() >= int64(n/2) })
 			started := time.Now()
 			f.hit(t, e)
-			outcomes := e.settle(t, tasks)
+			outcomes := e.settle(t)
 			t.Logf("fault %s × %d tasks → %v (settled %s after the fault; %d model calls)",
-				f.name, n, outcomes, time.Since(started).Round(100*time.Millisecond), e.model.calls.Load())
+				f.name, len(e.tasks), outcomes, time.Since(started).Round(100*time.Millisecond), e.model.calls.Load())
 		})
 	}
 }
