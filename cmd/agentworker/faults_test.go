@@ -72,12 +72,12 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 	if strings.Contains(req.Messages[min(1, len(req.Messages)-1)].Content, "poison") {
 		return llmtest.Error(http.StatusInternalServerError, "")
 	}
-	for _, msg := range req.Messages {
-		if msg.Role == llm.RoleTool {
-			r := llmtest.Call("finish", map[string]string{"summary": "done"})
-			r.Delay = m.delay
-			return r
-		}
+	// Finish once the write went through; a write that failed (the store
+	// was down) is made again, as a model reading the tool error would.
+	if last := req.Messages[len(req.Messages)-1]; last.Role == llm.RoleTool && strings.Contains(last.Content, `"success":true`) {
+		r := llmtest.Call("finish", map[string]string{"summary": "done"})
+		r.Delay = m.delay
+		return r
 	}
 	var name string
 	for _, msg := range req.Messages {
