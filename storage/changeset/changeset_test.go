@@ -1,8 +1,10 @@
 package changeset_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -420,5 +422,70 @@ func TestRewindToTheCheckpoint(t *testing.T) {
 	}
 	if got := f.read(t, f.set, "ghost.txt"); got != "<missing>" {
 		t.Errorf("ghost.txt in the build = %q", got)
+	}
+}
+
+// afterWrite is the real store with a fault injected after each
+// conditional write: the moment a holder can lose its task mid-apply.
+type afterWrite struct {
+	*storage.S3
+	hook func()
+}
+
+func (a afterWrite) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
+	info, err := a.S3.WriteIf(ctx, projectID, p, content, ifMatch)
+	a.hook()
+	return info, err
+}
+
+// TestTakeoverMidApplyStopsTheStaleHolder: the task changes hands after
+// the first file of an apply landed; the old holder writes no other file,
+// marks nothing, and neither rolls back nor discards: the new holder
+// resumes the set and lands the rest, each file once.
+func TestTakeoverMidApplyStopsTheStaleHolder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := t.Context()
+	var once sync.Once
+	var newFence agentsql.Fence
+	store := afterWrite{S3: f.store, hook: func() {
+		once.Do(func() {
+			newFence = agentsql.Fence{TaskID: f.taskID}
+			if err := f.pool.QueryRow(ctx, `UPDATE ai_tasks SET fence = fence + 1 WHERE id = $1 RETURNING fence`, f.taskID).Scan(&newFence.Epoch); err != nil {
+				t.Error(err)
+			}
+		})
+	}}
+	set, _, err := changeset.Open(ctx, f.pool, store, f.fence, uuid.MustParse(f.project))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a.txt", "b.txt", "c.txt"} {
+		if _, err := set.Write(ctx, f.project, p, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := set.Apply(ctx, []byte(`{}`)); !errors.Is(err, agentsql.ErrFenced) {
+		t.Fatalf("apply by the holder that lost the task = %v, want ErrFenced", err)
+	}
+	for p, want := range map[string]string{"a.txt": "a.txt", "b.txt": "<missing>", "c.txt": "<missing>"} {
+		if got := f.read(t, f.store, p); got != want {
+			t.Errorf("%s after the stale holder stopped = %q, want %q", p, got, want)
+		}
+	}
+	if st, _, _ := agentsql.ChangeSetState(ctx, f.pool, f.taskID); st != agentsql.ChangeSetApplying {
+		t.Fatalf("set status = %s, want applying for the new holder", st)
+	}
+	next, status, err := changeset.Open(ctx, f.pool, f.store, newFence, uuid.MustParse(f.project))
+	if err != nil || status != agentsql.ChangeSetApplying {
+		t.Fatalf("reopen by the new holder: %q, %v", status, err)
+	}
+	if _, err := next.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a.txt", "b.txt", "c.txt"} {
+		if got := f.read(t, f.store, p); got != p {
+			t.Errorf("%s after the new holder resumed = %q", p, got)
+		}
 	}
 }
