@@ -24,8 +24,6 @@ var (
 	ErrTaskNotFound = errors.New("task not found")
 	// ErrIllegalTransition reports a status move the task state machine forbids.
 	ErrIllegalTransition = errors.New("illegal task status transition")
-	// ErrNotClaimed reports that the task is no longer held by the caller's job.
-	ErrNotClaimed = errors.New("task is not claimed by this job")
 )
 
 // TaskType is an ai_tasks type: it picks the handler and its tools.
