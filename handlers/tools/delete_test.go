@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/tools"
+	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -30,7 +31,12 @@ func TestDeleteFile(t *testing.T) {
 			if err := pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'x') RETURNING id`, projectID).Scan(&taskID); err != nil {
 				t.Fatalf("insert build task: %v", err)
 			}
-			set, _, err := changeset.Open(t.Context(), pool, base, taskID, projectID)
+			// The set's writes are fenced by the holder of a running task.
+			fence := agentsql.Fence{TaskID: taskID}
+			if err := pool.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, taskID).Scan(&fence.Epoch); err != nil {
+				t.Fatalf("hold build task: %v", err)
+			}
+			set, _, err := changeset.Open(t.Context(), pool, base, fence, projectID)
 			if err != nil {
 				t.Fatalf("open change set: %v", err)
 			}

@@ -196,12 +196,13 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 		return evs
 	}
 	var projectID uuid.UUID
+	fence := agentsql.Fence{TaskID: taskID}
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		task, ok, err := agentsql.ClaimTask(ctx, tx, taskID, jobID, "bench")
 		if err != nil || !ok {
 			return fmt.Errorf("claim %s (claimed %t): %w", taskID, ok, err)
 		}
-		projectID = task.ProjectID
+		projectID, fence.Epoch = task.ProjectID, task.Fence
 		_, err = agentsql.InsertEvents(ctx, tx, task.ID, task.ProjectID, batch(groups[0]))
 		return err
 	})
@@ -214,7 +215,7 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 		}
 	}
 	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := agentsql.FinishTask(ctx, tx, taskID, jobID, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: []byte(`{}`)}); err != nil {
+		if _, err := agentsql.FinishTask(ctx, tx, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: []byte(`{}`)}); err != nil {
 			return err
 		}
 		_, err := agentsql.InsertEvents(ctx, tx, taskID, projectID, batch(groups[len(groups)-1]))
