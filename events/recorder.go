@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -26,7 +27,8 @@ type Recorder struct {
 	now       func() time.Time
 	interval  time.Duration
 
-	observer Observer
+	observer  Observer
+	announcer *Announcer
 
 	// writeMu is held while a statement is in flight, so writes happen one
 	// at a time in the order they were asked for (seq follows that order).
@@ -40,6 +42,9 @@ type Recorder struct {
 	streamSeq  int
 	lastFlush  time.Time
 	totalBytes int
+	// unannounced: events were written in a transaction not yet known
+	// to have committed (Committed announces them).
+	unannounced bool
 }
 
 // RecorderOption configures a Recorder.
@@ -55,6 +60,15 @@ func WithClock(now func() time.Time) RecorderOption {
 // of a task. Defaults to DefaultStreamInterval.
 func WithStreamInterval(d time.Duration) RecorderOption {
 	return func(r *Recorder) { r.interval = d }
+}
+
+// WithAnnouncer makes the Recorder's writes not notify in their own
+// transaction: a write through a pool is announced by a at once, a write
+// through a transaction when the caller says it committed (Committed).
+// Without it (or with a nil a), the database's trigger notifies inside the
+// writing transaction, which serialises every writer's commit on one lock.
+func WithAnnouncer(a *Announcer) RecorderOption {
+	return func(r *Recorder) { r.announcer = a }
 }
 
 // NewRecorder returns a Recorder for one task's timeline.
@@ -160,7 +174,7 @@ func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) (
 		// Secrets never reach the timeline, whatever the payload carries.
 		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
-	rows, err := agentsql.InsertEvents(ctx, db, r.taskID, r.projectID, evs)
+	rows, err := agentsql.InsertEvents(ctx, db, r.taskID, r.projectID, evs, r.announcer != nil)
 	if err != nil {
 		// Keep them for the next write (the failure path records an error
 		// event): a timeline may be late, never missing events.
@@ -168,6 +182,15 @@ func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) (
 		r.buffered = append(ps, r.buffered...)
 		r.mu.Unlock()
 		return nil, err
+	}
+	if r.announcer != nil {
+		if _, inTx := db.(pgx.Tx); inTx {
+			r.mu.Lock()
+			r.unannounced = true
+			r.mu.Unlock()
+		} else {
+			r.announcer.Announce(r.taskID, r.projectID)
+		}
 	}
 	if r.observer != nil {
 		for _, p := range ps {
@@ -179,6 +202,23 @@ func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) (
 		out[i] = FromRow(row)
 	}
 	return out, nil
+}
+
+// Committed announces the events the Recorder wrote in a transaction (its
+// own db, or EmitIn's) once the caller has committed it. Calling it after a
+// rollback costs listeners one read that finds nothing. A nil Recorder does
+// nothing.
+func (r *Recorder) Committed() {
+	if r == nil { // the transaction never began
+		return
+	}
+	r.mu.Lock()
+	due := r.unannounced
+	r.unannounced = false
+	r.mu.Unlock()
+	if due && r.announcer != nil {
+		r.announcer.Announce(r.taskID, r.projectID)
+	}
 }
 
 // StreamDelta buffers a fragment of streamed model output and writes a

@@ -101,6 +101,7 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 	}); err != nil {
 		return err
 	}
+	b.rec.Committed()
 	b.lp.markRecorded()
 	return nil
 }

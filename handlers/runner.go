@@ -135,6 +135,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// Observer, if set, sees every event a task's loop writes (metrics).
 	Observer events.Observer
+	// Announcer, if set, announces a task's events after they committed,
+	// so no task's transaction notifies (the process's one Announcer).
+	// Without it the database's trigger notifies inside each transaction.
+	Announcer *events.Announcer
 }
 
 // Attempt identifies the River attempt running a task.
@@ -245,7 +249,7 @@ type TaskError struct {
 }
 
 func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at Attempt) error {
-	rec := events.NewRecorder(r.deps.Pool, task.ID, task.ProjectID)
+	rec := r.recorder(r.deps.Pool, task)
 	if r.deps.Observer != nil {
 		rec.SetObserver(r.deps.Observer)
 	}
@@ -481,10 +485,17 @@ func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slo
 	return nil
 }
 
+// recorder returns a Recorder of task's events writing through db.
+func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task) *events.Recorder {
+	return events.NewRecorder(db, task.ID, task.ProjectID, events.WithAnnouncer(r.deps.Announcer))
+}
+
 // spend is the usage not yet counted by checkpoints.
 func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
+	var rec *events.Recorder
+	defer func() { rec.Committed() }()
 	return pgx.BeginFunc(ctx, r.deps.Pool, func(tx pgx.Tx) error {
-		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
+		rec = r.recorder(tx, task)
 		if _, err := rec.Emit(ctx, events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}); err != nil {
 			return err
 		}
@@ -585,8 +596,9 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	if code == CodeExpectationMismatch {
 		status, phase = agentsql.StatusBlocked, events.PhaseBlocked
 	}
+	var trec *events.Recorder
 	err := pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
-		trec := events.NewRecorder(tx, task.ID, task.ProjectID)
+		trec = r.recorder(tx, task)
 		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false}); err != nil {
 			return err
 		}
@@ -599,6 +611,7 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		_, err := trec.Emit(wctx, events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg})
 		return err
 	})
+	trec.Committed()
 	if errors.Is(err, agentsql.ErrNotClaimed) {
 		log.WarnContext(ctx, "task was taken over or cancelled while failing; dropping this attempt")
 		return nil

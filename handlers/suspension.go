@@ -68,6 +68,7 @@ func (b *taskRun) beforeIteration(ctx context.Context) error {
 // alert records a stuck alert: a warn log event with metadata.alert and one
 // open inbox item per run and kind.
 func (b *taskRun) alert(ctx context.Context, kind, detail string) error {
+	defer b.rec.Committed()
 	return pgx.BeginFunc(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
 		runID, err := agentsql.RunID(ctx, tx, b.task.ID, b.task.Attempt)
 		if err != nil {
@@ -139,6 +140,7 @@ func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, mess
 			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, b.lp.iterations, s.Message), Metadata: meta})
 		return err
 	})
+	b.rec.Committed()
 	if errors.Is(err, agentsql.ErrNotClaimed) {
 		log.WarnContext(ctx, "task was taken over or cancelled while suspending; dropping this attempt")
 		return nil

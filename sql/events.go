@@ -11,9 +11,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// EventsChannel is the NOTIFY channel of agent_events. Its payload is the
-// small key {"id", "task_id", "project_id", "seq", "type"}, never content.
+// EventsChannel is the NOTIFY channel of agent_events. A notification names
+// the tasks and projects that have new events, never content (Announcement).
+// It is sent after the events committed: by the writing process's
+// events.Announcer, or for plain SQL writers by a statement-level trigger.
 const EventsChannel = "agent_events"
+
+// Announcement is the payload of a notification on EventsChannel.
+type Announcement struct {
+	Tasks    []uuid.UUID `json:"tasks"`
+	Projects []uuid.UUID `json:"projects"`
+}
+
+// AnnouncementBatch is the most task/project pairs one notification names,
+// so that a payload stays under Postgres's 8000-byte limit.
+const AnnouncementBatch = 100
 
 // EventRow is one agent_events row.
 type EventRow struct {
@@ -44,8 +56,11 @@ func scanEvents(rows pgx.Rows) ([]EventRow, error) {
 
 // InsertEvents appends events to a task's timeline in one statement, in
 // order. The agent_events_assign_seq trigger gives each its seq under the task
-// row lock, and agent_events_notify announces each one.
-func InsertEvents(ctx context.Context, db DBTX, taskID, projectID uuid.UUID, evs []NewEvent) ([]EventRow, error) {
+// row lock. With afterCommit the statement does not notify: the caller
+// announces the task once its transaction committed (events.Announcer), so
+// no task's transaction takes Postgres's cluster-wide NOTIFY lock. Without
+// it, the agent_events_announce trigger notifies in the transaction.
+func InsertEvents(ctx context.Context, db DBTX, taskID, projectID uuid.UUID, evs []NewEvent, afterCommit bool) ([]EventRow, error) {
 	if len(evs) == 0 {
 		return nil, nil
 	}
@@ -58,8 +73,9 @@ func InsertEvents(ctx context.Context, db DBTX, taskID, projectID uuid.UUID, evs
 	rows, err := db.Query(ctx, `INSERT INTO agent_events (task_id, project_id, type, payload)
 		SELECT $1, $2, e.type, e.payload::jsonb
 		FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
+		WHERE CASE WHEN $5 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 		ORDER BY e.ord
-		RETURNING `+eventColumns, taskID, projectID, types, payloads)
+		RETURNING `+eventColumns, taskID, projectID, types, payloads, afterCommit)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d events for task %s: %w", len(evs), taskID, err)
 	}

@@ -186,7 +186,7 @@ func TestEventSeqPerTask(t *testing.T) {
 				if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{
 					{Type: "log", Payload: []byte(`{"level":"info","message":"a"}`)},
 					{Type: "log", Payload: []byte(`{"level":"info","message":"b"}`)},
-				}); err != nil {
+				}, false); err != nil {
 					t.Error(err)
 				}
 			}
@@ -208,7 +208,7 @@ func TestEventSeqPerTask(t *testing.T) {
 	if rest, _ := agentsql.TaskEventsAfter(ctx, pool, task.ID, 150, 1000); len(rest) != 10 || *rest[0].Seq != 151 {
 		t.Fatalf("events after 150: %d", len(rest))
 	}
-	_, err = agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "progress_bar", Payload: []byte(`{}`)}})
+	_, err = agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "progress_bar", Payload: []byte(`{}`)}}, false)
 	if err == nil {
 		t.Fatal("an unknown event type was accepted")
 	}

@@ -76,6 +76,12 @@ type Config struct {
 	// for this long: an alert event and one open inbox item per run. Checked
 	// by the leader with the reconciler. Defaults to 10 minutes.
 	StuckIdleTimeout time.Duration
+	// Announcer, if set, announces the claim's events after it committed,
+	// as handlers.Deps.Announcer (the same one) does for the rest of a
+	// task's events. Start runs it; Stop stops it after the last task, so
+	// the last events are announced. Without it the database's trigger
+	// notifies inside each task's transactions.
+	Announcer *events.Announcer
 	// ID names this worker in task_runs and logs. Defaults to host-pid.
 	ID string
 	// Logger defaults to discarding.
@@ -137,6 +143,8 @@ type Service struct {
 	stopping  atomic.Bool   // set by Stop: tasks cut short are handed back
 	stopSweep func()        // stops the lease sweeper; set by Start
 	swept     chan struct{} // closed when the lease sweeper returned
+	stopAnn   func()        // stops the announcer; set by Start
+	announced chan struct{} // closed when the announcer returned
 }
 
 // New builds the service. handlers maps task type to its handler.
@@ -186,7 +194,28 @@ func (s *Service) Start(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopSweep, s.swept = cancel, make(chan struct{})
 	go s.sweepLeases(sctx)
+	s.announced = make(chan struct{})
+	if s.cfg.Announcer == nil {
+		close(s.announced)
+		s.stopAnn = func() {}
+		return nil
+	}
+	actx, acancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopAnn = acancel
+	go func() {
+		defer close(s.announced)
+		_ = s.cfg.Announcer.Run(actx) // returns nil when actx ends
+	}()
 	return nil
+}
+
+// stopAnnouncer stops the announcer once no task writes any more; it sends
+// what is still queued first.
+func (s *Service) stopAnnouncer() {
+	if s.stopAnn != nil {
+		s.stopAnn()
+		<-s.announced
+	}
 }
 
 // Stop stops taking new tasks and waits for running ones to finish. If ctx
@@ -198,6 +227,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.stopSweep()
 		<-s.swept
 	}
+	defer s.stopAnnouncer()
 	err := s.client.Stop(ctx)
 	if err == nil {
 		return nil
@@ -357,7 +387,9 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 	var (
 		task    agentsql.Task
 		claimed bool
+		rec     *events.Recorder
 	)
+	defer func() { rec.Committed() }()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		task, claimed, err = agentsql.ClaimTask(ctx, tx, job.Args.TaskID, job.ID, s.cfg.ID)
@@ -367,7 +399,7 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		if err := agentsql.AcquireLease(ctx, tx, task.ID, job.ID, s.cfg.ID, s.cfg.Lease); err != nil {
 			return err
 		}
-		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
+		rec = events.NewRecorder(tx, task.ID, task.ProjectID, events.WithAnnouncer(s.cfg.Announcer))
 		_, err = rec.Emit(ctx,
 			events.Progress{Kind: events.KindStageEnter, Stage: handlers.StageClaim},
 			events.AgentPhase{Phase: events.PhaseStarted, Status: string(agentsql.StatusRunning), TaskType: string(task.Type), Attempt: task.Attempt},

@@ -98,8 +98,10 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 // startWorker wires the runner and the River service and starts it.
 // m, when not nil, receives the loop's events and the runs' durations.
 func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
-	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log}
-	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log}
+	// One announcer per process: tasks' transactions never NOTIFY.
+	ann := events.NewAnnouncer(pool, log)
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann}
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
 	}

@@ -202,14 +202,14 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 			return fmt.Errorf("claim %s (claimed %t): %w", taskID, ok, err)
 		}
 		projectID = task.ProjectID
-		_, err = agentsql.InsertEvents(ctx, tx, task.ID, task.ProjectID, batch(groups[0]))
+		_, err = agentsql.InsertEvents(ctx, tx, task.ID, task.ProjectID, batch(groups[0]), true)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	for _, k := range groups[1 : len(groups)-1] {
-		if _, err := agentsql.InsertEvents(ctx, db.pool, taskID, projectID, batch(k)); err != nil {
+		if _, err := agentsql.InsertEvents(ctx, db.pool, taskID, projectID, batch(k), true); err != nil {
 			return err
 		}
 	}
@@ -217,7 +217,7 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 		if _, err := agentsql.FinishTask(ctx, tx, taskID, jobID, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: []byte(`{}`)}); err != nil {
 			return err
 		}
-		_, err := agentsql.InsertEvents(ctx, tx, taskID, projectID, batch(groups[len(groups)-1]))
+		_, err := agentsql.InsertEvents(ctx, tx, taskID, projectID, batch(groups[len(groups)-1]), true)
 		return err
 	})
 }
