@@ -49,7 +49,8 @@ func (TaskArgs) InsertOpts() river.InsertOpts {
 
 // Config tunes the worker.
 type Config struct {
-	// Concurrency is how many tasks this process runs at once. Defaults to 10.
+	// Concurrency is how many tasks this process runs at once. Defaults to
+	// DefaultConcurrency.
 	Concurrency int
 	// FetchCooldown is River's minimum time between fetches. Defaults to 5 ms:
 	// River's 100 ms default would put every pickup ~100 ms behind the insert.
@@ -92,12 +93,27 @@ type Config struct {
 	}
 }
 
+// DefaultConcurrency is how many tasks a process runs at once unless told
+// otherwise. A task spends nearly all its life waiting for its model and
+// holds no connection meanwhile, so a process runs hundreds; what bounds it
+// is the model provider's rate limit, not this machine.
+const DefaultConcurrency = 200
+
+// PoolSize is the database pool a process running concurrency tasks needs.
+// A task holds a connection only for a statement or a short transaction,
+// never across a model call, so a few connections serve hundreds of tasks:
+// 10 plus one per 20 tasks, at most 50 (more connections than a few per
+// core only make Postgres contend; four replicas stay within 200).
+func PoolSize(concurrency int) int32 {
+	return int32(min(max(10+concurrency/20, 10), 50))
+}
+
 // DefaultConfig returns the configuration New uses for zero fields.
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
 func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
-		c.Concurrency = 10
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.FetchCooldown <= 0 {
 		c.FetchCooldown = 5 * time.Millisecond

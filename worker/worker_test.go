@@ -51,7 +51,9 @@ type setupOpts struct {
 	logs          io.Writer // defaults to stderr at warn level
 	workerConfig  worker.Config
 	lease         time.Duration
-	noService     bool // the test starts its own worker services
+	noService     bool  // the test starts its own worker services
+	maxConns      int32 // the pool's size; defaults to pgxpool's
+	concurrency   int   // defaults to 4
 	prices        llm.Prices
 }
 
@@ -61,7 +63,14 @@ func setup(t *testing.T, o setupOpts) *harness {
 	t.Helper()
 	h := &harness{url: dbtest.NewURL(t)}
 	var err error
-	h.pool, err = pgxpool.New(t.Context(), h.url)
+	pcfg, err := pgxpool.ParseConfig(h.url)
+	if err != nil {
+		t.Fatalf("parse pool config: %v", err)
+	}
+	if o.maxConns > 0 {
+		pcfg.MaxConns = o.maxConns
+	}
+	h.pool, err = pgxpool.NewWithConfig(t.Context(), pcfg)
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
 	}
@@ -95,7 +104,7 @@ func setup(t *testing.T, o setupOpts) *harness {
 		t.Fatalf("runner: %v", err)
 	}
 	wc := o.workerConfig
-	wc.Concurrency, wc.Logger, wc.Announcer = 4, logger, ann
+	wc.Concurrency, wc.Logger, wc.Announcer = max(o.concurrency, 4), logger, ann
 	if o.lease != 0 {
 		wc.Lease = o.lease
 	}

@@ -41,10 +41,7 @@ func connect(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 		// pgx's parse errors can quote the URL, password included.
 		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL connection string")
 	}
-	// Tasks hold a connection only for a statement or a short transaction,
-	// so a pool smaller than the concurrency serves it; the cap keeps a few
-	// replicas within Postgres's default 100 connections.
-	pcfg.MaxConns = int32(min(max(cfg.WorkerConcurrency+5, 10), 40))
+	pcfg.MaxConns = worker.PoolSize(cfg.WorkerConcurrency)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database %s: %w", pcfg.ConnConfig.Host, err)

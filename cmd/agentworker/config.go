@@ -32,7 +32,7 @@ type config struct {
 	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini"`
 	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1"`
 
-	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
+	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"200"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
 	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0"`
 	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0"`
