@@ -52,7 +52,7 @@ type Config struct {
 	// Concurrency is how many tasks this process runs at once. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
-	// FetchCooldown is River's minimum time between fetches. Defaults to 5 ms:
+	// FetchCooldown is River's minimum time between fetches. Defaults to 2 ms:
 	// River's 100 ms default would put every pickup ~100 ms behind the insert.
 	FetchCooldown time.Duration
 	// FetchPollInterval is River's fallback poll when no notification
@@ -116,7 +116,7 @@ func (c Config) withDefaults() Config {
 		c.Concurrency = DefaultConcurrency
 	}
 	if c.FetchCooldown <= 0 {
-		c.FetchCooldown = 5 * time.Millisecond
+		c.FetchCooldown = 2 * time.Millisecond
 	}
 	if c.FetchPollInterval <= 0 {
 		c.FetchPollInterval = time.Second
