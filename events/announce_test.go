@@ -198,7 +198,8 @@ func TestPlainSQLWritersAnnounced(t *testing.T) {
 	// The worker's mark covers its own statement only: a plain insert
 	// later in the same transaction is announced by the trigger.
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := agentsql.InsertEvents(ctx, tx, tasks[1].ID, tasks[1].ProjectID, []agentsql.NewEvent{{Type: "log", Payload: []byte(`{}`)}}, true); err != nil {
+		if _, err := agentsql.InsertEventBatch(ctx, tx, agentsql.EventBatch{TaskID: tasks[1].ID, ProjectID: tasks[1].ProjectID,
+			Events: []agentsql.NewEvent{{Type: "log", Payload: []byte(`{}`)}}, AfterCommit: true}); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, type, payload) VALUES ($1, $2, 'log', '{}')`,

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -29,14 +30,24 @@ type Recorder struct {
 
 	observer  Observer
 	announcer *Announcer
+	fence     *int64 // the holder's fence epoch; nil: unfenced
 
 	// writeMu is held while a statement is in flight, so writes happen one
 	// at a time in the order they were asked for (seq follows that order).
 	// FlushAsync's goroutine releases it when its write is done.
 	writeMu sync.Mutex
 
-	mu         sync.Mutex
-	buffered   []Payload       // events added but not yet written
+	mu       sync.Mutex
+	buffered []Payload // events added but not yet written
+	// unsure are batches whose write failed or whose transaction did not
+	// commit: they are written first by the next write, with their keys,
+	// so a batch that did commit is not written twice.
+	unsure []batch
+	// tx, while InTx runs, is its transaction, and inTx the batches
+	// written in it.
+	tx         agentsql.DBTX
+	inTx       []batch
+	fencedAt   error           // set once a write was refused: the holder stops
 	pending    strings.Builder // stream deltas not yet written
 	pendingID  string
 	streamSeq  int
@@ -69,6 +80,20 @@ func WithStreamInterval(d time.Duration) RecorderOption {
 // writing transaction, which serialises every writer's commit on one lock.
 func WithAnnouncer(a *Announcer) RecorderOption {
 	return func(r *Recorder) { r.announcer = a }
+}
+
+// WithFence makes every write carry the holder's fence epoch (see
+// sql.Fence): once the task is claimed again, taken over, cancelled or
+// finished, writes are refused with sql.ErrFenced, and every later write
+// too, without asking the database again.
+func WithFence(epoch int64) RecorderOption {
+	return func(r *Recorder) { r.fence = &epoch }
+}
+
+// batch is one write of events with its idempotency key.
+type batch struct {
+	key uuid.UUID
+	ps  []Payload
 }
 
 // NewRecorder returns a Recorder for one task's timeline.
@@ -128,7 +153,7 @@ func (r *Recorder) EmitIn(ctx context.Context, db agentsql.DBTX, ps ...Payload) 
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	ps = r.takeBuffered(ps)
-	if len(ps) == 0 {
+	if len(ps) == 0 && !r.hasUnsure() {
 		return nil, nil
 	}
 	return r.insert(ctx, db, ps)
@@ -141,7 +166,7 @@ func (r *Recorder) EmitIn(ctx context.Context, db agentsql.DBTX, ps ...Payload) 
 func (r *Recorder) FlushAsync(ctx context.Context) {
 	r.writeMu.Lock()
 	ps := r.takeBuffered(nil)
-	if len(ps) == 0 {
+	if len(ps) == 0 && !r.hasUnsure() {
 		r.writeMu.Unlock()
 		return
 	}
@@ -149,6 +174,13 @@ func (r *Recorder) FlushAsync(ctx context.Context) {
 		defer r.writeMu.Unlock()
 		_, _ = r.insert(ctx, r.db, ps) // on failure insert queues ps again
 	}()
+}
+
+// hasUnsure reports batches waiting to be written again.
+func (r *Recorder) hasUnsure() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.unsure) > 0
 }
 
 // takeBuffered returns the queued payloads followed by ps, and empties the queue.
@@ -162,10 +194,44 @@ func (r *Recorder) takeBuffered(ps []Payload) []Payload {
 	return ps
 }
 
-// insert writes ps in one statement; the caller holds writeMu.
+// insert writes the batches not known to be written, then ps as a new
+// batch; the caller holds writeMu.
 func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) ([]Event, error) {
-	evs := make([]agentsql.NewEvent, len(ps))
-	for i, p := range ps {
+	r.mu.Lock()
+	todo := r.unsure
+	r.unsure = nil
+	if err := r.fencedAt; err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	r.mu.Unlock()
+	if len(ps) > 0 {
+		todo = append(todo, batch{key: uuid.New(), ps: ps})
+	}
+	var out []Event
+	for i, b := range todo {
+		evs, err := r.write(ctx, db, b)
+		if err != nil {
+			// Keep them for the next write (the failure path records an
+			// error event): a timeline may be late, never missing events
+			// nor holding one twice.
+			r.mu.Lock()
+			r.unsure = append(todo[i:], r.unsure...)
+			if errors.Is(err, agentsql.ErrFenced) {
+				r.fencedAt = err
+			}
+			r.mu.Unlock()
+			return out, err
+		}
+		out = append(out, evs...)
+	}
+	return out, nil
+}
+
+// write writes one batch.
+func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Event, error) {
+	evs := make([]agentsql.NewEvent, len(b.ps))
+	for i, p := range b.ps {
 		p = r.stamp(p)
 		body, err := json.Marshal(p)
 		if err != nil {
@@ -174,15 +240,16 @@ func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) (
 		// Secrets never reach the timeline, whatever the payload carries.
 		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
-	rows, err := agentsql.InsertEvents(ctx, db, r.taskID, r.projectID, evs, r.announcer != nil)
+	rows, err := agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{
+		TaskID: r.taskID, ProjectID: r.projectID, Fence: r.fence, Key: b.key, Events: evs, AfterCommit: r.announcer != nil})
 	if err != nil {
-		// Keep them for the next write (the failure path records an error
-		// event): a timeline may be late, never missing events.
-		r.mu.Lock()
-		r.buffered = append(ps, r.buffered...)
-		r.mu.Unlock()
 		return nil, err
 	}
+	r.mu.Lock()
+	if r.tx != nil && db == r.tx {
+		r.inTx = append(r.inTx, b)
+	}
+	r.mu.Unlock()
 	if r.announcer != nil {
 		if _, inTx := db.(pgx.Tx); inTx {
 			r.mu.Lock()
@@ -193,7 +260,7 @@ func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) (
 		}
 	}
 	if r.observer != nil {
-		for _, p := range ps {
+		for _, p := range b.ps {
 			r.observer.Observe(p)
 		}
 	}
@@ -219,6 +286,37 @@ func (r *Recorder) Committed() {
 	if due && r.announcer != nil {
 		r.announcer.Announce(r.taskID, r.projectID)
 	}
+}
+
+// InTx runs fn in a transaction of db; fn writes the events that belong
+// with its other writes through EmitIn(ctx, tx, ...). Should the
+// transaction not commit, the events written in it are queued again, with
+// their idempotency keys, for the next write: they are neither lost with a
+// rollback nor written twice when only the commit's reply was lost. Once it
+// committed, they are announced (Committed).
+func (r *Recorder) InTx(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(tx pgx.Tx) error) error {
+	var tx pgx.Tx
+	err := pgx.BeginFunc(ctx, db, func(t pgx.Tx) error {
+		tx = t
+		r.mu.Lock()
+		r.tx, r.inTx = t, nil
+		r.mu.Unlock()
+		return fn(t)
+	})
+	r.mu.Lock()
+	if tx != nil && r.tx == tx {
+		if err != nil && len(r.inTx) > 0 {
+			r.unsure = append(r.inTx, r.unsure...)
+		}
+		r.tx, r.inTx = nil, nil
+	}
+	r.mu.Unlock()
+	if err == nil {
+		r.Committed()
+	}
+	return err
 }
 
 // StreamDelta buffers a fragment of streamed model output and writes a

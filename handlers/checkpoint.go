@@ -93,15 +93,14 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 		return err
 	}
 	spend := b.lp.unrecorded()
-	if err := pgx.BeginFunc(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
+	if err := b.rec.InTx(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
 		if _, err := b.rec.EmitIn(ctx, tx); err != nil {
 			return err
 		}
-		return agentsql.SaveCheckpoint(ctx, tx, b.at.JobID, cp, spend)
+		return agentsql.SaveCheckpoint(ctx, tx, b.at.fence(b.task), cp, spend)
 	}); err != nil {
 		return err
 	}
-	b.rec.Committed()
 	b.lp.markRecorded()
 	return nil
 }

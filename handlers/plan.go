@@ -216,7 +216,7 @@ func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, 
 			verdict = agentsql.DecisionRejected
 		}
 		outcome, _ := json.Marshal(map[string]any{"expected": expect, "reason": reason})
-		if _, err := agentsql.RecordDecision(ctx, b.r.deps.Pool, b.task.ID, id, verdict, outcome); err != nil {
+		if _, err := agentsql.RecordDecision(ctx, b.r.deps.Pool, b.at.fence(b.task), id, verdict, outcome); err != nil {
 			return "", messages, err
 		}
 		if reason != "" {

@@ -94,6 +94,9 @@ type Config struct {
 	// Prices prices the model's usage for task cost and cost budgets.
 	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
 	Prices llm.Prices
+	// RetryBackoff is the wait before the first retry of a transient
+	// failure; it doubles with each retry, up to a minute. Defaults to 1 second.
+	RetryBackoff time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -124,6 +127,9 @@ func (c Config) withDefaults() Config {
 	if c.Prices == nil {
 		c.Prices = llm.DefaultPrices()
 	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = time.Second
+	}
 	return c
 }
 
@@ -141,12 +147,23 @@ type Deps struct {
 	Announcer *events.Announcer
 }
 
-// Attempt identifies the River attempt running a task.
+// Attempt identifies the attempt running a task.
 type Attempt struct {
-	JobID       int64
-	Number      int // River's attempt number, from 1
+	JobID int64
+	// Fence is the epoch of the claim (sql.Fence): every write of the
+	// attempt carries it.
+	Fence int64
+	// Number counts the task's tries since it was created or retried by a
+	// person, from 1: its transient failures so far, plus one. Once it
+	// reaches MaxAttempts a transient failure ends the task.
+	Number      int
 	MaxAttempts int
 	WorkerID    string
+}
+
+// fence is the attempt's hold on its task.
+func (at Attempt) fence(task agentsql.Task) agentsql.Fence {
+	return agentsql.Fence{TaskID: task.ID, Epoch: at.Fence}
 }
 
 // Runner runs claimed tasks through the phases of the task runner.
@@ -249,7 +266,7 @@ type TaskError struct {
 }
 
 func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at Attempt) error {
-	rec := r.recorder(r.deps.Pool, task)
+	rec := r.recorder(r.deps.Pool, task, at)
 	if r.deps.Observer != nil {
 		rec.SetObserver(r.deps.Observer)
 	}
@@ -264,7 +281,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		return r.fail(ctx, rec, log, task, at, nil, nil, err)
 	}
 	if spec.taskType == "build" {
-		cs, status, err := changeset.Open(ctx, r.deps.Pool, r.deps.Store, task.ID, task.ProjectID)
+		cs, status, err := changeset.Open(ctx, r.deps.Pool, r.deps.Store, at.fence(task), task.ProjectID)
 		if err != nil {
 			return r.fail(ctx, rec, log, task, at, nil, nil, err)
 		}
@@ -485,84 +502,79 @@ func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slo
 	return nil
 }
 
-// recorder returns a Recorder of task's events writing through db.
-func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task) *events.Recorder {
-	return events.NewRecorder(db, task.ID, task.ProjectID, events.WithAnnouncer(r.deps.Announcer))
+// recorder returns a Recorder of task's events writing through db, fenced
+// by the attempt's claim and announced by the process's Announcer.
+func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task, at Attempt) *events.Recorder {
+	return events.NewRecorder(db, task.ID, task.ProjectID, events.WithFence(at.Fence), events.WithAnnouncer(r.deps.Announcer))
 }
 
-// spend is the usage not yet counted by checkpoints.
+// finishSucceeded moves the task to succeeded with its closing events, in
+// one transaction. spend is the usage not yet counted by checkpoints.
 func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
 	var rec *events.Recorder
 	defer func() { rec.Committed() }()
 	return pgx.BeginFunc(ctx, r.deps.Pool, func(tx pgx.Tx) error {
-		rec = r.recorder(tx, task)
-		if _, err := rec.Emit(ctx, events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}); err != nil {
-			return err
-		}
+		// The events come first: once the task left running, its fence
+		// refuses them. Cleanup is recorded before the terminal event so
+		// a follower that stops there has seen every stage.
+		evs := []events.Payload{events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}}
 		if hasSet {
-			if err := agentsql.FinishChangeSet(ctx, tx, task.ID, agentsql.ChangeSetApplied); err != nil {
+			if err := agentsql.FinishChangeSet(ctx, tx, at.fence(task), agentsql.ChangeSetApplied, false); err != nil {
 				return err
 			}
-			if _, err := rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("change set applied: %d file change(s)", applied),
-				Metadata: map[string]any{"applied": applied}}); err != nil {
-				return err
-			}
+			evs = append(evs, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("change set applied: %d file change(s)", applied),
+				Metadata: map[string]any{"applied": applied}})
 		}
-		if _, err := agentsql.FinishTask(ctx, tx, task.ID, at.JobID, agentsql.Outcome{
-			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
-		}); err != nil {
-			return err
-		}
-		// Cleanup is recorded before the terminal event so a follower that
-		// stops there has seen every stage.
-		_, err := rec.Emit(ctx,
+		evs = append(evs,
 			events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
 			events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
 			events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
 			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
 		)
+		rec = r.recorder(tx, task, at)
+		if _, err := rec.Emit(ctx, evs...); err != nil {
+			return err
+		}
+		_, err := agentsql.FinishTask(ctx, tx, at.fence(task), agentsql.Outcome{
+			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
+		})
 		return err
 	})
 }
 
-// fail records a failed attempt. Transient faults with attempts left are
-// returned to River, which retries the job with backoff; the task stays
-// running under the same job. Anything else ends the task as failed and
-// returns nil: the job did its work, the work failed.
+// fail records a failed attempt. A transient fault with tries left in the
+// task's budget schedules a retry: the task waits queued (its run
+// retry_scheduled) and the job is snoozed until then, so the budget, not
+// the job, decides how often. Anything else ends the task as failed and
+// returns nil: the job did its work, the work failed. An attempt that no
+// longer holds its task (sql.ErrFenced) stops without writing anything.
 func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logger, task agentsql.Task, at Attempt, lp *loop, cs *changeset.Set, cause error) error {
-	if errors.Is(cause, agentsql.ErrNotClaimed) {
-		log.WarnContext(ctx, "task was taken over or cancelled while running; dropping this attempt")
+	if errors.Is(cause, agentsql.ErrFenced) {
+		log.WarnContext(ctx, "task was taken over, cancelled or finished elsewhere while running; dropping this attempt")
 		return nil
-	}
-	// Events queued before the failure come before its own events.
-	if _, err := rec.Flush(context.WithoutCancel(ctx)); err != nil {
-		log.ErrorContext(ctx, "write queued events", slog.String("err", err.Error()))
 	}
 	var spend agentsql.Spend
 	if lp != nil {
 		spend = lp.unrecorded()
 	}
-	discard := func() {
-		if cs == nil {
-			return
-		}
-		// The task ends: its changes are not applied, the project stays as
-		// it was. (A set already applying is kept.)
-		if err := cs.Discard(context.WithoutCancel(ctx)); err != nil {
-			log.ErrorContext(ctx, "discard change set", slog.String("err", err.Error()))
-		}
-	}
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
 		// Cancelled by a control action (agentworker_control_task), which
-		// already moved the task and closed the run: keep the usage spent
-		// since the last checkpoint, and stop without recording a failure.
-		discard()
-		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, task.ID, task.Attempt, spend); err != nil {
+		// already moved the task, closed the run, discarded an open change
+		// set and wrote the terminal event: keep the usage spent since the
+		// last checkpoint, and stop without writing anything else.
+		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, at.fence(task), spend); err != nil {
 			log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
 		}
-		log.InfoContext(ctx, "task stopped by a control action")
-		return river.JobCancel(fmt.Errorf("task %s stopped by a control action: %w", task.ID, cause))
+		log.InfoContext(ctx, "task stopped from outside (a control action, or a takeover after its lease lapsed); dropping this attempt")
+		return river.JobCancel(fmt.Errorf("task %s stopped from outside: %w", task.ID, cause))
+	}
+	// Events queued before the failure come before its own events.
+	if _, err := rec.Flush(context.WithoutCancel(ctx)); errors.Is(err, agentsql.ErrFenced) {
+		log.WarnContext(ctx, "task was taken over, cancelled or finished elsewhere while failing; dropping this attempt")
+		return fenceLost(ctx, task, cause)
+	} else if err != nil {
+		log.ErrorContext(ctx, "write queued events", slog.String("err", err.Error()))
 	}
 	if ctx.Err() != nil {
 		// Shutdown, a lost lease or the job's timeout: the checkpoint and
@@ -575,22 +587,40 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	transient := llm.IsTransient(cause) || isStorageTransient(cause)
 	wctx := context.WithoutCancel(ctx)
 	if transient && at.Number < at.MaxAttempts {
-		_, err := rec.Emit(wctx,
-			events.Error{ErrorType: code, Message: msg, Recoverable: true},
-			events.AgentPhase{Phase: events.PhaseRetrying, Status: string(agentsql.StatusRunning), Attempt: at.Number,
-				Summary: fmt.Sprintf("attempt %d of %d failed; River will retry", at.Number, at.MaxAttempts)})
-		if err != nil {
-			log.ErrorContext(ctx, "record retry", slog.String("err", err.Error()))
-		}
+		wait := r.retryWait(at.Number)
 		// The checkpoint and change set stay: the retry continues from them.
-		if err := agentsql.RetryRun(wctx, r.deps.Pool, task.ID, task.Attempt, code, msg, spend); err != nil {
-			log.ErrorContext(ctx, "record retry", slog.String("err", err.Error()))
-		} else if lp != nil {
+		err := rec.InTx(wctx, r.deps.Pool, func(tx pgx.Tx) error {
+			if _, err := rec.EmitIn(wctx, tx,
+				events.Error{ErrorType: code, Message: msg, Recoverable: true},
+				events.AgentPhase{Phase: events.PhaseRetrying, Status: string(agentsql.StatusQueued), Attempt: at.Number,
+					Summary: fmt.Sprintf("attempt %d of %d failed; retrying in %s", at.Number, at.MaxAttempts, wait)}); err != nil {
+				return err
+			}
+			return agentsql.ScheduleRetry(wctx, tx, at.fence(task), code, msg, wait, spend)
+		})
+		if errors.Is(err, agentsql.ErrFenced) {
+			return fenceLost(ctx, task, cause)
+		}
+		if err != nil {
+			// The database is unreachable: River retries the job, whose
+			// claim finds the task still running under it.
+			return fmt.Errorf("schedule retry of task %s (attempt %d, %s): %w", task.ID, at.Number, msg, err)
+		}
+		if lp != nil {
 			lp.markRecorded()
 		}
-		return fmt.Errorf("run task %s (attempt %d): %w", task.ID, at.Number, cause)
+		log.WarnContext(ctx, "attempt failed; retry scheduled", slog.String("code", code), slog.Duration("wait", wait))
+		return river.JobSnooze(wait)
 	}
-	discard()
+	if cs != nil {
+		// The task ends: its changes are not applied, the project stays as
+		// it was. (A set already applying is kept.)
+		if err := cs.Discard(wctx); errors.Is(err, agentsql.ErrFenced) {
+			return fenceLost(ctx, task, cause)
+		} else if err != nil {
+			log.ErrorContext(ctx, "discard change set", slog.String("err", err.Error()))
+		}
+	}
 	body, _ := json.Marshal(TaskError{Code: code, Message: msg, Recoverable: transient, Attempt: at.Number})
 	status, phase := agentsql.StatusFailed, events.PhaseFailed
 	if code == CodeExpectationMismatch {
@@ -598,23 +628,22 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	}
 	var trec *events.Recorder
 	err := pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
-		trec = r.recorder(tx, task)
-		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false}); err != nil {
+		// The terminal event is the run's last: written before the task
+		// leaves running, in the same transaction.
+		trec = r.recorder(tx, task, at)
+		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false},
+			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg}); err != nil {
 			return err
 		}
-		if _, err := agentsql.FinishTask(wctx, tx, task.ID, at.JobID, agentsql.Outcome{
+		_, err := agentsql.FinishTask(wctx, tx, at.fence(task), agentsql.Outcome{
 			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
 			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
-		}); err != nil {
-			return err
-		}
-		_, err := trec.Emit(wctx, events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg})
+		})
 		return err
 	})
 	trec.Committed()
-	if errors.Is(err, agentsql.ErrNotClaimed) {
-		log.WarnContext(ctx, "task was taken over or cancelled while failing; dropping this attempt")
-		return nil
+	if errors.Is(err, agentsql.ErrFenced) {
+		return fenceLost(ctx, task, cause)
 	}
 	if err != nil {
 		// The failure could not be recorded (database down): let River retry.
@@ -622,6 +651,21 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	}
 	log.WarnContext(ctx, "task ended without success", slog.String("status", string(status)), slog.String("code", code), slog.String("error", msg))
 	return nil
+}
+
+// fenceLost ends an attempt that found its task held by another attempt,
+// cancelled or finished: it has nothing more to do. A control action's
+// cancel is reported to River as such.
+func fenceLost(ctx context.Context, task agentsql.Task, cause error) error {
+	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		return river.JobCancel(fmt.Errorf("task %s stopped by a control action: %w", task.ID, cause))
+	}
+	return nil
+}
+
+// retryWait is the wait before the retry that follows the n-th try.
+func (r *Runner) retryWait(n int) time.Duration {
+	return min(r.cfg.RetryBackoff<<max(n-1, 0), time.Minute)
 }
 
 // TraceID is the trace a task's logs carry: the trace_id the app put in

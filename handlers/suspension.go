@@ -68,8 +68,7 @@ func (b *taskRun) beforeIteration(ctx context.Context) error {
 // alert records a stuck alert: a warn log event with metadata.alert and one
 // open inbox item per run and kind.
 func (b *taskRun) alert(ctx context.Context, kind, detail string) error {
-	defer b.rec.Committed()
-	return pgx.BeginFunc(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
+	return b.rec.InTx(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
 		runID, err := agentsql.RunID(ctx, tx, b.task.ID, b.task.Attempt)
 		if err != nil {
 			return err
@@ -103,11 +102,11 @@ func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, mess
 	if s.Status == agentsql.StatusAwaitingInput {
 		phase = events.PhaseAwaitingInput
 	}
-	err = pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
+	err = b.rec.InTx(wctx, r.deps.Pool, func(tx pgx.Tx) error {
 		if _, err := b.rec.EmitIn(wctx, tx); err != nil {
 			return err
 		}
-		if err := agentsql.SaveCheckpoint(wctx, tx, b.at.JobID, cp, agentsql.Spend{}); err != nil {
+		if err := agentsql.SaveCheckpoint(wctx, tx, b.at.fence(b.task), cp, agentsql.Spend{}); err != nil {
 			return err
 		}
 		meta := map[string]any{"code": s.Code}
@@ -130,18 +129,20 @@ func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, mess
 				meta["inboxItemId"] = item.ID.String()
 			}
 		}
-		if _, err := agentsql.FinishTask(wctx, tx, b.task.ID, b.at.JobID, agentsql.Outcome{
-			Status: s.Status, RunStatus: string(agentsql.RunInterrupted), ErrorCode: s.Code, ErrorMsg: clip(s.Message, 1000),
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
-		}); err != nil {
+		// The run's last event is its terminal one, written before the
+		// task leaves running (the fence refuses writes after).
+		if _, err := b.rec.EmitIn(wctx, tx,
+			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, b.lp.iterations, s.Message), Metadata: meta},
+			events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: string(b.task.Type), Summary: s.Message}); err != nil {
 			return err
 		}
-		_, err := b.rec.EmitIn(wctx, tx, events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: string(b.task.Type), Summary: s.Message},
-			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, b.lp.iterations, s.Message), Metadata: meta})
+		_, err := agentsql.FinishTask(wctx, tx, b.at.fence(b.task), agentsql.Outcome{
+			Status: s.Status, RunStatus: string(agentsql.RunInterrupted), ErrorCode: s.Code, ErrorMsg: clip(s.Message, 1000),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
+		})
 		return err
 	})
-	b.rec.Committed()
-	if errors.Is(err, agentsql.ErrNotClaimed) {
+	if errors.Is(err, agentsql.ErrFenced) {
 		log.WarnContext(ctx, "task was taken over or cancelled while suspending; dropping this attempt")
 		return nil
 	}

@@ -33,40 +33,52 @@ type ChangeEntry struct {
 	BaseETag string // version the change was made against; "" = did not exist
 	Ord      int
 	Applied  bool
+	// Prior is what the path held before the apply (recorded when the set
+	// is marked applying).
+	Prior Prior
 }
 
-// OpenChangeSet creates the change set of a build task, or returns the
-// status of the one that exists (a retried attempt).
-func OpenChangeSet(ctx context.Context, db DBTX, taskID, projectID uuid.UUID) (string, error) {
-	var status string
-	err := db.QueryRow(ctx, `WITH ins AS (
-			INSERT INTO change_sets (task_id, project_id) VALUES ($1, $2)
+// OpenChangeSet creates the change set of the build task held by f, or
+// returns the status of the one that exists (a retried attempt).
+func OpenChangeSet(ctx context.Context, db DBTX, f Fence, projectID uuid.UUID) (string, error) {
+	var status *string
+	err := db.QueryRow(ctx, `WITH `+fenceCTE+`, ins AS (
+			INSERT INTO change_sets (task_id, project_id) SELECT $1, $3 FROM fence
 			ON CONFLICT (task_id) DO NOTHING RETURNING status)
-		SELECT status FROM ins UNION ALL SELECT status FROM change_sets WHERE task_id = $1 LIMIT 1`,
-		taskID, projectID).Scan(&status)
-	if err != nil {
-		return "", fmt.Errorf("open change set of task %s: %w", taskID, err)
+		SELECT (SELECT status FROM ins UNION ALL SELECT status FROM change_sets WHERE task_id = $1 LIMIT 1)
+		FROM fence`, f.TaskID, f.Epoch, projectID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("open change set of task %s: %w", f.TaskID, ErrFenced)
 	}
-	return status, nil
+	if err != nil {
+		return "", fmt.Errorf("open change set of task %s: %w", f.TaskID, err)
+	}
+	if status == nil {
+		return "", fmt.Errorf("open change set of task %s: not created", f.TaskID)
+	}
+	return *status, nil
 }
 
-// ResetChangeSet empties a task's change set (and its recorded decisions)
-// and reopens it, for a build that starts over.
-func ResetChangeSet(ctx context.Context, db DBTX, taskID uuid.UUID) error {
+// ResetChangeSet empties the change set (and the recorded decisions) of
+// the task held by f and reopens it, for a build that starts over.
+func ResetChangeSet(ctx context.Context, db DBTX, f Fence) error {
 	// One statement: every build starts with it, most with nothing to reset.
-	if _, err := db.Exec(ctx, `WITH entries AS (DELETE FROM change_set_entries WHERE task_id = $1),
-			decisions AS (DELETE FROM build_decisions WHERE task_id = $1)
-		UPDATE change_sets SET status = 'open', result = NULL, updated_at = now() WHERE task_id = $1`, taskID); err != nil {
-		return fmt.Errorf("reset change set and decisions of task %s: %w", taskID, err)
+	if _, err := fenced(ctx, db, f, `entries AS (DELETE FROM change_set_entries WHERE task_id = $1 AND EXISTS (SELECT 1 FROM fence)),
+			decisions AS (DELETE FROM build_decisions WHERE task_id = $1 AND EXISTS (SELECT 1 FROM fence)),
+			w AS (UPDATE change_sets SET status = 'open', result = NULL, updated_at = now()
+				WHERE task_id = $1 AND EXISTS (SELECT 1 FROM fence) RETURNING 1)`); err != nil {
+		return fmt.Errorf("reset change set and decisions of task %s: %w", f.TaskID, err)
 	}
 	return nil
 }
 
-const entryColumns = `path, op, content, coalesce(from_path, ''), base_etag, ord, applied`
+const entryColumns = `path, op, content, coalesce(from_path, ''), base_etag, ord, applied,
+	prior_exists IS NOT NULL, coalesce(prior_exists, false), prior`
 
 func scanEntry(row pgx.Row) (ChangeEntry, error) {
 	var e ChangeEntry
-	err := row.Scan(&e.Path, &e.Op, &e.Content, &e.FromPath, &e.BaseETag, &e.Ord, &e.Applied)
+	err := row.Scan(&e.Path, &e.Op, &e.Content, &e.FromPath, &e.BaseETag, &e.Ord, &e.Applied, &e.Prior.Known, &e.Prior.Exists, &e.Prior.Content)
+	e.Prior.Path = e.Path
 	return e, err
 }
 
@@ -96,10 +108,10 @@ func ListChangeEntries(ctx context.Context, db DBTX, taskID uuid.UUID) ([]Change
 	return entries, nil
 }
 
-// PutChangeEntry stages the new state of a path. An existing entry keeps
-// its base version and order: the change is still against what the path
-// was when the build first touched it.
-func PutChangeEntry(ctx context.Context, db DBTX, taskID uuid.UUID, e ChangeEntry) error {
+// PutChangeEntry stages the new state of a path in the change set of the
+// task held by f. An existing entry keeps its base version and order: the
+// change is still against what the path was when the build first touched it.
+func PutChangeEntry(ctx context.Context, db DBTX, f Fence, e ChangeEntry) error {
 	var content any
 	if e.Op == ChangeWrite {
 		content = e.Content
@@ -107,23 +119,26 @@ func PutChangeEntry(ctx context.Context, db DBTX, taskID uuid.UUID, e ChangeEntr
 			content = []byte{}
 		}
 	}
-	_, err := db.Exec(ctx, `INSERT INTO change_set_entries (task_id, path, op, content, from_path, base_etag, ord)
-		VALUES ($1, $2, $3, $4, nullif($5, ''), $6,
-			(SELECT coalesce(max(ord), 0) + 1 FROM change_set_entries WHERE task_id = $1))
+	_, err := fenced(ctx, db, f, `w AS (INSERT INTO change_set_entries (task_id, path, op, content, from_path, base_etag, ord)
+		SELECT $1, $3, $4, $5, nullif($6, ''), $7,
+			(SELECT coalesce(max(ord), 0) + 1 FROM change_set_entries WHERE task_id = $1)
+		FROM fence
 		ON CONFLICT (task_id, path) DO UPDATE SET op = excluded.op, content = excluded.content,
-			from_path = excluded.from_path, applied = false, updated_at = now()`,
-		taskID, e.Path, e.Op, content, e.FromPath, e.BaseETag)
+			from_path = excluded.from_path, applied = false, updated_at = now()
+		RETURNING 1)`,
+		e.Path, e.Op, content, e.FromPath, e.BaseETag)
 	if err != nil {
-		return fmt.Errorf("stage %s of %q in task %s: %w", e.Op, e.Path, taskID, err)
+		return fmt.Errorf("stage %s of %q in task %s: %w", e.Op, e.Path, f.TaskID, err)
 	}
 	return nil
 }
 
-// DropChangeEntry removes a path from the change set: the build's changes
-// to it cancelled out (a file created, then deleted).
-func DropChangeEntry(ctx context.Context, db DBTX, taskID uuid.UUID, path string) error {
-	if _, err := db.Exec(ctx, `DELETE FROM change_set_entries WHERE task_id = $1 AND path = $2`, taskID, path); err != nil {
-		return fmt.Errorf("drop change of %q in task %s: %w", path, taskID, err)
+// DropChangeEntry removes a path from the change set of the task held by
+// f: the build's changes to it cancelled out (a file created, then deleted).
+func DropChangeEntry(ctx context.Context, db DBTX, f Fence, path string) error {
+	if _, err := fenced(ctx, db, f, `w AS (DELETE FROM change_set_entries WHERE task_id = $1 AND path = $3
+		AND EXISTS (SELECT 1 FROM fence) RETURNING 1)`, path); err != nil {
+		return fmt.Errorf("drop change of %q in task %s: %w", path, f.TaskID, err)
 	}
 	return nil
 }
@@ -140,47 +155,69 @@ func ChangeSetState(ctx context.Context, db DBTX, taskID uuid.UUID) (status stri
 	return status, result, nil
 }
 
-// MarkChangeSetApplying commits the decision to apply a task's change set,
-// with the result the task will have once it is applied. From here on the
-// set is finished, never discarded, even after a crash.
-func MarkChangeSetApplying(ctx context.Context, db DBTX, taskID uuid.UUID, result json.RawMessage) error {
-	tag, err := db.Exec(ctx, `UPDATE change_sets SET status = 'applying', result = $2, updated_at = now()
-		WHERE task_id = $1 AND status IN ('open', 'applying')`, taskID, result)
+// Prior is what a path held before its change set was applied.
+type Prior struct {
+	Path    string
+	Known   bool // recorded (a set marked applying before priors were kept has none)
+	Exists  bool
+	Content []byte
+}
+
+// MarkChangeSetApplying commits the decision to apply the change set of
+// the task held by f, with the result the task will have once it is
+// applied and what each path held before, to put back should the apply
+// stop at a conflict. From here on the set is finished (or rolled back),
+// never left half applied, even after a crash.
+func MarkChangeSetApplying(ctx context.Context, db DBTX, f Fence, result json.RawMessage, priors []Prior) error {
+	paths := make([]string, len(priors))
+	exists := make([]bool, len(priors))
+	contents := make([][]byte, len(priors))
+	for i, p := range priors {
+		paths[i], exists[i], contents[i] = p.Path, p.Exists, p.Content
+	}
+	n, err := fenced(ctx, db, f, `p AS (
+			UPDATE change_set_entries e SET prior = p.content, prior_exists = p.exists
+			FROM unnest($4::text[], $5::bool[], $6::bytea[]) AS p(path, exists, content)
+			WHERE e.task_id = $1 AND e.path = p.path AND EXISTS (SELECT 1 FROM fence)),
+		w AS (UPDATE change_sets SET status = 'applying', result = $3, updated_at = now()
+			WHERE task_id = $1 AND status IN ('open', 'applying') AND EXISTS (SELECT 1 FROM fence)
+			RETURNING 1)`, JSONB(result), paths, exists, contents)
 	if err != nil {
-		return fmt.Errorf("mark change set of task %s applying: %w", taskID, err)
+		return fmt.Errorf("mark change set of task %s applying: %w", f.TaskID, err)
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("mark change set of task %s applying: no open change set", taskID)
-	}
-	return nil
-}
-
-// MarkChangeEntryApplied records that one entry reached storage.
-func MarkChangeEntryApplied(ctx context.Context, db DBTX, taskID uuid.UUID, path string) error {
-	if _, err := db.Exec(ctx, `UPDATE change_set_entries SET applied = true, updated_at = now()
-		WHERE task_id = $1 AND path = $2`, taskID, path); err != nil {
-		return fmt.Errorf("mark change of %q in task %s applied: %w", path, taskID, err)
+	if n != 1 {
+		return fmt.Errorf("mark change set of task %s applying: no open change set", f.TaskID)
 	}
 	return nil
 }
 
-// FinishChangeSet moves a task's change set to applied or discarded. A
-// discarded set drops its entries (their content is no longer needed); a
-// set already applying is left alone.
-func FinishChangeSet(ctx context.Context, db DBTX, taskID uuid.UUID, status string) error {
+// MarkChangeEntryApplied records that one entry reached storage. Its fence
+// check is also the go-ahead for the next write of the apply.
+func MarkChangeEntryApplied(ctx context.Context, db DBTX, f Fence, path string) error {
+	if _, err := fenced(ctx, db, f, `w AS (UPDATE change_set_entries SET applied = true, updated_at = now()
+		WHERE task_id = $1 AND path = $3 AND EXISTS (SELECT 1 FROM fence) RETURNING 1)`, path); err != nil {
+		return fmt.Errorf("mark change of %q in task %s applied: %w", path, f.TaskID, err)
+	}
+	return nil
+}
+
+// FinishChangeSet moves the change set of the task held by f to applied or
+// discarded. A discarded set drops its entries (their content is no longer
+// needed); a set already applying is left alone unless rolledBack says its
+// apply was undone.
+func FinishChangeSet(ctx context.Context, db DBTX, f Fence, status string, rolledBack bool) error {
 	if status != ChangeSetApplied && status != ChangeSetDiscarded {
-		return fmt.Errorf("finish change set of task %s: status %q is not final", taskID, status)
+		return fmt.Errorf("finish change set of task %s: status %q is not final", f.TaskID, status)
 	}
-	if status == ChangeSetDiscarded {
-		if _, err := db.Exec(ctx, `DELETE FROM change_set_entries e USING change_sets s
-			WHERE e.task_id = $1 AND s.task_id = e.task_id AND s.status = 'open'`, taskID); err != nil {
-			return fmt.Errorf("discard change set of task %s: %w", taskID, err)
-		}
-	}
-	// A set being applied is never discarded: it is finished by Resume.
-	if _, err := db.Exec(ctx, `UPDATE change_sets SET status = $2, updated_at = now()
-		WHERE task_id = $1 AND (status = 'open' OR $2 = 'applied')`, taskID, status); err != nil {
-		return fmt.Errorf("finish change set of task %s as %s: %w", taskID, status, err)
+	// A set being applied is never discarded: it is finished by Resume,
+	// or rolled back after a conflict.
+	if _, err := fenced(ctx, db, f, `w AS (
+			UPDATE change_sets SET status = $3, updated_at = now()
+			WHERE task_id = $1 AND (status = 'open' OR $3 = 'applied' OR (status = 'applying' AND $4))
+			AND EXISTS (SELECT 1 FROM fence) RETURNING status),
+		d AS (
+			DELETE FROM change_set_entries WHERE task_id = $1 AND $3 = 'discarded' AND EXISTS (SELECT 1 FROM w))`, status, rolledBack); err != nil {
+		return fmt.Errorf("finish change set of task %s as %s: %w", f.TaskID, status, err)
 	}
 	return nil
 }
@@ -191,18 +228,20 @@ const (
 	DecisionRejected = "rejected"
 )
 
-// RecordDecision records the outcome of a build step by its decision id.
-// recorded is false when the decision was already recorded: it ran before.
-func RecordDecision(ctx context.Context, db DBTX, taskID uuid.UUID, decisionID, status string, outcome json.RawMessage) (recorded bool, err error) {
+// RecordDecision records the outcome of a build step by its decision id,
+// for the task held by f. recorded is false when the decision was already
+// recorded: it ran before.
+func RecordDecision(ctx context.Context, db DBTX, f Fence, decisionID, status string, outcome json.RawMessage) (recorded bool, err error) {
 	if len(outcome) == 0 {
 		outcome = json.RawMessage(`{}`)
 	}
-	tag, err := db.Exec(ctx, `INSERT INTO build_decisions (task_id, decision_id, status, outcome) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (task_id, decision_id) DO NOTHING`, taskID, decisionID, status, outcome)
+	n, err := fenced(ctx, db, f, `w AS (INSERT INTO build_decisions (task_id, decision_id, status, outcome)
+		SELECT $1, $3, $4, $5 FROM fence
+		ON CONFLICT (task_id, decision_id) DO NOTHING RETURNING 1)`, decisionID, status, outcome)
 	if err != nil {
-		return false, fmt.Errorf("record decision %q of task %s: %w", decisionID, taskID, err)
+		return false, fmt.Errorf("record decision %q of task %s: %w", decisionID, f.TaskID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // DecisionStatus returns the recorded status of a decision, or "" when it

@@ -29,29 +29,20 @@ type Spend struct {
 	Cost      float64
 }
 
-// SaveCheckpoint writes the checkpoint of a task held by jobID and adds
+// SaveCheckpoint writes the checkpoint of the task held by f and adds
 // spend to the task and its current run, in db (the transaction of the
-// iteration's events). It returns ErrNotClaimed when the task is no longer
-// held by jobID: a stale attempt never overwrites the checkpoint of the one
-// that took over.
-func SaveCheckpoint(ctx context.Context, db DBTX, jobID int64, cp Checkpoint, spend Spend) error {
-	var one int
-	err := db.QueryRow(ctx, `SELECT 1 FROM ai_tasks
-		WHERE id = $1 AND river_job_id = $2 AND status = 'running' FOR UPDATE`, cp.TaskID, jobID).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("checkpoint task %s: %w", cp.TaskID, ErrNotClaimed)
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint task %s: %w", cp.TaskID, err)
-	}
-	if _, err := db.Exec(ctx, `INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
-		VALUES ($1, $2, $3, $4, $5)
+// iteration's events). It returns ErrFenced when f no longer holds the
+// task: a stale attempt never overwrites the checkpoint of the one that
+// took over.
+func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend Spend) error {
+	if _, err := fenced(ctx, db, f, `w AS (INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
+		SELECT $1, $3, $4, $5, $6 FROM fence
 		ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
-			messages = excluded.messages, state = excluded.state, updated_at = now()`,
-		cp.TaskID, cp.Attempt, cp.Iteration, cp.Messages, cp.State); err != nil {
-		return fmt.Errorf("checkpoint task %s at iteration %d: %w", cp.TaskID, cp.Iteration, err)
+			messages = excluded.messages, state = excluded.state, updated_at = now()
+		RETURNING 1)`, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State)); err != nil {
+		return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
 	}
-	return AddRunUsage(ctx, db, cp.TaskID, cp.Attempt, spend)
+	return AddRunUsage(ctx, db, f, spend)
 }
 
 // LoadCheckpoint returns a task's checkpoint; ok is false when it has none

@@ -25,10 +25,29 @@ func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid
 	if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
 		t.Fatal(err)
 	}
+	// A task starts queued (or paused); other statuses are reached by
+	// legal moves, through running where they need it.
 	var id uuid.UUID
+	start := agentsql.StatusQueued
+	if status == agentsql.StatusPaused {
+		start = status
+	}
 	if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'build', 'x', $2) RETURNING id`,
-		uuid.New(), status).Scan(&id); err != nil {
+		uuid.New(), start).Scan(&id); err != nil {
 		t.Fatalf("insert %s task: %v", status, err)
+	}
+	var path []agentsql.Status
+	switch status {
+	case agentsql.StatusQueued, agentsql.StatusPaused:
+	case agentsql.StatusCancelled, agentsql.StatusRunning:
+		path = []agentsql.Status{status}
+	default:
+		path = []agentsql.Status{agentsql.StatusRunning, status}
+	}
+	for _, st := range path {
+		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2 WHERE id = $1`, id, st); err != nil {
+			t.Fatalf("move task to %s: %v", st, err)
+		}
 	}
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)

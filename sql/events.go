@@ -55,35 +55,79 @@ func scanEvents(rows pgx.Rows) ([]EventRow, error) {
 }
 
 // InsertEvents appends events to a task's timeline in one statement, in
-// order. The agent_events_assign_seq trigger gives each its seq under the task
-// row lock. With afterCommit the statement does not notify: the caller
-// announces the task once its transaction committed (events.Announcer), so
-// no task's transaction takes Postgres's cluster-wide NOTIFY lock. Without
-// it, the agent_events_announce trigger notifies in the transaction.
-func InsertEvents(ctx context.Context, db DBTX, taskID, projectID uuid.UUID, evs []NewEvent, afterCommit bool) ([]EventRow, error) {
-	if len(evs) == 0 {
+// order, for a writer that does not hold the task (a tool, a test). The
+// agent_events_assign_seq trigger gives each its seq under the task row lock,
+// and the agent_events_announce trigger notifies in the transaction.
+func InsertEvents(ctx context.Context, db DBTX, taskID, projectID uuid.UUID, evs []NewEvent) ([]EventRow, error) {
+	return InsertEventBatch(ctx, db, EventBatch{TaskID: taskID, ProjectID: projectID, Events: evs})
+}
+
+// EventBatch is one write of a task's events.
+type EventBatch struct {
+	TaskID    uuid.UUID
+	ProjectID uuid.UUID
+	// Fence, when set, is the holder's fence epoch: the batch is written
+	// only while it holds the task, or refused with ErrFenced.
+	Fence *int64
+	// Key, when set, is the batch's idempotency key: a batch sent again
+	// (its first write committed, but the reply was lost) writes nothing
+	// and returns no rows.
+	Key    uuid.UUID
+	Events []NewEvent
+	// AfterCommit: the statement does not notify; the caller announces the
+	// task once its transaction committed (events.Announcer), so no task's
+	// transaction takes Postgres's cluster-wide NOTIFY lock. Otherwise the
+	// agent_events_announce trigger notifies in the transaction.
+	AfterCommit bool
+}
+
+// InsertEventBatch appends a batch of events to a task's timeline in one
+// statement, in order.
+func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, error) {
+	if len(b.Events) == 0 {
 		return nil, nil
 	}
-	types := make([]string, len(evs))
-	payloads := make([]string, len(evs))
-	for i, e := range evs {
+	types := make([]string, len(b.Events))
+	payloads := make([]string, len(b.Events))
+	for i, e := range b.Events {
 		types[i] = e.Type
-		payloads[i] = string(e.Payload)
+		payloads[i] = string(JSONB(e.Payload))
 	}
-	rows, err := db.Query(ctx, `INSERT INTO agent_events (task_id, project_id, type, payload)
-		SELECT $1, $2, e.type, e.payload::jsonb
+	var key *uuid.UUID
+	if b.Key != uuid.Nil {
+		key = &b.Key
+	}
+	rows, err := db.Query(ctx, `WITH fence AS (
+			SELECT 1 FROM ai_tasks WHERE id = $1 AND fence = $5 AND status = 'running' FOR NO KEY UPDATE)
+		INSERT INTO agent_events (task_id, project_id, type, payload, batch)
+		SELECT $1, $2, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $6::uuid END
 		FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
-		WHERE CASE WHEN $5 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
+		WHERE ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
+		AND ($6::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $6))
+		AND CASE WHEN $7 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 		ORDER BY e.ord
-		RETURNING `+eventColumns, taskID, projectID, types, payloads, afterCommit)
+		RETURNING `+eventColumns, b.TaskID, b.ProjectID, types, payloads, b.Fence, key, b.AfterCommit)
 	if err != nil {
-		return nil, fmt.Errorf("insert %d events for task %s: %w", len(evs), taskID, err)
+		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 	}
 	out, err := scanEvents(rows)
 	if err != nil {
-		return nil, fmt.Errorf("insert %d events for task %s: %w", len(evs), taskID, err)
+		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 	}
-	return out, nil
+	if len(out) > 0 || b.Fence == nil {
+		return out, nil
+	}
+	// Nothing written: the batch was written before, or the fence is stale.
+	if key != nil {
+		var dup bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $2)`, b.TaskID, key).Scan(&dup); err != nil {
+			return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
+		}
+		if dup {
+			return nil, nil
+		}
+	}
+	return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, ErrFenced)
 }
 
 // TaskEventsAfter returns a task's events with seq > afterSeq, in seq order.

@@ -57,7 +57,7 @@ func OpenInboxItem(ctx context.Context, db DBTX, it InboxItem) (item InboxItem, 
 	item, err = scanInbox(db.QueryRow(ctx, `INSERT INTO inbox_items (project_id, task_id, run_id, kind, reason, title, content)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (run_id, kind, reason) WHERE status = 'open' AND run_id IS NOT NULL DO NOTHING
-		RETURNING `+inboxColumns, it.ProjectID, it.TaskID, it.RunID, it.Kind, it.Reason, it.Title, it.Content))
+		RETURNING `+inboxColumns, it.ProjectID, it.TaskID, it.RunID, it.Kind, it.Reason, Text(it.Title), Text(it.Content)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return InboxItem{}, false, nil
 	}

@@ -80,7 +80,7 @@ func TestProjectEventsCommitOrder(t *testing.T) {
 
 	insert := func(tx pgx.Tx, task uuid.UUID) int64 {
 		t.Helper()
-		rows, err := agentsql.InsertEvents(ctx, tx, task, projectID, []agentsql.NewEvent{{Type: "log", Payload: []byte(`{"level":"info","message":"x"}`)}}, false)
+		rows, err := agentsql.InsertEvents(ctx, tx, task, projectID, []agentsql.NewEvent{{Type: "log", Payload: []byte(`{"level":"info","message":"x"}`)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,19 +55,22 @@ func CanTransitionRunSQL(ctx context.Context, db DBTX, from, to RunStatus) (bool
 	return ok, nil
 }
 
-// AddRunUsage adds spend to a task and its run of attempt: the usage of
-// the iterations since the last checkpoint, or of an attempt stopped from
-// outside (cancelled).
-func AddRunUsage(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, s Spend) error {
+// AddRunUsage adds spend to the task held by f and to its current run: the
+// usage of the iterations since the last checkpoint, or of an attempt
+// stopped from outside (cancelled). Unlike the other fenced writes it goes
+// through after the task stopped running, as long as no other attempt
+// claimed it since: what the attempt spent is its own.
+func AddRunUsage(ctx context.Context, db DBTX, f Fence, s Spend) error {
 	if s == (Spend{}) {
 		return nil
 	}
-	if _, err := db.Exec(ctx, `WITH r AS (
-			UPDATE task_runs SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
-			WHERE task_id = $1 AND attempt = $2)
-		UPDATE ai_tasks SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5 WHERE id = $1`,
-		taskID, attempt, s.TokensIn, s.TokensOut, s.Cost); err != nil {
-		return fmt.Errorf("add usage of run %d to task %s: %w", attempt, taskID, err)
+	if _, err := db.Exec(ctx, `WITH t AS (
+			UPDATE ai_tasks SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
+			WHERE id = $1 AND fence = $2 RETURNING attempt)
+		UPDATE task_runs r SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
+		FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt`,
+		f.TaskID, f.Epoch, s.TokensIn, s.TokensOut, s.Cost); err != nil {
+		return fmt.Errorf("add usage to task %s: %w", f.TaskID, err)
 	}
 	return nil
 }

@@ -145,9 +145,14 @@ func TestClaimIsIdempotent(t *testing.T) {
 	if _, ok := claim(2); ok {
 		t.Fatal("a second job claimed a running task")
 	}
-	// River retrying the same job after a crash takes it again.
-	if got, ok := claim(1); !ok || got.Attempt != 2 {
-		t.Fatalf("retry of the same job = %v, attempt %d", ok, got.Attempt)
+	// River retrying the same job after a crash takes it again, under a
+	// new fence.
+	first := task
+	if first, _ = agentsql.GetTask(ctx, pool, task.ID); first.Fence == 0 {
+		t.Fatalf("claimed task has fence %d", first.Fence)
+	}
+	if got, ok := claim(1); !ok || got.Attempt != 2 || got.Fence != first.Fence+1 {
+		t.Fatalf("retry of the same job = %v, attempt %d, fence %d after %d", ok, got.Attempt, got.Fence, first.Fence)
 	}
 	var runs []string
 	rows, _ := pool.Query(ctx, "SELECT status FROM task_runs WHERE task_id = $1 ORDER BY attempt", task.ID)
@@ -155,13 +160,13 @@ func TestClaimIsIdempotent(t *testing.T) {
 	if err != nil || len(runs) != 2 || runs[0] != "interrupted" || runs[1] != "running" {
 		t.Fatalf("task_runs = %v, %v", runs, err)
 	}
-	// Finishing from another job is refused.
+	// Finishing under the first claim's fence is refused.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := agentsql.FinishTask(ctx, tx, task.ID, 2, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded"})
+		_, err := agentsql.FinishTask(ctx, tx, agentsql.Fence{TaskID: task.ID, Epoch: first.Fence}, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded"})
 		return err
 	})
-	if !errors.Is(err, agentsql.ErrNotClaimed) {
-		t.Fatalf("FinishTask from another job: %v, want ErrNotClaimed", err)
+	if !errors.Is(err, agentsql.ErrFenced) {
+		t.Fatalf("FinishTask under a stale fence: %v, want ErrFenced", err)
 	}
 	if _, err := agentsql.GetTask(ctx, pool, uuid.New()); !errors.Is(err, agentsql.ErrTaskNotFound) {
 		t.Fatalf("GetTask of a missing id: %v", err)
@@ -186,7 +191,7 @@ func TestEventSeqPerTask(t *testing.T) {
 				if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{
 					{Type: "log", Payload: []byte(`{"level":"info","message":"a"}`)},
 					{Type: "log", Payload: []byte(`{"level":"info","message":"b"}`)},
-				}, false); err != nil {
+				}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -208,7 +213,7 @@ func TestEventSeqPerTask(t *testing.T) {
 	if rest, _ := agentsql.TaskEventsAfter(ctx, pool, task.ID, 150, 1000); len(rest) != 10 || *rest[0].Seq != 151 {
 		t.Fatalf("events after 150: %d", len(rest))
 	}
-	_, err = agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "progress_bar", Payload: []byte(`{}`)}}, false)
+	_, err = agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "progress_bar", Payload: []byte(`{}`)}})
 	if err == nil {
 		t.Fatal("an unknown event type was accepted")
 	}

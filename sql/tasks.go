@@ -105,6 +105,11 @@ type Task struct {
 	Cost       float64
 	LastSeq    int
 	RiverJobID *int64
+	// Fence is the lease epoch of the task's current claim (see Fence).
+	Fence int64
+	// Retries counts the task's transient failures since it was created or
+	// retried by a person: its own retry budget, whatever job carries it.
+	Retries    int
 	Version    int
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
@@ -114,13 +119,13 @@ type Task struct {
 
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
-	version, created_at, updated_at, started_at, finished_at`
+	fence, retries, version, created_at, updated_at, started_at, finished_at`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
 	err := row.Scan(&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
-		&t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt)
+		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt)
 	return t, err
 }
 
@@ -165,7 +170,8 @@ func GetTask(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
 // moves it to running and opens a task_runs row for the attempt. A task is
 // claimable when queued, or running under this very job (River retrying it
 // after a crash). Otherwise claimed is false and nothing changes, so a
-// duplicate job is harmless.
+// duplicate job is harmless. Every claim starts a new fence epoch
+// (t.Fence): whatever held the task before can write nothing more.
 func ClaimTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, workerID string) (t Task, claimed bool, err error) {
 	t, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM ai_tasks WHERE id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -178,8 +184,10 @@ func ClaimTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, worker
 	if t.Status != StatusQueued && !(t.Status == StatusRunning && sameJob) {
 		return t, false, nil
 	}
+	// The guard trigger moves the fence of a task that starts running; a
+	// task running under this job already is fenced here.
 	t, err = scanTask(tx.QueryRow(ctx, `UPDATE ai_tasks SET status = 'running', attempt = attempt + 1,
-		river_job_id = $2, started_at = coalesce(started_at, now()), finished_at = NULL,
+		fence = CASE WHEN status = 'running' THEN fence + 1 ELSE fence END, river_job_id = $2, started_at = coalesce(started_at, now()), finished_at = NULL,
 		updated_at = now(), version = version + 1
 		WHERE id = $1 RETURNING `+taskColumns, id, jobID))
 	if err != nil {
@@ -189,9 +197,21 @@ func ClaimTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, worker
 		WHERE task_id = $1 AND status = 'running'`, id); err != nil {
 		return Task{}, false, fmt.Errorf("claim task %s: close interrupted runs: %w", id, err)
 	}
+	// A run waiting for its retry goes on as this attempt (retry_scheduled
+	// -> running); otherwise the attempt opens a run of its own.
+	key := fmt.Sprintf("%s/%d", id, t.Attempt)
+	tag, err := tx.Exec(ctx, `UPDATE task_runs SET status = 'running', attempt = $2, idempotency_key = $3,
+		river_job_id = $4, worker_id = $5, started_at = now(), finished_at = NULL
+		WHERE task_id = $1 AND status = 'retry_scheduled'`, id, t.Attempt, key, jobID, workerID)
+	if err != nil {
+		return Task{}, false, fmt.Errorf("claim task %s: resume run waiting for its retry: %w", id, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return t, true, nil
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO task_runs (task_id, attempt, idempotency_key, river_job_id, worker_id, status, started_at)
 		VALUES ($1, $2, $3, $4, $5, 'running', now())`,
-		id, t.Attempt, fmt.Sprintf("%s/%d", id, t.Attempt), jobID, workerID); err != nil {
+		id, t.Attempt, key, jobID, workerID); err != nil {
 		return Task{}, false, fmt.Errorf("claim task %s: open run %d: %w", id, t.Attempt, err)
 	}
 	return t, true, nil
@@ -211,21 +231,21 @@ type Outcome struct {
 	Model     string
 }
 
-// FinishTask closes the current attempt of a task held by jobID: it moves the
-// task through the state machine and closes its run row. ErrNotClaimed means
-// another job took the task over (or someone cancelled it) meanwhile.
-func FinishTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, o Outcome) (Task, error) {
+// FinishTask closes the current attempt of the task held by f: it moves the
+// task through the state machine and closes its run row. ErrFenced means
+// another attempt took the task over (or someone cancelled it) meanwhile.
+// A holder writes its closing events before FinishTask, in its
+// transaction: once the task left running, its fence refuses every write.
+func FinishTask(ctx context.Context, tx pgx.Tx, f Fence, o Outcome) (Task, error) {
+	id := f.TaskID
 	var from Status
-	var holder *int64
-	err := tx.QueryRow(ctx, `SELECT status, river_job_id FROM ai_tasks WHERE id = $1 FOR UPDATE`, id).Scan(&from, &holder)
+	err := tx.QueryRow(ctx, `SELECT status FROM ai_tasks WHERE id = $1 AND fence = $2 AND status = 'running' FOR UPDATE`,
+		id, f.Epoch).Scan(&from)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Task{}, fmt.Errorf("finish task %s: %w", id, ErrTaskNotFound)
+		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, ErrFenced)
 	}
 	if err != nil {
 		return Task{}, fmt.Errorf("finish task %s: %w", id, err)
-	}
-	if holder == nil || *holder != jobID || from != StatusRunning {
-		return Task{}, fmt.Errorf("finish task %s as %s (status %s): %w", id, o.Status, from, ErrNotClaimed)
 	}
 	if !CanTransition(from, o.Status) {
 		return Task{}, fmt.Errorf("finish task %s: %s -> %s: %w", id, from, o.Status, ErrIllegalTransition)
@@ -236,7 +256,7 @@ func FinishTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, o Out
 		model = coalesce(nullif($8, ''), model),
 		finished_at = CASE WHEN $9 THEN now() END, updated_at = now(), version = version + 1
 		WHERE id = $1 RETURNING `+taskColumns,
-		id, o.Status, nullJSON(o.Result), nullJSON(o.Error), o.TokensIn, o.TokensOut, o.Cost, o.Model, finished))
+		id, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model, finished))
 	if err != nil {
 		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, err)
 	}
@@ -244,7 +264,7 @@ func FinishTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, o Out
 	if _, err := tx.Exec(ctx, `UPDATE task_runs SET status = $3, tokens_in = tokens_in + $4, tokens_out = tokens_out + $5, cost = cost + $6,
 		error_code = nullif($7, ''), error_message = nullif($8, ''), finished_at = now()
 		WHERE task_id = $1 AND attempt = $2`,
-		id, t.Attempt, o.RunStatus, o.TokensIn, o.TokensOut, o.Cost, o.ErrorCode, o.ErrorMsg); err != nil {
+		id, t.Attempt, o.RunStatus, o.TokensIn, o.TokensOut, o.Cost, o.ErrorCode, Text(o.ErrorMsg)); err != nil {
 		return Task{}, fmt.Errorf("finish task %s: close run %d: %w", id, t.Attempt, err)
 	}
 	return t, nil
@@ -259,15 +279,19 @@ func nullJSON(b json.RawMessage) any {
 
 // OrphanedTasks returns queued tasks older than minAge that have no live
 // River job: the pickup trigger's work was lost (for example, rows copied in
-// with triggers disabled). The reconciler enqueues them.
-func OrphanedTasks(ctx context.Context, db DBTX, minAge time.Duration, limit int) ([]uuid.UUID, error) {
+// with triggers disabled), or the job's worker died between River's fetch
+// and the claim's commit, leaving the job running for claimStuck and more
+// while its task is still queued (River's rescuer would wait for the job
+// timeout). The reconciler enqueues them.
+func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duration, limit int) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, `SELECT t.id FROM ai_tasks t
 		WHERE t.status = 'queued' AND t.created_at < now() - $1::interval
 		AND NOT EXISTS (
 			SELECT 1 FROM river_job j
 			WHERE j.kind = 'ai_task' AND j.args ->> 'task_id' = t.id::text
-			AND j.state NOT IN ('completed', 'cancelled', 'discarded'))
-		ORDER BY t.created_at LIMIT $2`, minAge, limit)
+			AND j.state NOT IN ('completed', 'cancelled', 'discarded')
+			AND NOT (j.state = 'running' AND j.attempted_at < now() - $3::interval))
+		ORDER BY t.created_at LIMIT $2`, minAge, limit, claimStuck)
 	if err != nil {
 		return nil, fmt.Errorf("find orphaned tasks: %w", err)
 	}
@@ -278,16 +302,30 @@ func OrphanedTasks(ctx context.Context, db DBTX, minAge time.Duration, limit int
 	return ids, nil
 }
 
-// RetryRun marks an attempt's run as waiting for River's retry.
-// The spend not yet counted is added to the run and the task.
-func RetryRun(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, code, msg string, spend Spend) error {
-	if err := AddRunUsage(ctx, db, taskID, attempt, spend); err != nil {
+// ScheduleRetry ends the attempt of the task held by f with a transient
+// failure and leaves it waiting for its retry: the run is retry_scheduled
+// until now()+after, the task queued (the lease sweeper leaves it alone)
+// under the same River job, which the caller snoozes for after, and the
+// task's retry budget is one smaller. The spend not yet counted is added.
+// Call it in a transaction: it sets what the guard triggers need to know.
+func ScheduleRetry(ctx context.Context, tx pgx.Tx, f Fence, code, msg string, after time.Duration, spend Spend) error {
+	if _, err := tx.Exec(ctx, `SELECT set_config('agentworker.requeue', 'on', true), set_config('agentworker.skip_enqueue', 'on', true)`); err != nil {
+		return fmt.Errorf("schedule retry of task %s: %w", f.TaskID, err)
+	}
+	if err := AddRunUsage(ctx, tx, f, spend); err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, `UPDATE task_runs SET status = 'retry_scheduled', next_retry_at = now(),
-		error_code = $3, error_message = $4, finished_at = now()
-		WHERE task_id = $1 AND attempt = $2`, taskID, attempt, code, msg); err != nil {
-		return fmt.Errorf("mark run %d of task %s retry_scheduled: %w", attempt, taskID, err)
+	if _, err := fenced(ctx, tx, f, `w AS (UPDATE task_runs r SET status = 'retry_scheduled', next_retry_at = now() + $3::interval,
+			error_code = $4, error_message = $5, finished_at = now()
+		FROM ai_tasks t WHERE t.id = $1 AND r.task_id = $1 AND r.attempt = t.attempt AND EXISTS (SELECT 1 FROM fence)
+		RETURNING 1)`, after, code, Text(msg)); err != nil {
+		return fmt.Errorf("schedule retry of task %s: mark run: %w", f.TaskID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE ai_tasks SET status = 'queued', retries = retries + 1, updated_at = now() WHERE id = $1`, f.TaskID); err != nil {
+		return fmt.Errorf("schedule retry of task %s: requeue: %w", f.TaskID, err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT set_config('agentworker.requeue', '', true), set_config('agentworker.skip_enqueue', '', true)`); err != nil {
+		return fmt.Errorf("schedule retry of task %s: %w", f.TaskID, err)
 	}
 	return nil
 }

@@ -171,9 +171,15 @@ func (h *harness) insertAwaiting(t *testing.T) uuid.UUID {
 			return err
 		}
 		projectID := uuid.New()
-		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'which language?', 'awaiting_input') RETURNING id`,
+		// A task starts queued; it reaches awaiting_input through running.
+		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'which language?') RETURNING id`,
 			projectID).Scan(&id); err != nil {
 			return err
+		}
+		for _, st := range []string{"running", "awaiting_input"} {
+			if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2 WHERE id = $1`, id, st); err != nil {
+				return err
+			}
 		}
 		_, err := tx.Exec(t.Context(), `INSERT INTO inbox_items (project_id, task_id, kind, title) VALUES ($1, $2, 'await_user_input', 'Which language?')`, projectID, id)
 		return err

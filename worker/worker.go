@@ -66,6 +66,10 @@ type Config struct {
 	// ReconcileMinAge is how old a queued task must be before the reconciler
 	// considers it orphaned. Defaults to 5 seconds.
 	ReconcileMinAge time.Duration
+	// ClaimTimeout is how long a River job may stay running while its task
+	// is still queued (its worker died between fetch and claim) before the
+	// reconciler gives the task a new job. Defaults to 30 seconds.
+	ClaimTimeout time.Duration
 	// Lease is how long a claimed task stays held without its worker
 	// renewing it; the worker renews it every Lease/3. A task whose lease
 	// lapsed is handed to another replica. Defaults to 30 seconds.
@@ -132,6 +136,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
+	}
+	if c.ClaimTimeout <= 0 {
+		c.ClaimTimeout = 30 * time.Second
 	}
 	if c.LeaseSweepInterval <= 0 {
 		c.LeaseSweepInterval = min(c.Lease/6, 5*time.Second)
@@ -308,12 +315,16 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
+	fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
 	go func() {
 		defer close(renewed)
-		s.holdLease(hctx, cancel, task.ID, job.ID)
+		s.holdLease(hctx, cancel, fence)
 	}()
 	started := time.Now()
-	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Number: job.Attempt, MaxAttempts: job.MaxAttempts, WorkerID: s.cfg.ID})
+	// The task's own retry budget decides, whatever job carries it: a
+	// retry waits with its job snoozed, not as a River retry.
+	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Fence: task.Fence, Number: task.Retries + 1,
+		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID})
 	if s.cfg.Runs != nil {
 		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)
 	}
@@ -322,13 +333,14 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	<-renewed
 	if err != nil && lost {
 		// Another replica holds the task now: this job has nothing left to do.
+		log.WarnContext(ctx, "task lease lost to another holder; dropping this attempt")
 		return river.JobCancel(fmt.Errorf("task %s: %w", task.ID, ErrLeaseLost))
 	}
 	if err != nil && s.stopping.Load() && ctx.Err() != nil {
 		// Cut short by shutdown: hand the task back at once rather than
 		// letting its lease lapse, so another replica starts it now.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		released, rerr := agentsql.ReleaseTask(rctx, s.pool, task.ID, job.ID, "worker "+s.cfg.ID+" shutting down")
+		released, rerr := agentsql.ReleaseTask(rctx, s.pool, fence, "worker "+s.cfg.ID+" shutting down")
 		switch {
 		case rerr != nil:
 			log.WarnContext(ctx, "hand back task on shutdown", slog.String("err", rerr.Error()))
@@ -347,7 +359,7 @@ var ErrLeaseLost = errors.New("task lease lost")
 // holdLease renews the task's lease every Lease/3 until ctx ends. When the
 // task is no longer ours it cancels the task's context with ErrLeaseLost.
 // A failed renewal is retried at the next tick: the lease outlives two.
-func (s *Service) holdLease(ctx context.Context, cancel context.CancelCauseFunc, taskID uuid.UUID, jobID int64) {
+func (s *Service) holdLease(ctx context.Context, cancel context.CancelCauseFunc, f agentsql.Fence) {
 	t := time.NewTicker(s.cfg.Lease / 3)
 	defer t.Stop()
 	for {
@@ -357,14 +369,14 @@ func (s *Service) holdLease(ctx context.Context, cancel context.CancelCauseFunc,
 		case <-t.C:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, s.cfg.Lease/3)
-		err := agentsql.RenewLease(rctx, s.pool, taskID, jobID, s.cfg.Lease)
+		err := agentsql.RenewLease(rctx, s.pool, f, s.cfg.Lease)
 		rcancel()
 		switch {
-		case errors.Is(err, agentsql.ErrNotClaimed):
+		case errors.Is(err, agentsql.ErrFenced):
 			cancel(ErrLeaseLost)
 			return
 		case err != nil && ctx.Err() == nil:
-			s.cfg.Logger.WarnContext(ctx, "renew task lease", slog.String("task_id", taskID.String()), slog.String("err", err.Error()))
+			s.cfg.Logger.WarnContext(ctx, "renew task lease", slog.String("task_id", f.TaskID.String()), slog.String("err", err.Error()))
 		}
 	}
 }
@@ -412,10 +424,10 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		if err != nil || !claimed {
 			return err
 		}
-		if err := agentsql.AcquireLease(ctx, tx, task.ID, job.ID, s.cfg.ID, s.cfg.Lease); err != nil {
+		if err := agentsql.AcquireLease(ctx, tx, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, s.cfg.ID, s.cfg.Lease); err != nil {
 			return err
 		}
-		rec = events.NewRecorder(tx, task.ID, task.ProjectID, events.WithAnnouncer(s.cfg.Announcer))
+		rec = events.NewRecorder(tx, task.ID, task.ProjectID, events.WithFence(task.Fence), events.WithAnnouncer(s.cfg.Announcer))
 		_, err = rec.Emit(ctx,
 			events.Progress{Kind: events.KindStageEnter, Stage: handlers.StageClaim},
 			events.AgentPhase{Phase: events.PhaseStarted, Status: string(agentsql.StatusRunning), TaskType: string(task.Type), Attempt: task.Attempt},
@@ -461,7 +473,7 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 // Reconcile enqueues a River job for every queued task older than
 // ReconcileMinAge that has none, and returns how many it enqueued.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
-	ids, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, 1000)
+	ids, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, s.cfg.ClaimTimeout, 1000)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}

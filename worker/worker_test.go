@@ -55,6 +55,7 @@ type setupOpts struct {
 	maxConns      int32 // the pool's size; defaults to pgxpool's
 	concurrency   int   // defaults to 4
 	prices        llm.Prices
+	retryBackoff  time.Duration
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -99,7 +100,7 @@ func setup(t *testing.T, o setupOpts) *harness {
 	ann := events.NewAnnouncer(h.pool, logger)
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger, Announcer: ann},
 		// These tests pin the loop's own stops; handlers tests cover self-repair.
-		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices})
+		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices, RetryBackoff: o.retryBackoff})
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}
@@ -411,10 +412,38 @@ func TestTransientLLMErrors(t *testing.T) {
 			t.Errorf("model got %d requests, want 2", got)
 		}
 	})
+	t.Run("ProviderFailingForeverEnds", func(t *testing.T) {
+		t.Parallel()
+		// Every call answers 500, with a lease shorter than the waits: the
+		// task's own budget ends it failed with a typed error after the
+		// configured tries, through one River job; no run is left waiting.
+		h := setup(t, setupOpts{responder: scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Error(500, "") }),
+			lease: 2 * time.Second, retryBackoff: 300 * time.Millisecond})
+		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		_, task := h.waitDone(t, id)
+		var te handlers.TaskError
+		if err := json.Unmarshal(task.Error, &te); err != nil || task.Status != agentsql.StatusFailed || te.Code != handlers.CodeLLMTransient || te.Attempt != 5 {
+			t.Fatalf("status = %s, error %s (%v); want failed with %s after 5 tries", task.Status, task.Error, err, handlers.CodeLLMTransient)
+		}
+		var jobs, retries, waiting int
+		var runs string
+		if err := h.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::uuid::text),
+			retries, (SELECT count(*) FROM task_runs WHERE task_id = $1 AND status = 'retry_scheduled'),
+			(SELECT string_agg(status, ',' ORDER BY attempt) FROM task_runs WHERE task_id = $1)
+			FROM ai_tasks WHERE id = $1`, id).Scan(&jobs, &retries, &waiting, &runs); err != nil {
+			t.Fatal(err)
+		}
+		if jobs != 1 || retries != 4 || waiting != 0 || runs != "failed" {
+			t.Errorf("river jobs %d, retries %d, runs waiting %d, runs %s; want 1 job, 4 retries, none waiting, one failed run", jobs, retries, waiting, runs)
+		}
+		t.Logf("model calls: %d", len(h.llm.Requests()))
+	})
 	t.Run("ServerErrorRetriedByRiver", func(t *testing.T) {
 		t.Parallel()
-		// A 500 that outlives the client's retries fails the attempt; River
-		// retries the job, which claims the task again and finishes it.
+		// A 500 that outlives the client's retries fails the attempt; the
+		// task waits queued for its retry with the same River job snoozed,
+		// which claims it again and finishes it; the run waiting for its
+		// retry goes on running (retry_scheduled -> running).
 		h := setup(t, setupOpts{responder: scripted.Queue(
 			llmtest.Error(500, ""), llmtest.Text("hello after a retry"))})
 		id := h.insertTask(t, uuid.New(), "chat", "say hello")
@@ -432,8 +461,13 @@ func TestTransientLLMErrors(t *testing.T) {
 		var runs []string
 		rows, _ := h.pool.Query(t.Context(), "SELECT status FROM task_runs WHERE task_id = $1 ORDER BY attempt", id)
 		runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || strings.Join(runs, ",") != "retry_scheduled,succeeded" {
+		if err != nil || strings.Join(runs, ",") != "succeeded" {
 			t.Errorf("task_runs = %v, %v", runs, err)
+		}
+		var jobs, retries int
+		if err := h.pool.QueryRow(t.Context(), `SELECT count(*), (SELECT retries FROM ai_tasks WHERE id = $1)
+			FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::uuid::text`, id).Scan(&jobs, &retries); err != nil || jobs != 1 || retries != 1 {
+			t.Errorf("river jobs = %d, retries = %d, %v; want 1 job, 1 retry", jobs, retries, err)
 		}
 		checkSeqs(t, all, 1)
 	})
@@ -527,6 +561,41 @@ func TestReconcilerEnqueuesOrphanedTasks(t *testing.T) {
 	if task.Status != agentsql.StatusSucceeded {
 		t.Fatalf("status = %s, error %s", task.Status, task.Error)
 	}
+}
+
+// TestStuckClaimIsPickedUpAgain: a worker that died between River's fetch
+// and the claim's commit leaves the job running and the task queued; the
+// reconciler gives the task a new job once ClaimTimeout passed, instead of
+// River's rescuer waiting for the job timeout.
+func TestStuckClaimIsPickedUpAgain(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Queue(llmtest.Text("hi")),
+		workerConfig: worker.Config{ReconcileInterval: 100 * time.Millisecond, ReconcileMinAge: time.Millisecond,
+			ClaimTimeout: time.Second},
+	})
+	// The job as the dead worker left it: fetched (running), never claimed.
+	var id uuid.UUID
+	err := pgx.BeginFunc(t.Context(), h.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'hi') RETURNING id`, uuid.New()).Scan(&id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `INSERT INTO river_job (args, kind, queue, max_attempts, priority, state, attempt, attempted_at, attempted_by)
+			VALUES (jsonb_build_object('task_id', $1::uuid), 'ai_task', 'ai_tasks', 5, 1, 'running', 1, now(), '{dead-worker}')`, id)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inserted := time.Now()
+	_, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	t.Logf("stuck claim picked up again after %s (claim timeout 1 s)", time.Since(inserted))
 }
 
 func TestDuplicateJobIsHarmless(t *testing.T) {

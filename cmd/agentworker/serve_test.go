@@ -264,3 +264,84 @@ func TestSIGTERMDrain(t *testing.T) {
 		t.Error("the API key appeared in the logs")
 	}
 }
+
+// TestSIGSTOPStaleHolder freezes a serving process (SIGSTOP: a VM pause, a
+// long GC) in the middle of a build, past its lease. A second process takes
+// the task over and continues from the checkpoint; the first is woken
+// (SIGCONT) while the second is still working, with a model reply waiting
+// in its socket. The stale holder writes nothing more — no event, no
+// change-set entry, no file, no discard of the live change set — and the
+// task succeeds once: every file lands once, the timeline has no gap and
+// nothing after its terminal event, and exactly one run succeeded.
+func TestSIGSTOPStaleHolder(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	e := newProcEnv(t,
+		llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": "a\n"}),
+		llmtest.Call("write_file", map[string]string{"path": "b.txt", "content": "b\n"}),
+		// Answered while the first process is frozen: it finds this reply
+		// when it wakes up, and must not act on it.
+		scripted.Reply{Delay: 500 * time.Millisecond, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "c.txt", "content": "stale\n"}).ToolCalls},
+		scripted.Reply{Delay: 3 * time.Second, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "c.txt", "content": "c\n"}).ToolCalls},
+		llmtest.Call("finish", map[string]string{"summary": "wrote a, b and c"}),
+	)
+	first := e.start(t, lease)
+	id, projectID := e.insert(t, "write a.txt, b.txt and c.txt")
+	poll.Until(t, "the first process's third model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 3 })
+	if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = first.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	second := e.start(t, lease)
+	// Wake the stale holder while the new one waits on its model call.
+	poll.Until(t, "the second process's model call", 30*time.Second, func() bool { return len(e.llm.Requests()) == 4 })
+	if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	poll.Until(t, "the stale holder to give the task up", 30*time.Second, func() bool {
+		return strings.Contains(first.out.String(), "dropping this attempt")
+	})
+	poll.Until(t, "the task to finish", 60*time.Second, func() bool { return e.task(t, id).Status.Terminal() })
+	task := e.task(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	runs := e.runs(t, id)
+	if parts := strings.Split(runs, ","); len(parts) != 2 || !strings.HasPrefix(parts[0], "interrupted@") ||
+		!strings.HasPrefix(parts[1], "succeeded@") || !strings.HasSuffix(parts[1], fmt.Sprintf("-%d", second.cmd.Process.Pid)) {
+		t.Errorf("runs = %s, want the frozen one interrupted, then one succeeded on pid %d", runs, second.cmd.Process.Pid)
+	}
+	checkInvariants(t, e.pool, id)
+	store, err := storage.NewS3(t.Context(), e.s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for p, want := range map[string]string{"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"} {
+		got, _, err := store.Read(t.Context(), projectID.String(), p)
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	files, err := store.List(t.Context(), projectID.String(), "")
+	if err != nil || len(files) != 3 {
+		t.Errorf("project files = %v, %v; want a.txt, b.txt and c.txt", files, err)
+	}
+	// The stale reply was never acted on: one write of c.txt, the new holder's.
+	var writes int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM agent_events WHERE task_id = $1 AND type = 'file_update'
+		AND payload ->> 'path' = 'c.txt'`, id).Scan(&writes); err != nil || writes != 1 {
+		t.Errorf("file_update events for c.txt = %d, %v; want the new holder's only", writes, err)
+	}
+	select {
+	case <-first.exited:
+		t.Errorf("the stale holder exited: %v", first.waitErr)
+	default:
+	}
+}

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/agentworker/agentworker/storage"
 )
@@ -124,6 +126,13 @@ func readFileTool() Tool {
 			content, info, err := env.Store.Read(ctx, env.ProjectID, p)
 			if err != nil {
 				return storageFail("read_file", p, err)
+			}
+			if isBinary(content) {
+				// Its bytes mean nothing to the model and cannot be stored
+				// in the timeline: say what it is instead.
+				kind := http.DetectContentType(content)
+				return OK(fmt.Sprintf("%s is a binary file (%d bytes, %s); its bytes are not shown", p, len(content), kind),
+					map[string]any{"path": p, "binary": true, "size": len(content), "contentType": kind, "version": info.ETag})
 			}
 			lines := strings.SplitAfter(string(content), "\n")
 			if len(lines) > 0 && lines[len(lines)-1] == "" {
@@ -246,6 +255,20 @@ func searchFilesTool() Tool {
 // object store answers each read in milliseconds, so reading one by one is
 // slow (1.6 s for 2,000 files in MinIO; 0.55 s with 64 at once).
 const searchParallelism = 64
+
+// isBinary reports content that is not text: a NUL byte, or bytes that are
+// not UTF-8, in its first 8 KiB.
+func isBinary(content []byte) bool {
+	head := content[:min(len(content), 8<<10)]
+	if bytes.IndexByte(head, 0) >= 0 {
+		return true
+	}
+	// A multi-byte character cut by the 8 KiB boundary is still text.
+	for i := 0; i < 3 && len(head) > 0 && !utf8.Valid(head) && len(head) == 8<<10; i++ {
+		head = head[:len(head)-1]
+	}
+	return !utf8.Valid(head)
+}
 
 // binaryExt are extensions search_files skips without reading.
 var binaryExt = map[string]bool{

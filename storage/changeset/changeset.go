@@ -8,7 +8,12 @@
 // the build first touched it), and a write over a file someone else changed
 // meanwhile is refused with a [*storage.ConflictError] carrying the fresh
 // content. [Set.Apply] checks every base version before it writes anything,
-// and is idempotent: after a crash half-way it finishes the job.
+// and is idempotent: after a crash half-way it finishes the job; a conflict
+// half-way puts back what it wrote.
+//
+// Every write a Set makes, to the database and to the store, is fenced by
+// the holder of its task (sql.Fence): once another attempt holds the task,
+// the Set writes nothing more and returns sql.ErrFenced.
 package changeset
 
 import (
@@ -36,6 +41,7 @@ type Set struct {
 	pool      *pgxpool.Pool
 	base      storage.Store
 	taskID    uuid.UUID
+	fence     agentsql.Fence
 	projectID string
 
 	mu   sync.Mutex
@@ -50,14 +56,14 @@ type Set struct {
 	writing sync.Mutex
 }
 
-// Open opens (or, for a retried attempt, reopens) the change set of a build
-// task and returns it with its status (sql.ChangeSetOpen, ...).
-func Open(ctx context.Context, pool *pgxpool.Pool, base storage.Store, taskID, projectID uuid.UUID) (*Set, string, error) {
-	status, err := agentsql.OpenChangeSet(ctx, pool, taskID, projectID)
+// Open opens (or, for a retried attempt, reopens) the change set of the
+// build task held by f and returns it with its status (sql.ChangeSetOpen, ...).
+func Open(ctx context.Context, pool *pgxpool.Pool, base storage.Store, f agentsql.Fence, projectID uuid.UUID) (*Set, string, error) {
+	status, err := agentsql.OpenChangeSet(ctx, pool, f, projectID)
 	if err != nil {
 		return nil, "", err
 	}
-	return &Set{pool: pool, base: base, taskID: taskID, projectID: projectID.String(), seen: map[string]string{}}, status, nil
+	return &Set{pool: pool, base: base, taskID: f.TaskID, fence: f, projectID: projectID.String(), seen: map[string]string{}}, status, nil
 }
 
 // Reset empties the change set, for a build that starts over.
@@ -66,7 +72,7 @@ func (s *Set) Reset(ctx context.Context) error {
 	s.seen = map[string]string{}
 	s.staged = nil
 	s.mu.Unlock()
-	return agentsql.ResetChangeSet(ctx, s.pool, s.taskID)
+	return agentsql.ResetChangeSet(ctx, s.pool, s.fence)
 }
 
 // Entries returns the pending changes in the order they were first made.
@@ -96,7 +102,7 @@ func (s *Set) changed() {
 
 // Discard drops the pending changes; the project stays as it was.
 func (s *Set) Discard(ctx context.Context) error {
-	return agentsql.FinishChangeSet(ctx, s.pool, s.taskID, agentsql.ChangeSetDiscarded)
+	return agentsql.FinishChangeSet(ctx, s.pool, s.fence, agentsql.ChangeSetDiscarded, false)
 }
 
 // Version returns the version a staged content is reported with.
@@ -279,7 +285,7 @@ func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
 			return fmt.Errorf("delete %q: %w", clean, storage.ErrNotFound)
 		case prev.BaseETag == "":
 			// Created in this build: deleting it cancels the change.
-			return agentsql.DropChangeEntry(ctx, db, s.taskID, clean)
+			return agentsql.DropChangeEntry(ctx, db, s.fence, clean)
 		}
 	}
 	e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete}
@@ -333,7 +339,7 @@ func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEnt
 	}
 	if ok {
 		e.BaseETag = prev.BaseETag
-		return agentsql.PutChangeEntry(ctx, db, s.taskID, *e)
+		return agentsql.PutChangeEntry(ctx, db, s.fence, *e)
 	}
 	info, err := s.base.Stat(ctx, s.projectID, e.Path)
 	switch {
@@ -350,7 +356,7 @@ func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEnt
 	if read && seen != e.BaseETag {
 		return s.conflict(ctx, e.Path)
 	}
-	return agentsql.PutChangeEntry(ctx, db, s.taskID, *e)
+	return agentsql.PutChangeEntry(ctx, db, s.fence, *e)
 }
 
 // conflict builds the ConflictError of a path from its current base state,
@@ -379,36 +385,44 @@ func (s *Set) clean(projectID, p string) (string, error) {
 }
 
 // Apply writes the change set to the base store and marks it applying
-// first, with the task's result, so that a crash half-way is finished by
-// the next attempt ([Set.Resume]). Before anything is written every base
-// version is checked: a file someone else changed meanwhile fails the whole
-// set with a *storage.ConflictError and nothing is written. Each write is
-// then conditional on that version ([storage.Store.WriteIf]), so a writer
-// that slips in between the check and the write is not overwritten: the
-// apply stops there with the conflict, the set stays applying, and the
-// files written before it stay written. (Deletes are checked, then made:
-// the stores have no conditional delete.)
+// first, with the task's result and what each path held before, so that a
+// crash half-way is finished by the next attempt ([Set.Resume]). Before
+// anything is written every base version is checked: a file someone else
+// changed meanwhile fails the whole set with a *storage.ConflictError and
+// nothing is written. Each write is then conditional on that version
+// ([storage.Store.WriteIf]), so a writer that slips in between the check
+// and the write is not overwritten: the apply stops there with the
+// conflict, puts back what it wrote and discards the set. (Deletes are
+// checked, then made: the stores have no conditional delete.)
+//
+// Each write to the store follows a fenced statement of this holder (the
+// mark of the set, then the mark of the entry before): a holder that lost
+// the task stops before its next write. A write already under way when
+// the task changed hands is conditional on the version its set was made
+// against, which the new holder's write of the same path replaces.
 func (s *Set) Apply(ctx context.Context, result []byte) ([]agentsql.ChangeEntry, error) {
 	entries, err := s.Entries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pending, err := s.precheck(ctx, entries)
+	pending, priors, err := s.precheck(ctx, entries)
 	if err != nil {
 		return nil, err
 	}
-	if err := agentsql.MarkChangeSetApplying(ctx, s.pool, s.taskID, result); err != nil {
+	if err := agentsql.MarkChangeSetApplying(ctx, s.pool, s.fence, result, priors); err != nil {
 		return nil, err
 	}
+	s.changed() // the entries now hold their priors
 	if err := s.write(ctx, pending); err != nil {
-		return nil, err
+		return nil, s.undo(ctx, err)
 	}
 	return entries, nil
 }
 
 // Resume finishes applying a change set whose apply was interrupted. It
 // skips entries already applied and entries whose target already holds the
-// staged state (written, but not yet marked, before the crash).
+// staged state (written, but not yet marked, before the crash). A conflict
+// puts back what the apply wrote, as Apply does.
 func (s *Set) Resume(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 	entries, err := s.Entries(ctx)
 	if err != nil {
@@ -420,36 +434,46 @@ func (s *Set) Resume(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 			pending = append(pending, e)
 		}
 	}
-	return entries, s.write(ctx, pending)
+	if _, err := agentsql.CheckFence(ctx, s.pool, s.fence); err != nil {
+		return nil, err
+	}
+	if err := s.write(ctx, pending); err != nil {
+		return nil, s.undo(ctx, err)
+	}
+	return entries, nil
 }
 
-// precheck returns the entries still to write, or a conflict.
-func (s *Set) precheck(ctx context.Context, entries []agentsql.ChangeEntry) ([]agentsql.ChangeEntry, error) {
+// precheck returns the entries still to write and what their paths hold
+// now, or a conflict.
+func (s *Set) precheck(ctx context.Context, entries []agentsql.ChangeEntry) ([]agentsql.ChangeEntry, []agentsql.Prior, error) {
 	var pending []agentsql.ChangeEntry
+	var priors []agentsql.Prior
 	for _, e := range entries {
 		if e.Applied {
 			continue
 		}
-		info, err := s.base.Stat(ctx, s.projectID, e.Path)
+		content, info, err := s.base.Read(ctx, s.projectID, e.Path)
+		prior := agentsql.Prior{Path: e.Path, Known: true, Exists: err == nil, Content: content}
 		cur := info.ETag
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			cur = ""
 		case err != nil:
-			return nil, fmt.Errorf("check %q before applying: %w", e.Path, err)
+			return nil, nil, fmt.Errorf("check %q before applying: %w", e.Path, err)
 		}
 		if cur != e.BaseETag {
 			done, err := s.holds(ctx, e)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if !done {
-				return nil, s.conflict(ctx, e.Path)
+				return nil, nil, s.conflict(ctx, e.Path)
 			}
 		}
 		pending = append(pending, e)
+		priors = append(priors, prior)
 	}
-	return pending, nil
+	return pending, priors, nil
 }
 
 // holds reports whether the base store already holds the entry's state.
@@ -466,7 +490,8 @@ func (s *Set) holds(ctx context.Context, e agentsql.ChangeEntry) (bool, error) {
 
 // write applies entries in order. A write is made only over the entry's
 // base version; a target that already holds the staged content (written
-// before a crash) counts as written.
+// before a crash) counts as written. The caller has just made a fenced
+// statement; each entry's mark is the fenced go-ahead for the next write.
 func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
 	for _, e := range entries {
 		switch e.Op {
@@ -489,9 +514,51 @@ func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
 				return fmt.Errorf("apply delete of %q: %w", e.Path, err)
 			}
 		}
-		if err := agentsql.MarkChangeEntryApplied(ctx, s.pool, s.taskID, e.Path); err != nil {
+		if err := agentsql.MarkChangeEntryApplied(ctx, s.pool, s.fence, e.Path); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// undo puts back what an apply stopped by a conflict wrote: every path of
+// the set that holds the staged state gets what it held before, newest
+// first, and the set is discarded, so a retry starts against the current
+// files. A path someone else changed meanwhile is theirs and left alone.
+// Only a conflict is undone: a stale holder (sql.ErrFenced) stops at once,
+// and a storage failure leaves the set applying for the next attempt.
+func (s *Set) undo(ctx context.Context, cause error) error {
+	if !errors.Is(cause, storage.ErrConflict) {
+		return cause
+	}
+	s.changed()
+	entries, err := s.Entries(ctx)
+	if err != nil {
+		return errors.Join(cause, err)
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		e := entries[i]
+		done, err := s.holds(ctx, e)
+		if err != nil {
+			return errors.Join(cause, fmt.Errorf("roll back %q: %w", e.Path, err))
+		}
+		if !done || !e.Prior.Known || (e.Op == agentsql.ChangeDelete && !e.Prior.Exists) {
+			continue
+		}
+		if _, err := agentsql.CheckFence(ctx, s.pool, s.fence); err != nil {
+			return err
+		}
+		if e.Prior.Exists {
+			_, err = s.base.Write(ctx, s.projectID, e.Path, e.Prior.Content)
+		} else {
+			err = s.base.Delete(ctx, s.projectID, e.Path)
+		}
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return errors.Join(cause, fmt.Errorf("roll back %q: %w", e.Path, err))
+		}
+	}
+	if err := agentsql.FinishChangeSet(ctx, s.pool, s.fence, agentsql.ChangeSetDiscarded, true); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
 }

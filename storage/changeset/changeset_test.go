@@ -22,6 +22,7 @@ type fixture struct {
 	store   *storage.S3
 	set     *changeset.Set
 	taskID  uuid.UUID
+	fence   agentsql.Fence
 	project string
 }
 
@@ -33,13 +34,18 @@ func setup(t *testing.T, files map[string]string) *fixture {
 	if err := f.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'x') RETURNING id`, projectID).Scan(&f.taskID); err != nil {
 		t.Fatal(err)
 	}
+	// The set's writes are fenced by the holder of a running task.
+	f.fence.TaskID = f.taskID
+	if err := f.pool.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, f.taskID).Scan(&f.fence.Epoch); err != nil {
+		t.Fatal(err)
+	}
 	for p, c := range files {
 		if _, err := f.store.Write(t.Context(), f.project, p, []byte(c)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var err error
-	f.set, _, err = changeset.Open(t.Context(), f.pool, f.store, f.taskID, projectID)
+	f.set, _, err = changeset.Open(t.Context(), f.pool, f.store, f.fence, projectID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +166,7 @@ func TestResumeAfterACrashIsIdempotent(t *testing.T) {
 	}
 	// Simulate a crash half-way: marked applying, f0 marked applied, f1
 	// written but not marked, f2 and f3 untouched.
-	if err := agentsql.MarkChangeSetApplying(ctx, f.pool, f.taskID, []byte(`{"summary":"s"}`)); err != nil {
+	if err := agentsql.MarkChangeSetApplying(ctx, f.pool, f.fence, []byte(`{"summary":"s"}`), f.priors(t, "f0.txt", "f1.txt", "f2.txt", "f3.txt")); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"f0.txt", "f1.txt"} {
@@ -168,11 +174,11 @@ func TestResumeAfterACrashIsIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := agentsql.MarkChangeEntryApplied(ctx, f.pool, f.taskID, "f0.txt"); err != nil {
+	if err := agentsql.MarkChangeEntryApplied(ctx, f.pool, f.fence, "f0.txt"); err != nil {
 		t.Fatal(err)
 	}
 	// A new attempt reopens the set, sees it applying, and resumes — twice.
-	set, status, err := changeset.Open(ctx, f.pool, f.store, f.taskID, uuid.MustParse(f.project))
+	set, status, err := changeset.Open(ctx, f.pool, f.store, f.fence, uuid.MustParse(f.project))
 	if err != nil || status != agentsql.ChangeSetApplying {
 		t.Fatalf("reopen: status %q, %v", status, err)
 	}
@@ -205,8 +211,9 @@ func TestApplyDoesNotOverwriteAWriterBetweenCheckAndWrite(t *testing.T) {
 		}
 	}
 	// The set passed its check and is applying when someone else writes
-	// b.txt: the conditional write must refuse to overwrite it.
-	if err := agentsql.MarkChangeSetApplying(ctx, f.pool, f.taskID, []byte(`{}`)); err != nil {
+	// b.txt: the conditional write must refuse to overwrite it, and what
+	// the apply wrote before is put back.
+	if err := agentsql.MarkChangeSetApplying(ctx, f.pool, f.fence, []byte(`{}`), f.priors(t, "a.txt", "b.txt")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.store.Write(ctx, f.project, "b.txt", []byte("theirs\n")); err != nil {
@@ -217,11 +224,28 @@ func TestApplyDoesNotOverwriteAWriterBetweenCheckAndWrite(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Path != "b.txt" || string(ce.Current) != "theirs\n" {
 		t.Fatalf("resume err = %v, want a conflict on b.txt with its fresh content", err)
 	}
-	for p, want := range map[string]string{"a.txt": "new a.txt", "b.txt": "theirs\n"} {
+	for p, want := range map[string]string{"a.txt": "a\n", "b.txt": "theirs\n"} {
 		if got := f.read(t, f.store, p); got != want {
 			t.Errorf("%s = %q, want %q", p, got, want)
 		}
 	}
+	if st, _, _ := agentsql.ChangeSetState(ctx, f.pool, f.taskID); st != agentsql.ChangeSetDiscarded {
+		t.Errorf("status after the rolled back apply = %s, want discarded", st)
+	}
+}
+
+// priors reads what paths hold now, as Apply records them.
+func (f *fixture) priors(t *testing.T, paths ...string) []agentsql.Prior {
+	t.Helper()
+	var out []agentsql.Prior
+	for _, p := range paths {
+		c, _, err := f.store.Read(t.Context(), f.project, p)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			t.Fatal(err)
+		}
+		out = append(out, agentsql.Prior{Path: p, Known: true, Exists: err == nil, Content: c})
+	}
+	return out
 }
 
 func TestWriteIfAgainstTheBuildsView(t *testing.T) {
@@ -253,5 +277,115 @@ func TestWriteIfAgainstTheBuildsView(t *testing.T) {
 	}
 	if got := f.read(t, f.set, "a.txt"); got != "two\n" {
 		t.Errorf("a.txt in the build = %q", got)
+	}
+}
+
+// TestStaleHolderWritesNothing: once the task was claimed again (the
+// fence moved on), every write of the old holder's set is refused in the
+// database and nothing reaches the store; the new holder's set is intact.
+func TestStaleHolderWritesNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"a.txt": "a\n"})
+	ctx := t.Context()
+	if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("mine\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Another attempt claims the task: running again under a new fence.
+	var epoch int64
+	if err := f.pool.QueryRow(ctx, `UPDATE ai_tasks SET fence = fence + 1 WHERE id = $1 RETURNING fence`, f.taskID).Scan(&epoch); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]func() error{
+		"Write":  func() error { _, err := f.set.Write(ctx, f.project, "b.txt", []byte("b")); return err },
+		"Delete": func() error { return f.set.Delete(ctx, f.project, "a.txt") },
+		"Move":   func() error { return f.set.Move(ctx, f.project, "a.txt", "c.txt", false) },
+		"Reset":  func() error { return f.set.Reset(ctx) },
+		"Discard": func() error {
+			return f.set.Discard(ctx)
+		},
+		"Apply": func() error { _, err := f.set.Apply(ctx, []byte(`{}`)); return err },
+	}
+	for name, op := range ops {
+		if err := op(); !errors.Is(err, agentsql.ErrFenced) {
+			t.Errorf("%s by the stale holder = %v, want ErrFenced", name, err)
+		}
+	}
+	if got := f.read(t, f.store, "a.txt"); got != "a\n" {
+		t.Errorf("a.txt = %q: the stale holder wrote to the project", got)
+	}
+	entries, err := agentsql.ListChangeEntries(ctx, f.pool, f.taskID)
+	if err != nil || len(entries) != 1 || string(entries[0].Content) != "mine\n" {
+		t.Errorf("entries = %+v, %v: want the one staged before the takeover, untouched", entries, err)
+	}
+	if st, _, _ := agentsql.ChangeSetState(ctx, f.pool, f.taskID); st != agentsql.ChangeSetOpen {
+		t.Errorf("set status = %s, want open", st)
+	}
+	// The new holder goes on with the same set.
+	set, status, err := changeset.Open(ctx, f.pool, f.store, agentsql.Fence{TaskID: f.taskID, Epoch: epoch}, uuid.MustParse(f.project))
+	if err != nil || status != agentsql.ChangeSetOpen {
+		t.Fatalf("open by the new holder: %q, %v", status, err)
+	}
+	if _, err := set.Apply(ctx, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(t, f.store, "a.txt"); got != "mine\n" {
+		t.Errorf("a.txt after the new holder applied = %q", got)
+	}
+}
+
+// TestConflictHalfWayRollsBack: a crash left a set applying with some
+// entries written; someone then edits a file still pending. Finishing the
+// apply meets the conflict, puts back what each written path held (a
+// created file goes, an updated one gets its old content, a deleted one
+// comes back), leaves the other writer's file alone and discards the set.
+func TestConflictHalfWayRollsBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"upd.txt": "old\n", "del.txt": "gone?\n", "last.txt": "last\n"})
+	ctx := t.Context()
+	if _, err := f.set.Write(ctx, f.project, "new.txt", []byte("created\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.set.Write(ctx, f.project, "upd.txt", []byte("updated\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.set.Delete(ctx, f.project, "del.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.set.Write(ctx, f.project, "last.txt", []byte("mine\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentsql.MarkChangeSetApplying(ctx, f.pool, f.fence, []byte(`{}`), f.priors(t, "new.txt", "upd.txt", "del.txt", "last.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// The crashed attempt wrote three of the four entries.
+	if _, err := f.store.Write(ctx, f.project, "new.txt", []byte("created\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Write(ctx, f.project, "upd.txt", []byte("updated\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.Delete(ctx, f.project, "del.txt"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"new.txt", "upd.txt"} {
+		if err := agentsql.MarkChangeEntryApplied(ctx, f.pool, f.fence, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.store.Write(ctx, f.project, "last.txt", []byte("theirs\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.set.Resume(ctx)
+	var ce *storage.ConflictError
+	if !errors.As(err, &ce) || ce.Path != "last.txt" {
+		t.Fatalf("resume = %v, want a conflict naming last.txt", err)
+	}
+	for p, want := range map[string]string{"new.txt": "<missing>", "upd.txt": "old\n", "del.txt": "gone?\n", "last.txt": "theirs\n"} {
+		if got := f.read(t, f.store, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	if st, _, _ := agentsql.ChangeSetState(ctx, f.pool, f.taskID); st != agentsql.ChangeSetDiscarded {
+		t.Errorf("set status = %s, want discarded: a retry starts against the current files", st)
 	}
 }

@@ -1,0 +1,251 @@
+package sql_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+// claimed returns a task claimed by job 1 and the claim's fence.
+func claimed(t *testing.T, pool *pgxpool.Pool) (agentsql.Task, agentsql.Fence) {
+	t.Helper()
+	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "build", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		var err error
+		task, _, err = agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "test")
+		if err != nil {
+			return err
+		}
+		return agentsql.AcquireLease(t.Context(), tx, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, "test", 30e9)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
+}
+
+func eventCount(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (n, maxSeq int) {
+	t.Helper()
+	if err := pool.QueryRow(t.Context(), `SELECT count(*), coalesce(max(seq), 0) FROM agent_events WHERE task_id = $1`, id).Scan(&n, &maxSeq); err != nil {
+		t.Fatal(err)
+	}
+	return n, maxSeq
+}
+
+// TestStaleFenceRefusesEveryWrite: after the task was cancelled, or claimed
+// again, each write of the old holder is refused with ErrFenced and
+// changes nothing.
+func TestStaleFenceRefusesEveryWrite(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	for name, lose := range map[string]func(t *testing.T, task agentsql.Task){
+		"Cancelled": func(t *testing.T, task agentsql.Task) {
+			if _, err := agentsql.ControlTask(t.Context(), pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"ClaimedAgain": func(t *testing.T, task agentsql.Task) {
+			err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+				_, ok, err := agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "other")
+				if !ok {
+					t.Error("the same job could not claim the task again")
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			task, f := claimed(t, pool)
+			if _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
+				t.Fatal(err)
+			}
+			if err := agentsql.PutChangeEntry(ctx, pool, f, agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("a")}); err != nil {
+				t.Fatal(err)
+			}
+			lose(t, task)
+			n0, _ := eventCount(t, pool, task.ID)
+			epoch := f.Epoch
+			writes := map[string]func() error{
+				"events": func() error {
+					_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &epoch,
+						Key: uuid.New(), Events: []agentsql.NewEvent{{Type: "log", Payload: []byte(`{"level":"info","message":"stale"}`)}}})
+					return err
+				},
+				"put": func() error {
+					return agentsql.PutChangeEntry(ctx, pool, f, agentsql.ChangeEntry{Path: "b.txt", Op: agentsql.ChangeWrite, Content: []byte("b")})
+				},
+				"drop":  func() error { return agentsql.DropChangeEntry(ctx, pool, f, "a.txt") },
+				"reset": func() error { return agentsql.ResetChangeSet(ctx, pool, f) },
+				"mark":  func() error { return agentsql.MarkChangeSetApplying(ctx, pool, f, json.RawMessage(`{}`), nil) },
+				"entry": func() error { return agentsql.MarkChangeEntryApplied(ctx, pool, f, "a.txt") },
+				"finish set": func() error {
+					return agentsql.FinishChangeSet(ctx, pool, f, agentsql.ChangeSetDiscarded, false)
+				},
+				"checkpoint": func() error {
+					return agentsql.SaveCheckpoint(ctx, pool, f, agentsql.Checkpoint{TaskID: task.ID, Attempt: 1, Iteration: 1,
+						Messages: json.RawMessage(`[]`), State: json.RawMessage(`{}`)}, agentsql.Spend{})
+				},
+				"decision": func() error {
+					_, err := agentsql.RecordDecision(ctx, pool, f, "d1", agentsql.DecisionAccepted, nil)
+					return err
+				},
+				"lease": func() error { return agentsql.RenewLease(ctx, pool, f, 30e9) },
+				"finish task": func() error {
+					return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						_, err := agentsql.FinishTask(ctx, tx, f, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded"})
+						return err
+					})
+				},
+				"retry": func() error {
+					return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						return agentsql.ScheduleRetry(ctx, tx, f, "x", "x", 0, agentsql.Spend{})
+					})
+				},
+			}
+			for what, write := range writes {
+				if err := write(); !errors.Is(err, agentsql.ErrFenced) {
+					t.Errorf("%s under a stale fence = %v, want ErrFenced", what, err)
+				}
+			}
+			if released, err := agentsql.ReleaseTask(ctx, pool, f, "stale"); err != nil || released {
+				t.Errorf("release under a stale fence = %v, %v", released, err)
+			}
+			if n, _ := eventCount(t, pool, task.ID); n != n0 {
+				t.Errorf("%d events written under a stale fence", n-n0)
+			}
+			entries, err := agentsql.ListChangeEntries(ctx, pool, task.ID)
+			if err != nil || len(entries) != 1 || entries[0].Path != "a.txt" || entries[0].Applied {
+				t.Errorf("entries = %+v, %v: changed under a stale fence", entries, err)
+			}
+			if _, ok, _ := agentsql.LoadCheckpoint(ctx, pool, task.ID); ok {
+				t.Error("a checkpoint was written under a stale fence")
+			}
+		})
+	}
+}
+
+// TestCancelRefusedWhileApplying: a task whose finished build is being
+// applied refuses cancel and pause, with the reason, audited; the apply
+// then finishes and the task succeeds.
+func TestCancelRefusedWhileApplying(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task, f := claimed(t, pool)
+	if _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentsql.MarkChangeSetApplying(ctx, pool, f, json.RawMessage(`{}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, action := range []agentsql.Action{agentsql.ActionCancel, agentsql.ActionPause} {
+		res, err := agentsql.ControlTask(ctx, pool, task.ID, action, agentsql.ControlOpts{Actor: "tester"})
+		if !errors.Is(err, agentsql.ErrIllegalTransition) || res.Status != agentsql.StatusRunning {
+			t.Fatalf("%s while applying = %+v, %v; want rejected, still running", action, res, err)
+		}
+		if a := lastAudit(t, pool, task.ID); a.Metadata["outcome"] != "rejected" || a.Metadata["error"] == nil {
+			t.Errorf("audit of the refused %s = %+v", action, a)
+		}
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := agentsql.FinishChangeSet(ctx, tx, f, agentsql.ChangeSetApplied, false); err != nil {
+			return err
+		}
+		_, err := agentsql.FinishTask(ctx, tx, f, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEventBatchIsIdempotent: a batch sent again with its key (its commit
+// succeeded, the reply was lost) writes nothing; a seq the writer supplies
+// is ignored, so the next insert is not broken by it.
+func TestEventBatchIsIdempotent(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task, f := claimed(t, pool)
+	n0, _ := eventCount(t, pool, task.ID)
+	b := agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch, Key: uuid.New(),
+		Events: []agentsql.NewEvent{{Type: "log", Payload: []byte(`{"level":"info","message":"1"}`)}, {Type: "log", Payload: []byte(`{"level":"info","message":"2"}`)}}}
+	for i := range 2 {
+		rows, err := agentsql.InsertEventBatch(ctx, pool, b)
+		if err != nil || len(rows) != 2-2*i {
+			t.Fatalf("write %d of the batch: %d rows, %v", i+1, len(rows), err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, seq, type) VALUES ($1, $2, 1000, 'log')`, task.ID, task.ProjectID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "log", Payload: []byte(`{}`)}}); err != nil {
+		t.Fatalf("insert after a supplied seq: %v", err)
+	}
+	if n, maxSeq := eventCount(t, pool, task.ID); n != n0+4 || maxSeq != n {
+		t.Errorf("%d events, max seq %d: want %d without a gap", n, maxSeq, n0+4)
+	}
+}
+
+// TestStateMachineGuardsEveryWriter: inserts start queued or paused; only
+// a hand-back moves running to queued; a running task without a lease is
+// taken over; resume withdraws a pending pause.
+func TestStateMachineGuardsEveryWriter(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'running')`, uuid.New()); err == nil {
+		t.Error("a task was inserted running")
+	}
+	task, _ := claimed(t, pool)
+	if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET status = 'queued' WHERE id = $1`, task.ID); err == nil {
+		t.Error("a plain update moved a running task back to queued")
+	}
+	// Resume withdraws a pending pause; the task goes on running.
+	if res, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionPause, agentsql.ControlOpts{}); err != nil || !res.Pending {
+		t.Fatalf("pause = %+v, %v", res, err)
+	}
+	if res, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionResume, agentsql.ControlOpts{}); err != nil || res.Status != agentsql.StatusRunning {
+		t.Fatalf("resume of a pending pause = %+v, %v", res, err)
+	}
+	if p, err := agentsql.PauseRequested(ctx, pool, task.ID); err != nil || p {
+		t.Errorf("pause still requested after resume: %v, %v", p, err)
+	}
+	// A task set running by hand, without a lease, is taken over.
+	other, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET status = 'running' WHERE id = $1`, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := agentsql.TakeOverLapsed(ctx, pool, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tk := range taken {
+		found = found || tk.TaskID == other.ID
+	}
+	if !found {
+		t.Errorf("taken over = %+v, want the running task without a lease", taken)
+	}
+	if got, _ := agentsql.GetTask(ctx, pool, other.ID); got.Status != agentsql.StatusQueued {
+		t.Errorf("status after takeover = %s, want queued", got.Status)
+	}
+}
