@@ -28,7 +28,9 @@ type InFlight struct {
 	MedianRatio float64 `json:"median_ratio"`
 	P99Ratio    float64 `json:"p99_ratio"`
 	// Lock waiters of the scenario's database, sampled from pg_locks every
-	// 100 ms: all, and those waiting on Postgres's NOTIFY queue lock.
+	// 100 ms: all, and those waiting on Postgres's NOTIFY queue lock other
+	// than the Announcer's own notifying transaction (the lock is
+	// cluster-wide: another database's notifier can hold it).
 	LockWaitersMax       int     `json:"lock_waiters_max"`
 	LockWaitersMean      float64 `json:"lock_waiters_mean"`
 	NotifyLockWaitersMax int     `json:"notify_lock_waiters_max"`
@@ -165,7 +167,8 @@ type lockSamples struct {
 
 // sampleLocks samples pg_locks every 100 ms until ctx ends, counting the
 // waiting locks of backends of db's database; the NOTIFY queue lock is the
-// object lock on pg_database with objid 0.
+// object lock on pg_database with objid 0, and the Announcer's statement
+// starts with SELECT pg_notify(.
 func sampleLocks(ctx context.Context, db *database) <-chan lockSamples {
 	out := make(chan lockSamples, 1)
 	go func() {
@@ -185,7 +188,7 @@ func sampleLocks(ctx context.Context, db *database) <-chan lockSamples {
 			}
 			var waiting, notify int
 			err := db.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE l.locktype = 'object'
-				    AND l.classid = 'pg_database'::regclass AND l.objid = 0)
+				    AND l.classid = 'pg_database'::regclass AND l.objid = 0 AND a.query NOT LIKE 'SELECT pg_notify(%')
 				FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 				WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting, &notify)
 			if err != nil {
