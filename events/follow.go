@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,12 +16,6 @@ import (
 
 // ErrStopFollowing, returned by a Follow callback, ends Follow with a nil error.
 var ErrStopFollowing = errors.New("stop following")
-
-// notification is the NOTIFY payload of agent_events.
-type notification struct {
-	TaskID uuid.UUID `json:"task_id"`
-	Seq    int       `json:"seq"`
-}
 
 // followRecheck bounds how long Follow trusts notifications alone: it
 // re-reads the table this often even if none arrived (a dropped notify,
@@ -84,8 +79,8 @@ func Follow(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, afterSeq 
 		case err != nil:
 			return fmt.Errorf("follow task %s: wait for notification: %w", taskID, err)
 		default:
-			var key notification
-			if json.Unmarshal([]byte(n.Payload), &key) != nil || key.TaskID != taskID || key.Seq <= cursor {
+			var key agentsql.Announcement
+			if json.Unmarshal([]byte(n.Payload), &key) != nil || !slices.Contains(key.Tasks, taskID) {
 				continue
 			}
 		}

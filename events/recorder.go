@@ -28,8 +28,9 @@ type Recorder struct {
 	now       func() time.Time
 	interval  time.Duration
 
-	observer Observer
-	fence    *int64 // the holder's fence epoch; nil: unfenced
+	observer  Observer
+	announcer *Announcer
+	fence     *int64 // the holder's fence epoch; nil: unfenced
 
 	// writeMu is held while a statement is in flight, so writes happen one
 	// at a time in the order they were asked for (seq follows that order).
@@ -52,6 +53,9 @@ type Recorder struct {
 	streamSeq  int
 	lastFlush  time.Time
 	totalBytes int
+	// unannounced: events were written in a transaction not yet known
+	// to have committed (Committed announces them).
+	unannounced bool
 }
 
 // RecorderOption configures a Recorder.
@@ -67,6 +71,15 @@ func WithClock(now func() time.Time) RecorderOption {
 // of a task. Defaults to DefaultStreamInterval.
 func WithStreamInterval(d time.Duration) RecorderOption {
 	return func(r *Recorder) { r.interval = d }
+}
+
+// WithAnnouncer makes the Recorder's writes not notify in their own
+// transaction: a write through a pool is announced by a at once, a write
+// through a transaction when the caller says it committed (Committed).
+// Without it (or with a nil a), the database's trigger notifies inside the
+// writing transaction, which serialises every writer's commit on one lock.
+func WithAnnouncer(a *Announcer) RecorderOption {
+	return func(r *Recorder) { r.announcer = a }
 }
 
 // WithFence makes every write carry the holder's fence epoch (see
@@ -228,7 +241,7 @@ func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Even
 		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
 	rows, err := agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{
-		TaskID: r.taskID, ProjectID: r.projectID, Fence: r.fence, Key: b.key, Events: evs})
+		TaskID: r.taskID, ProjectID: r.projectID, Fence: r.fence, Key: b.key, Events: evs, AfterCommit: r.announcer != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +250,15 @@ func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Even
 		r.inTx = append(r.inTx, b)
 	}
 	r.mu.Unlock()
+	if r.announcer != nil {
+		if _, inTx := db.(pgx.Tx); inTx {
+			r.mu.Lock()
+			r.unannounced = true
+			r.mu.Unlock()
+		} else {
+			r.announcer.Announce(r.taskID, r.projectID)
+		}
+	}
 	if r.observer != nil {
 		for _, p := range b.ps {
 			r.observer.Observe(p)
@@ -249,11 +271,29 @@ func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Even
 	return out, nil
 }
 
+// Committed announces the events the Recorder wrote in a transaction (its
+// own db, or EmitIn's) once the caller has committed it. Calling it after a
+// rollback costs listeners one read that finds nothing. A nil Recorder does
+// nothing.
+func (r *Recorder) Committed() {
+	if r == nil { // the transaction never began
+		return
+	}
+	r.mu.Lock()
+	due := r.unannounced
+	r.unannounced = false
+	r.mu.Unlock()
+	if due && r.announcer != nil {
+		r.announcer.Announce(r.taskID, r.projectID)
+	}
+}
+
 // InTx runs fn in a transaction of db; fn writes the events that belong
 // with its other writes through EmitIn(ctx, tx, ...). Should the
 // transaction not commit, the events written in it are queued again, with
 // their idempotency keys, for the next write: they are neither lost with a
-// rollback nor written twice when only the commit's reply was lost.
+// rollback nor written twice when only the commit's reply was lost. Once it
+// committed, they are announced (Committed).
 func (r *Recorder) InTx(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, fn func(tx pgx.Tx) error) error {
@@ -266,12 +306,15 @@ func (r *Recorder) InTx(ctx context.Context, db interface {
 		return fn(t)
 	})
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if tx != nil && r.tx == tx {
 		if err != nil && len(r.inTx) > 0 {
 			r.unsure = append(r.inTx, r.unsure...)
 		}
 		r.tx, r.inTx = nil, nil
+	}
+	r.mu.Unlock()
+	if err == nil {
+		r.Committed()
 	}
 	return err
 }

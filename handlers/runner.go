@@ -155,6 +155,10 @@ type Deps struct {
 	// Sandbox, if set, runs builds' run_command calls and project checks;
 	// nil: commands are off (the tool is not offered).
 	Sandbox *sandbox.Sandbox
+	// Announcer, if set, announces a task's events after they committed,
+	// so no task's transaction notifies (the process's one Announcer).
+	// Without it the database's trigger notifies inside each transaction.
+	Announcer *events.Announcer
 }
 
 // Attempt identifies the attempt running a task.
@@ -276,7 +280,7 @@ type TaskError struct {
 }
 
 func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at Attempt) error {
-	rec := events.NewRecorder(r.deps.Pool, task.ID, task.ProjectID, events.WithFence(at.Fence))
+	rec := r.recorder(r.deps.Pool, task, at)
 	if r.deps.Observer != nil {
 		rec.SetObserver(r.deps.Observer)
 	}
@@ -520,9 +524,17 @@ func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slo
 	return nil
 }
 
+// recorder returns a Recorder of task's events writing through db, fenced
+// by the attempt's claim and announced by the process's Announcer.
+func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task, at Attempt) *events.Recorder {
+	return events.NewRecorder(db, task.ID, task.ProjectID, events.WithFence(at.Fence), events.WithAnnouncer(r.deps.Announcer))
+}
+
 // finishSucceeded moves the task to succeeded with its closing events, in
 // one transaction. spend is the usage not yet counted by checkpoints.
 func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
+	var rec *events.Recorder
+	defer func() { rec.Committed() }()
 	return pgx.BeginFunc(ctx, r.deps.Pool, func(tx pgx.Tx) error {
 		// The events come first: once the task left running, its fence
 		// refuses them. Cleanup is recorded before the terminal event so
@@ -541,7 +553,8 @@ func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Att
 			events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
 			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
 		)
-		if _, err := events.NewRecorder(tx, task.ID, task.ProjectID, events.WithFence(at.Fence)).Emit(ctx, evs...); err != nil {
+		rec = r.recorder(tx, task, at)
+		if _, err := rec.Emit(ctx, evs...); err != nil {
 			return err
 		}
 		_, err := agentsql.FinishTask(ctx, tx, at.fence(task), agentsql.Outcome{
@@ -635,10 +648,11 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	if code == CodeExpectationMismatch {
 		status, phase = agentsql.StatusBlocked, events.PhaseBlocked
 	}
+	var trec *events.Recorder
 	err := pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
 		// The terminal event is the run's last: written before the task
 		// leaves running, in the same transaction.
-		trec := events.NewRecorder(tx, task.ID, task.ProjectID, events.WithFence(at.Fence))
+		trec = r.recorder(tx, task, at)
 		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false},
 			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg}); err != nil {
 			return err
@@ -649,6 +663,7 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		})
 		return err
 	})
+	trec.Committed()
 	if errors.Is(err, agentsql.ErrFenced) {
 		return fenceLost(ctx, task, cause)
 	}

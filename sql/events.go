@@ -11,9 +11,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// EventsChannel is the NOTIFY channel of agent_events. Its payload is the
-// small key {"id", "task_id", "project_id", "seq", "type"}, never content.
+// EventsChannel is the NOTIFY channel of agent_events. A notification names
+// the tasks and projects that have new events, never content (Announcement).
+// It is sent after the events committed: by the writing process's
+// events.Announcer, or for plain SQL writers by a statement-level trigger.
 const EventsChannel = "agent_events"
+
+// Announcement is the payload of a notification on EventsChannel.
+type Announcement struct {
+	Tasks    []uuid.UUID `json:"tasks"`
+	Projects []uuid.UUID `json:"projects"`
+}
+
+// AnnouncementBatch is the most task/project pairs one notification names,
+// so that a payload stays under Postgres's 8000-byte limit.
+const AnnouncementBatch = 100
 
 // EventRow is one agent_events row.
 type EventRow struct {
@@ -44,7 +56,8 @@ func scanEvents(rows pgx.Rows) ([]EventRow, error) {
 
 // InsertEvents appends events to a task's timeline in one statement, in
 // order, for a writer that does not hold the task (a tool, a test). The
-// agent_events_assign_seq trigger gives each its seq under the task row lock.
+// agent_events_assign_seq trigger gives each its seq under the task row lock,
+// and the agent_events_announce trigger notifies in the transaction.
 func InsertEvents(ctx context.Context, db DBTX, taskID, projectID uuid.UUID, evs []NewEvent) ([]EventRow, error) {
 	return InsertEventBatch(ctx, db, EventBatch{TaskID: taskID, ProjectID: projectID, Events: evs})
 }
@@ -61,6 +74,11 @@ type EventBatch struct {
 	// and returns no rows.
 	Key    uuid.UUID
 	Events []NewEvent
+	// AfterCommit: the statement does not notify; the caller announces the
+	// task once its transaction committed (events.Announcer), so no task's
+	// transaction takes Postgres's cluster-wide NOTIFY lock. Otherwise the
+	// agent_events_announce trigger notifies in the transaction.
+	AfterCommit bool
 }
 
 // InsertEventBatch appends a batch of events to a task's timeline in one
@@ -86,8 +104,9 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 		FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
 		WHERE ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
 		AND ($6::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $6))
+		AND CASE WHEN $7 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 		ORDER BY e.ord
-		RETURNING `+eventColumns, b.TaskID, b.ProjectID, types, payloads, b.Fence, key)
+		RETURNING `+eventColumns, b.TaskID, b.ProjectID, types, payloads, b.Fence, key, b.AfterCommit)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 	}

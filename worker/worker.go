@@ -49,9 +49,10 @@ func (TaskArgs) InsertOpts() river.InsertOpts {
 
 // Config tunes the worker.
 type Config struct {
-	// Concurrency is how many tasks this process runs at once. Defaults to 10.
+	// Concurrency is how many tasks this process runs at once. Defaults to
+	// DefaultConcurrency.
 	Concurrency int
-	// FetchCooldown is River's minimum time between fetches. Defaults to 5 ms:
+	// FetchCooldown is River's minimum time between fetches. Defaults to 2 ms:
 	// River's 100 ms default would put every pickup ~100 ms behind the insert.
 	FetchCooldown time.Duration
 	// FetchPollInterval is River's fallback poll when no notification
@@ -80,6 +81,12 @@ type Config struct {
 	// for this long: an alert event and one open inbox item per run. Checked
 	// by the leader with the reconciler. Defaults to 10 minutes.
 	StuckIdleTimeout time.Duration
+	// Announcer, if set, announces the claim's events after it committed,
+	// as handlers.Deps.Announcer (the same one) does for the rest of a
+	// task's events. Start runs it; Stop stops it after the last task, so
+	// the last events are announced. Without it the database's trigger
+	// notifies inside each task's transactions.
+	Announcer *events.Announcer
 	// ID names this worker in task_runs and logs. Defaults to host-pid.
 	ID string
 	// Logger defaults to discarding.
@@ -90,15 +97,30 @@ type Config struct {
 	}
 }
 
+// DefaultConcurrency is how many tasks a process runs at once unless told
+// otherwise. A task spends nearly all its life waiting for its model and
+// holds no connection meanwhile, so a process runs hundreds; what bounds it
+// is the model provider's rate limit, not this machine.
+const DefaultConcurrency = 200
+
+// PoolSize is the database pool a process running concurrency tasks needs.
+// A task holds a connection only for a statement or a short transaction,
+// never across a model call, so a few connections serve hundreds of tasks:
+// 10 plus one per 20 tasks, at most 50 (more connections than a few per
+// core only make Postgres contend; four replicas stay within 200).
+func PoolSize(concurrency int) int32 {
+	return int32(min(max(10+concurrency/20, 10), 50))
+}
+
 // DefaultConfig returns the configuration New uses for zero fields.
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
 func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
-		c.Concurrency = 10
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.FetchCooldown <= 0 {
-		c.FetchCooldown = 5 * time.Millisecond
+		c.FetchCooldown = 2 * time.Millisecond
 	}
 	if c.FetchPollInterval <= 0 {
 		c.FetchPollInterval = time.Second
@@ -144,6 +166,8 @@ type Service struct {
 	stopping  atomic.Bool   // set by Stop: tasks cut short are handed back
 	stopSweep func()        // stops the lease sweeper; set by Start
 	swept     chan struct{} // closed when the lease sweeper returned
+	stopAnn   func()        // stops the announcer; set by Start
+	announced chan struct{} // closed when the announcer returned
 }
 
 // New builds the service. handlers maps task type to its handler.
@@ -193,7 +217,28 @@ func (s *Service) Start(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopSweep, s.swept = cancel, make(chan struct{})
 	go s.sweepLeases(sctx)
+	s.announced = make(chan struct{})
+	if s.cfg.Announcer == nil {
+		close(s.announced)
+		s.stopAnn = func() {}
+		return nil
+	}
+	actx, acancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopAnn = acancel
+	go func() {
+		defer close(s.announced)
+		_ = s.cfg.Announcer.Run(actx) // returns nil when actx ends
+	}()
 	return nil
+}
+
+// stopAnnouncer stops the announcer once no task writes any more; it sends
+// what is still queued first.
+func (s *Service) stopAnnouncer() {
+	if s.stopAnn != nil {
+		s.stopAnn()
+		<-s.announced
+	}
 }
 
 // Stop stops taking new tasks and waits for running ones to finish. If ctx
@@ -205,6 +250,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.stopSweep()
 		<-s.swept
 	}
+	defer s.stopAnnouncer()
 	err := s.client.Stop(ctx)
 	if err == nil {
 		return nil
@@ -369,7 +415,9 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 	var (
 		task    agentsql.Task
 		claimed bool
+		rec     *events.Recorder
 	)
+	defer func() { rec.Committed() }()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		task, claimed, err = agentsql.ClaimTask(ctx, tx, job.Args.TaskID, job.ID, s.cfg.ID)
@@ -379,7 +427,7 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		if err := agentsql.AcquireLease(ctx, tx, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, s.cfg.ID, s.cfg.Lease); err != nil {
 			return err
 		}
-		rec := events.NewRecorder(tx, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		rec = events.NewRecorder(tx, task.ID, task.ProjectID, events.WithFence(task.Fence), events.WithAnnouncer(s.cfg.Announcer))
 		_, err = rec.Emit(ctx,
 			events.Progress{Kind: events.KindStageEnter, Stage: handlers.StageClaim},
 			events.AgentPhase{Phase: events.PhaseStarted, Status: string(agentsql.StatusRunning), TaskType: string(task.Type), Attempt: task.Attempt},

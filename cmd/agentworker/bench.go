@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/agentworker/agentworker/cmd/agentworker/bench"
@@ -22,6 +23,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "reduced sizes, under two minutes")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
+	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, replicas, memory); all by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -30,6 +32,9 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	}
 	log := cfg.logger()
 	opts := bench.Options{Quick: *quick, Concurrency: cfg.WorkerConcurrency, Logger: log}
+	if *only != "" {
+		opts.Only = strings.Split(*only, ",")
+	}
 	if exe, err := os.Executable(); err == nil {
 		opts.Binary = exe
 	}

@@ -47,11 +47,16 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"context_build_ms.files_200": r.ContextBuildMS.Files200, "context_build_ms.files_2000": r.ContextBuildMS.Files2000,
 		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50,
 		"tool_call_ms.edit.p50": r.ToolCallMS.Edit.P50, "loop_overhead_ms": r.LoopOverheadMS,
+		"in_flight.median_ratio": r.InFlight.MedianRatio, "in_flight.statements_per_task": r.InFlight.StatementsPerTask,
+		"in_flight.commits_per_task": r.InFlight.CommitsPerTask, "in_flight.event_receipt_ms.p99": r.InFlight.EventReceiptMS.P99,
 		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
 	} {
 		if v <= 0 {
 			t.Errorf("%s = %v, want a measured figure", name, v)
 		}
+	}
+	if len(r.Replicas.Runs) != 2 || r.Replicas.Runs[0].TasksPerS <= 0 || r.Replicas.Runs[1].TasksPerS <= 0 || r.Replicas.Runs[0].PostgresCPUMSPerTask <= 0 {
+		t.Errorf("replicas = %+v, want two measured runs", r.Replicas)
 	}
 	t.Logf("bench --quick: %s", out)
 }

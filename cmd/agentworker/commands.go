@@ -41,10 +41,7 @@ func connect(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 		// pgx's parse errors can quote the URL, password included.
 		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL connection string")
 	}
-	// Tasks hold a connection only for a statement or a short transaction,
-	// so a pool smaller than the concurrency serves it; the cap keeps a few
-	// replicas within Postgres's default 100 connections.
-	pcfg.MaxConns = int32(min(max(cfg.WorkerConcurrency+5, 10), 40))
+	pcfg.MaxConns = worker.PoolSize(cfg.WorkerConcurrency)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database %s: %w", pcfg.ConnConfig.Host, err)
@@ -98,8 +95,10 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 // startWorker wires the runner and the River service and starts it.
 // m, when not nil, receives the loop's events and the runs' durations.
 func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
-	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Sandbox: cfg.sandbox(ctx, log)}
-	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log}
+	// One announcer per process: tasks' transactions never NOTIFY.
+	ann := events.NewAnnouncer(pool, log)
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: cfg.sandbox(ctx, log)}
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
 	}

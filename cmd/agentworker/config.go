@@ -37,7 +37,7 @@ type config struct {
 	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini" desc:"model name sent to the endpoint"`
 	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1" desc:"model of the generate_image tool (Images API at the same endpoint)"`
 
-	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10" desc:"tasks this process runs at once"`
+	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it)"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"default iteration budget: model calls per task before it pauses for a person (input.budget.max_iterations overrides it)"`
 	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"default token budget of a task, all attempts (0: none; input.budget.max_tokens overrides it)"`
 	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"default cost budget of a task in US dollars, priced with LLM_PRICES (0: none; input.budget.max_cost_usd overrides it)"`

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
@@ -45,8 +44,9 @@ func BenchmarkWrite(b *testing.B) {
 }
 
 // BenchmarkLatency writes 1,000 events per second across 100 tasks and
-// measures write → LISTEN receipt, write → SSE receipt on 100 task streams,
-// and write → SSE receipt on one project stream. Each iteration is one
+// measures write → SSE receipt on 100 task streams and on one project
+// stream, written as the worker writes: commit, then the process's
+// Announcer notifies. Each iteration is one
 // event; run with -benchtime=3000x for three seconds of load.
 func BenchmarkLatency(b *testing.B) {
 	e := setup(b, envOpts{})
@@ -55,9 +55,13 @@ func BenchmarkLatency(b *testing.B) {
 	projectID := uuid.New()
 	tasks := make([]uuid.UUID, benchTasks)
 	recs := make([]*events.Recorder, benchTasks)
+	announcer := events.NewAnnouncer(e.pool, nil)
+	announced := make(chan error, 1)
+	go func() { announced <- announcer.Run(ctx) }()
+	defer func() { cancel(); <-announced }()
 	for i := range tasks {
 		tasks[i] = e.newTask(b, projectID)
-		recs[i] = events.NewRecorder(e.pool, tasks[i], projectID)
+		recs[i] = events.NewRecorder(e.pool, tasks[i], projectID, events.WithAnnouncer(announcer))
 	}
 
 	var started sync.Map // event message (sequence number) → write start
@@ -65,7 +69,7 @@ func BenchmarkLatency(b *testing.B) {
 		mu sync.Mutex
 		d  []time.Duration
 	}
-	var listenLat, taskLat, projLat lat
+	var taskLat, projLat lat
 	record := func(l *lat, msg string) {
 		if t, ok := started.Load(msg); ok {
 			d := time.Since(t.(time.Time))
@@ -74,38 +78,6 @@ func BenchmarkLatency(b *testing.B) {
 			l.mu.Unlock()
 		}
 	}
-
-	// A raw LISTEN subscriber; the notification key has no content, so it
-	// reads the message by id from a map filled after the insert.
-	listener, err := pgx.Connect(ctx, e.pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer listener.Close(context.Background())
-	if _, err := listener.Exec(ctx, "LISTEN agent_events"); err != nil {
-		b.Fatal(err)
-	}
-	var idToMsg sync.Map
-	type notified struct {
-		id int64
-		at time.Time
-	}
-	var listenAt []notified
-	var listenWG sync.WaitGroup
-	listenWG.Go(func() {
-		for {
-			n, err := listener.WaitForNotification(ctx)
-			if err != nil {
-				return
-			}
-			var key struct {
-				ID int64 `json:"id"`
-			}
-			_ = json.Unmarshal([]byte(n.Payload), &key)
-			// The id → message map may not be filled yet: match afterwards.
-			listenAt = append(listenAt, notified{key.ID, time.Now()})
-		}
-	})
 
 	// 100 task streams and one project stream.
 	client := &sse.Client{}
@@ -135,12 +107,9 @@ func BenchmarkLatency(b *testing.B) {
 			for i := range jobs {
 				msg := "m" + strconv.Itoa(i)
 				started.Store(msg, time.Now())
-				evs, err := recs[i%benchTasks].Emit(context.Background(), events.Log{Level: "info", Message: msg})
-				if err != nil {
+				if _, err := recs[i%benchTasks].Emit(context.Background(), events.Log{Level: "info", Message: msg}); err != nil {
 					b.Error(err)
-					continue
 				}
-				idToMsg.Store(evs[0].ID, msg)
 			}
 		})
 	}
@@ -163,20 +132,11 @@ func BenchmarkLatency(b *testing.B) {
 	}
 	cancel()
 	streams.Wait()
-	listenWG.Wait()
-
-	for _, n := range listenAt {
-		if m, ok := idToMsg.Load(n.id); ok {
-			if t, ok := started.Load(m); ok {
-				listenLat.d = append(listenLat.d, n.at.Sub(t.(time.Time)))
-			}
-		}
-	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 	for _, m := range []struct {
 		name string
 		l    *lat
-	}{{"listen", &listenLat}, {"sse_task", &taskLat}, {"sse_project", &projLat}} {
+	}{{"sse_task", &taskLat}, {"sse_project", &projLat}} {
 		p50, p99 := percentiles(m.l.d)
 		b.ReportMetric(p50, m.name+"_p50_ms")
 		b.ReportMetric(p99, m.name+"_p99_ms")

@@ -118,22 +118,21 @@ func (h *Hub) wakeAll() {
 }
 
 func (h *Hub) dispatch(payload string) {
-	var key struct {
-		TaskID    *uuid.UUID `json:"task_id"`
-		ProjectID uuid.UUID  `json:"project_id"`
-	}
+	var key agentsql.Announcement
 	if err := json.Unmarshal([]byte(payload), &key); err != nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if key.TaskID != nil {
-		for s := range h.byTask[*key.TaskID] {
+	for _, t := range key.Tasks {
+		for s := range h.byTask[t] {
 			wake(s)
 		}
 	}
-	for s := range h.byProj[key.ProjectID] {
-		wake(s)
+	for _, p := range key.Projects {
+		for s := range h.byProj[p] {
+			wake(s)
+		}
 	}
 }
 

@@ -186,7 +186,7 @@ $$;
 DO $$
 DECLARE
     -- Tables apps read (policies below); every other table is internal.
-    v_api      text[] := ARRAY['ai_tasks', 'agent_events', 'task_runs', 'inbox_items', 'usage_daily'];
+    v_api      text[] := ARRAY['ai_tasks', 'agent_events', 'task_runs', 'inbox_items'];
     v_internal text[] := ARRAY['task_checkpoints', 'change_sets', 'change_set_entries', 'build_decisions',
                                'agentworker_task_transitions', 'agentworker_run_transitions'];
     v_tables   regclass[];
@@ -199,7 +199,8 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', v.rel);
         EXECUTE format('REVOKE ALL ON %s FROM PUBLIC, anon, authenticated, service_role', v.rel);
     END LOOP;
-    EXECUTE 'REVOKE ALL ON project_usage_daily FROM PUBLIC, anon, authenticated, service_role';
+    -- The usage views read task_runs and ai_tasks with the caller's rights.
+    EXECUTE 'REVOKE ALL ON usage_daily, project_usage_daily FROM PUBLIC, anon, authenticated, service_role';
 
     -- Sequences of our tables (agent_events.id).
     FOR v IN
@@ -264,7 +265,6 @@ CREATE POLICY task_runs_read_own ON task_runs FOR SELECT TO authenticated
 
 -- usage_daily: every project's usage together, for service_role only.
 GRANT SELECT ON usage_daily TO service_role;
-CREATE POLICY usage_daily_service ON usage_daily TO service_role USING (true) WITH CHECK (true);
 
 GRANT SELECT ON project_usage_daily TO authenticated, service_role;
 

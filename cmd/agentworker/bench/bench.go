@@ -40,6 +40,8 @@ type Options struct {
 	Binary string
 	// Quick runs reduced sizes (CI smoke checks).
 	Quick bool
+	// Only names the scenarios to run. Defaults to all.
+	Only []string
 	// Concurrency is the worker's WORKER_CONCURRENCY. Defaults to 10.
 	Concurrency int
 	// Logger receives progress lines. Defaults to discarding.
@@ -85,6 +87,9 @@ type Report struct {
 	} `json:"tool_call_ms"`
 
 	LoopOverheadMS float64 `json:"loop_overhead_ms"`
+
+	InFlight InFlight `json:"in_flight"`
+	Replicas Replicas `json:"replicas"`
 
 	RSSMB struct {
 		Tasks1   float64 `json:"tasks_1"`
@@ -134,9 +139,14 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"events", runEventDelivery},
 		{"storage", runStorage},
 		{"loop", runLoopOverhead},
+		{"inflight", runInFlight},
+		{"replicas", runReplicas},
 		{"memory", runMemory},
 	}
 	for _, s := range steps {
+		if len(opts.Only) > 0 && !slices.Contains(opts.Only, s.name) {
+			continue
+		}
 		start := time.Now()
 		opts.Logger.InfoContext(ctx, "bench: "+s.name)
 		if err := s.run(ctx, opts, &r); err != nil {
@@ -168,6 +178,12 @@ type database struct {
 }
 
 func newDatabase(ctx context.Context, adminURL string, maxConns int32) (*database, error) {
+	return newDatabaseTraced(ctx, adminURL, maxConns, nil)
+}
+
+// newDatabaseTraced is newDatabase whose pool reports its statements to
+// tracer, when not nil.
+func newDatabaseTraced(ctx context.Context, adminURL string, maxConns int32, tracer pgx.QueryTracer) (*database, error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redact.String(adminURL), err)
@@ -186,6 +202,9 @@ func newDatabase(ctx context.Context, adminURL string, maxConns int32) (*databas
 	}
 	cfg.ConnConfig.Database = name
 	cfg.MaxConns = maxConns
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
 	drop := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -109,14 +110,15 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 		_ = model.Close()
 		return nil, err
 	}
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: db.pool, Store: opts.Store, LLM: client, Logger: opts.Logger},
+	ann := events.NewAnnouncer(db.pool, opts.Logger)
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: db.pool, Store: opts.Store, LLM: client, Logger: opts.Logger, Announcer: ann},
 		handlers.Config{MaxIterations: 50})
 	if err != nil {
 		_ = model.Close()
 		return nil, err
 	}
 	timed := newTimedHandlers()
-	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, Logger: opts.Logger})
+	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, Logger: opts.Logger, Announcer: ann})
 	if err != nil {
 		_ = model.Close()
 		return nil, err

@@ -197,20 +197,24 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 	}
 	var projectID uuid.UUID
 	fence := agentsql.Fence{TaskID: taskID}
+	// As the worker writes: without notifying (its Announcer notifies after commit).
+	insert := func(db agentsql.DBTX, evs []agentsql.NewEvent) ([]agentsql.EventRow, error) {
+		return agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{TaskID: taskID, ProjectID: projectID, Events: evs, AfterCommit: true})
+	}
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		task, ok, err := agentsql.ClaimTask(ctx, tx, taskID, jobID, "bench")
 		if err != nil || !ok {
 			return fmt.Errorf("claim %s (claimed %t): %w", taskID, ok, err)
 		}
 		projectID, fence.Epoch = task.ProjectID, task.Fence
-		_, err = agentsql.InsertEvents(ctx, tx, task.ID, task.ProjectID, batch(groups[0]))
+		_, err = insert(tx, batch(groups[0]))
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	for _, k := range groups[1 : len(groups)-1] {
-		if _, err := agentsql.InsertEvents(ctx, db.pool, taskID, projectID, batch(k)); err != nil {
+		if _, err := insert(db.pool, batch(k)); err != nil {
 			return err
 		}
 	}
@@ -218,7 +222,7 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 		if _, err := agentsql.FinishTask(ctx, tx, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: []byte(`{}`)}); err != nil {
 			return err
 		}
-		_, err := agentsql.InsertEvents(ctx, tx, taskID, projectID, batch(groups[len(groups)-1]))
+		_, err := insert(tx, batch(groups[len(groups)-1]))
 		return err
 	})
 }

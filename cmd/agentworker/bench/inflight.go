@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/worker"
+)
+
+// InFlight is the result of N build tasks in flight at once against a model
+// that answers each call after a fixed delay: with nothing shared on a
+// task's path, every task ends one ideal time (two calls) after its insert.
+type InFlight struct {
+	Tasks        int     `json:"tasks"`
+	ModelDelayMS float64 `json:"model_delay_ms"`
+	IdealS       float64 `json:"ideal_s"`
+	// MedianRatio and P99Ratio are insert → task finished, ÷ ideal.
+	MedianRatio float64 `json:"median_ratio"`
+	P99Ratio    float64 `json:"p99_ratio"`
+	// Lock waiters of the scenario's database, sampled from pg_locks every
+	// 100 ms: all, and those waiting on Postgres's NOTIFY queue lock other
+	// than the Announcer's own notifying transaction (the lock is
+	// cluster-wide: another database's notifier can hold it).
+	LockWaitersMax       int     `json:"lock_waiters_max"`
+	LockWaitersMean      float64 `json:"lock_waiters_mean"`
+	NotifyLockWaitersMax int     `json:"notify_lock_waiters_max"`
+	// Per task, from the worker's pool (statements it sent, River's
+	// included) and pg_stat_database (commits).
+	StatementsPerTask float64 `json:"statements_per_task"`
+	CommitsPerTask    float64 `json:"commits_per_task"`
+	// EventReceiptMS is event written (its transaction's start, an upper
+	// bound) → a LISTEN connection told of its task, for the running tasks'
+	// own events; EventsPerS is the rate they were written at.
+	EventReceiptMS Percentiles `json:"event_receipt_ms"`
+	EventsPerS     float64     `json:"events_per_s"`
+}
+
+// fixedDelayModel answers every call after delay: write_file first, then
+// finish after the tool result. A task is two calls: ideal 2 × delay.
+func fixedDelayModel(delay time.Duration) scripted.Responder {
+	return scripted.Func(func(req *scripted.Request) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
+			return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"wrote out.txt"}`}}}
+		}
+		return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "write_file", Arguments: `{"path":"out.txt","content":"x\n"}`}}}
+	})
+}
+
+// statementCounter counts the statements a pool sends.
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func runInFlight(ctx context.Context, opts Options, r *Report) error {
+	n, delay := 1000, 5*time.Second
+	if opts.Quick {
+		n, delay = 40, 100*time.Millisecond
+	}
+	var stmts statementCounter
+	db, err := newDatabaseTraced(ctx, opts.AdminURL, worker.PoolSize(n), &stmts)
+	if err != nil {
+		return err
+	}
+	defer db.drop()
+	o := opts
+	o.Concurrency = n
+	p, err := startPipeline(ctx, o, db, fixedDelayModel(delay), true)
+	if err != nil {
+		return err
+	}
+	defer p.stop(ctx)
+	// One task first, so River and the pools are warm when the clock starts.
+	warm, err := insertTask(ctx, db, "warm-up")
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = waitFor(wctx, p.timed.done, warm)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	sctx, stopSampling := context.WithCancel(ctx)
+	locks := sampleLocks(sctx, db)
+	receipts := listenReceipts(sctx, db)
+	commits0, err := commits(ctx, db)
+	if err != nil {
+		stopSampling()
+		return err
+	}
+	stmts0 := stmts.n.Load()
+
+	t0 := time.Now()
+	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
+		SELECT gen_random_uuid(), 'build', 'in flight' FROM generate_series(1, $1)`, n); err != nil {
+		stopSampling()
+		return fmt.Errorf("queue %d tasks: %w", n, err)
+	}
+	var took []time.Duration
+	deadline := time.After(max(20*delay, time.Minute))
+	for len(took) < n {
+		select {
+		case <-p.timed.done:
+			took = append(took, time.Since(t0))
+		case <-deadline:
+			stopSampling()
+			return fmt.Errorf("only %d of %d in-flight tasks done", len(took), n)
+		case <-ctx.Done():
+			stopSampling()
+			return ctx.Err()
+		}
+	}
+	elapsed := time.Since(t0)
+	stmtsRun := stmts.n.Load() - stmts0
+	stopSampling()
+	lk, rc := <-locks, <-receipts
+	// pg_stat_database counts a backend's commits when it reports, at most
+	// once a second while busy and when idle.
+	time.Sleep(1500 * time.Millisecond) // waiting for a report interval, not for a result
+	commits1, err := commits(ctx, db)
+	if err != nil {
+		return err
+	}
+	var ok int
+	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM ai_tasks WHERE status = 'succeeded' AND prompt = 'in flight'").Scan(&ok); err != nil {
+		return err
+	}
+	if ok != n {
+		return fmt.Errorf("%d of %d in-flight tasks succeeded", ok, n)
+	}
+	ideal := 2 * delay
+	slices.Sort(took)
+	f := &r.InFlight
+	f.Tasks, f.ModelDelayMS, f.IdealS = n, float64(delay.Milliseconds()), ideal.Seconds()
+	f.MedianRatio = ratio(took[len(took)/2].Seconds(), ideal.Seconds())
+	f.P99Ratio = ratio(took[min(len(took)-1, len(took)*99/100)].Seconds(), ideal.Seconds())
+	f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax = lk.max, lk.mean, lk.notifyMax
+	f.StatementsPerTask = ratio(float64(stmtsRun), float64(n))
+	f.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
+	f.EventReceiptMS = percentiles(rc.lat)
+	f.EventsPerS = float64(len(rc.lat)) / elapsed.Seconds()
+	r.note("in flight: %d build tasks inserted in one statement, WORKER_CONCURRENCY=%d, pool %d; model delay %s per call, 2 calls (ideal %s); statements are those the process sent (River's included), commits from pg_stat_database (trigger work is inside them)",
+		n, n, worker.PoolSize(n), delay, ideal)
+	return nil
+}
+
+type lockSamples struct {
+	max, notifyMax int
+	mean           float64
+}
+
+// sampleLocks samples pg_locks every 100 ms until ctx ends, counting the
+// waiting locks of backends of db's database; the NOTIFY queue lock is the
+// object lock on pg_database with objid 0, and the Announcer's statement
+// starts with SELECT pg_notify(.
+func sampleLocks(ctx context.Context, db *database) <-chan lockSamples {
+	out := make(chan lockSamples, 1)
+	go func() {
+		var s lockSamples
+		var sum, count int
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				if count > 0 {
+					s.mean = float64(sum) / float64(count)
+				}
+				out <- s
+				return
+			case <-t.C:
+			}
+			var waiting, notify int
+			err := db.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE l.locktype = 'object'
+				    AND l.classid = 'pg_database'::regclass AND l.objid = 0 AND a.query NOT LIKE 'SELECT pg_notify(%')
+				FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+				WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting, &notify)
+			if err != nil {
+				continue // ctx ended mid-query
+			}
+			sum += waiting
+			count++
+			s.max, s.notifyMax = max(s.max, waiting), max(s.notifyMax, notify)
+		}
+	}()
+	return out
+}
+
+type receiptSamples struct{ lat []time.Duration }
+
+// listenReceipts follows every task's events as a subscriber does: LISTEN,
+// and on each announcement read the named tasks' events after their
+// cursors. An event counts when it was written before the announcement
+// arrived; its latency is from its transaction's start (now(), at or
+// before its commit) to the announcement's arrival.
+func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
+	out := make(chan receiptSamples, 1)
+	conn, err := pgx.Connect(ctx, db.url)
+	if err != nil {
+		out <- receiptSamples{}
+		return out
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+agentsql.EventsChannel); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		out <- receiptSamples{}
+		return out
+	}
+	reader, err := pgx.Connect(ctx, db.url)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		out <- receiptSamples{}
+		return out
+	}
+	// Notifications are timestamped as they arrive, apart from the reads,
+	// so a slow read never delays the next arrival's clock.
+	type arrival struct {
+		at time.Time
+		a  agentsql.Announcement
+	}
+	arrivals := make(chan arrival, 100000)
+	go func() {
+		defer close(arrivals)
+		defer conn.Close(context.WithoutCancel(ctx))
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			at := time.Now()
+			var a agentsql.Announcement
+			if json.Unmarshal([]byte(n.Payload), &a) == nil {
+				arrivals <- arrival{at, a}
+			}
+		}
+	}()
+	go func() {
+		defer reader.Close(context.WithoutCancel(ctx))
+		var s receiptSamples
+		cursor := map[uuid.UUID]int{}
+		for n := range arrivals {
+			seqs := make([]int32, len(n.a.Tasks))
+			for i, t := range n.a.Tasks {
+				seqs[i] = int32(cursor[t])
+			}
+			rows, err := reader.Query(context.WithoutCancel(ctx), `SELECT e.task_id, e.seq, e.created_at FROM agent_events e
+				JOIN unnest($1::uuid[], $2::int[]) c(t, s) ON e.task_id = c.t AND e.seq > c.s
+				ORDER BY e.task_id, e.seq`, n.a.Tasks, seqs)
+			if err != nil {
+				continue
+			}
+			late := map[uuid.UUID]bool{}
+			for rows.Next() {
+				var (
+					task    uuid.UUID
+					seq     int
+					created time.Time
+				)
+				if rows.Scan(&task, &seq, &created) != nil || late[task] {
+					continue
+				}
+				if created.After(n.at) { // written after this announcement: a later one covers it
+					late[task] = true
+					continue
+				}
+				s.lat = append(s.lat, n.at.Sub(created))
+				cursor[task] = seq
+			}
+			rows.Close()
+		}
+		out <- s
+	}()
+	return out
+}
+
+// commits returns the commits counted for db's database so far.
+func commits(ctx context.Context, db *database) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read commits: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentworker/agentworker/llm/scripted"
+	"github.com/agentworker/agentworker/worker"
+)
+
+// Replicas is throughput by the number of `agentworker serve` processes
+// sharing one database, with an instant model.
+type Replicas struct {
+	Tasks int          `json:"tasks"`
+	Runs  []ReplicaRun `json:"runs"`
+}
+
+// ReplicaRun is one replica count's result. CPU is per task: the serve
+// processes' own (user + system), and that of the database's backends.
+type ReplicaRun struct {
+	Replicas             int     `json:"replicas"`
+	TasksPerS            float64 `json:"tasks_per_s"`
+	WorkerCPUMSPerTask   float64 `json:"worker_cpu_ms_per_task"`
+	PostgresCPUMSPerTask float64 `json:"postgres_cpu_ms_per_task"`
+	CommitsPerTask       float64 `json:"commits_per_task"`
+}
+
+func runReplicas(ctx context.Context, opts Options, r *Report) error {
+	if opts.Binary == "" {
+		r.note("replicas: skipped (no agentworker binary given)")
+		return nil
+	}
+	n, counts := 1000, []int{1, 2, 4}
+	if opts.Quick {
+		n, counts = 60, []int{1, 2}
+	}
+	model, err := scripted.ListenLoopback(instantModel())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = model.Close() }()
+	r.Replicas.Tasks = n
+	for _, k := range counts {
+		run, err := replicaRun(ctx, opts, model.URL, k, n)
+		if err != nil {
+			return fmt.Errorf("%d replicas: %w", k, err)
+		}
+		r.Replicas.Runs = append(r.Replicas.Runs, run)
+	}
+	r.note("replicas: %d build tasks (instant model, 2 calls, 1 file write) inserted in one statement, worked by 1/2/4 `agentworker serve` processes at the default WORKER_CONCURRENCY on one database; the model runs in the bench process; CPU from /proc (serve processes; the database's backends)", n)
+	return nil
+}
+
+func replicaRun(ctx context.Context, opts Options, modelURL string, k, n int) (ReplicaRun, error) {
+	run := ReplicaRun{Replicas: k}
+	db, err := newDatabase(ctx, opts.AdminURL, 5)
+	if err != nil {
+		return run, err
+	}
+	defer db.drop()
+	dir, err := os.MkdirTemp("", "agentworker-bench-replicas-")
+	if err != nil {
+		return run, err
+	}
+	defer os.RemoveAll(dir)
+	var pids []int
+	for range k {
+		cmd := exec.CommandContext(ctx, opts.Binary, "serve")
+		cmd.Env = append(os.Environ(),
+			"DATABASE_URL="+db.url, "STORAGE_DIR="+dir, "OPENAI_BASE_URL="+modelURL, "OPENAI_API_KEY=bench",
+			"LLM_MODEL=bench", "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=error", "S3_ENDPOINT=", "WORKER_CONCURRENCY="+strconv.Itoa(worker.DefaultConcurrency))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return run, fmt.Errorf("start %s serve: %w", opts.Binary, err)
+		}
+		defer func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		}()
+		pids = append(pids, cmd.Process.Pid)
+	}
+	// Warm-up: one task per replica, so every process is up and connected.
+	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
+		SELECT gen_random_uuid(), 'build', 'warm-up' FROM generate_series(1, $1)`, k); err != nil {
+		return run, err
+	}
+	if err := waitSucceeded(ctx, db, k, time.Minute); err != nil {
+		return run, err
+	}
+
+	backends := newBackendCPU(ctx, db)
+	worker0 := ticksOf(pids)
+	commits0, err := commits(ctx, db)
+	if err != nil {
+		return run, err
+	}
+	t0 := time.Now()
+	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
+		SELECT gen_random_uuid(), 'build', 'replicas' FROM generate_series(1, $1)`, n); err != nil {
+		return run, fmt.Errorf("queue %d tasks: %w", n, err)
+	}
+	if err := waitSucceeded(ctx, db, k+n, 10*time.Minute, backends.sample); err != nil {
+		return run, err
+	}
+	elapsed := time.Since(t0)
+	backends.sample()
+	workerTicks := ticksOf(pids) - worker0
+	time.Sleep(1500 * time.Millisecond) // pg_stat_database's report interval, not a result
+	commits1, err := commits(ctx, db)
+	if err != nil {
+		return run, err
+	}
+	const msPerTick = 10 // USER_HZ is 100 on Linux
+	run.TasksPerS = float64(n) / elapsed.Seconds()
+	run.WorkerCPUMSPerTask = ratio(float64(workerTicks*msPerTick), float64(n))
+	run.PostgresCPUMSPerTask = ratio(float64(backends.total()*msPerTick), float64(n))
+	run.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
+	return run, nil
+}
+
+// waitSucceeded polls until want tasks succeeded, calling each tick
+// function at every poll.
+func waitSucceeded(ctx context.Context, db *database, want int, limit time.Duration, each ...func()) error {
+	deadline := time.Now().Add(limit)
+	for {
+		var done int
+		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM ai_tasks WHERE status = 'succeeded'`).Scan(&done); err != nil {
+			return err
+		}
+		if done >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d tasks succeeded after %s", done, want, limit)
+		}
+		for _, f := range each {
+			f()
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// backendCPU follows the CPU time of a database's backends: those present
+// at the start count from their time then, later ones from zero.
+type backendCPU struct {
+	ctx        context.Context
+	db         *database
+	first, cur map[int]int64
+}
+
+func newBackendCPU(ctx context.Context, db *database) *backendCPU {
+	b := &backendCPU{ctx: ctx, db: db, first: map[int]int64{}, cur: map[int]int64{}}
+	for _, pid := range b.pids() {
+		t := ticksOf([]int{pid})
+		b.first[pid], b.cur[pid] = t, t
+	}
+	return b
+}
+
+func (b *backendCPU) pids() []int {
+	rows, err := b.db.pool.Query(b.ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func (b *backendCPU) sample() {
+	for _, pid := range b.pids() {
+		if t := ticksOf([]int{pid}); t > 0 {
+			b.cur[pid] = t
+		}
+	}
+}
+
+func (b *backendCPU) total() int64 {
+	var sum int64
+	for pid, t := range b.cur {
+		sum += t - b.first[pid]
+	}
+	return sum
+}
+
+// ticksOf sums user and system CPU time of processes, in clock ticks.
+func ticksOf(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces): state is
+		// field 3, utime 14, stime 15.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		sum += u + st
+	}
+	return sum
+}

@@ -1,0 +1,83 @@
+package worker_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/worker"
+)
+
+// barrier answers each task's first model call only once n calls wait at
+// the same time, and every later call at once with finish.
+type barrier struct {
+	n       int
+	mu      sync.Mutex
+	waiting int
+	all     chan struct{}
+}
+
+func (b *barrier) Respond(req *scripted.Request) scripted.Reply {
+	if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" { // a later call of the task
+		return llmtest.Text("done")
+	}
+	b.mu.Lock()
+	b.waiting++
+	if b.waiting == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return llmtest.Call("finish", map[string]string{"summary": "waited together"})
+	case <-time.After(60 * time.Second):
+		return llmtest.Error(500, "") // the barrier never filled
+	}
+}
+
+// A task holds no database connection while it waits for its model: twelve
+// tasks on a pool of four connections are all in a model call at once.
+// Were a connection held across the call, at most four (fewer, with River's
+// own) could wait together, the barrier would never fill, and the tasks
+// would fail.
+func TestNoConnectionHeldAcrossModelCall(t *testing.T) {
+	t.Parallel()
+	const tasks = 12
+	b := &barrier{n: tasks, all: make(chan struct{})}
+	h := setup(t, setupOpts{responder: b, maxConns: 4, concurrency: tasks})
+	ids := make([]uuid.UUID, tasks)
+	for i := range ids {
+		ids[i] = h.insertTask(t, uuid.New(), "chat", "wait with the others")
+	}
+	select {
+	case <-b.all:
+	case <-time.After(60 * time.Second):
+		b.mu.Lock()
+		t.Fatalf("only %d of %d tasks reached their model call together on a pool of 4", b.waiting, tasks)
+	}
+	for _, id := range ids {
+		if _, task := h.waitDone(t, id); task.Status != agentsql.StatusSucceeded {
+			t.Errorf("task %s: %s, %s", id, task.Status, task.Error)
+		}
+	}
+}
+
+func TestPoolSizeFollowsConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		concurrency int
+		want        int32
+	}{{1, 10}, {10, 10}, {200, 20}, {1000, 50}, {100000, 50}} {
+		if got := worker.PoolSize(tc.concurrency); got != tc.want {
+			t.Errorf("PoolSize(%d) = %d, want %d", tc.concurrency, got, tc.want)
+		}
+	}
+	if c := worker.DefaultConfig().Concurrency; c < 100 {
+		t.Errorf("default concurrency %d: an I/O-bound worker should run hundreds", c)
+	}
+}
