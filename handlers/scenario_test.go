@@ -461,10 +461,24 @@ func TestPlanOfAnotherProjectIsNotFound(t *testing.T) {
 	plan := threeStepPlan()
 	res, _ := json.Marshal(handlers.Result{Summary: "secret plan", Plan: &plan})
 	var foreign uuid.UUID
+	// A plan task of another project that succeeded: inserted queued (no
+	// job), held, finished, as the state machine allows.
 	if err := h.pool.QueryRow(t.Context(), `WITH skip AS (SELECT set_config('agentworker.skip_enqueue', 'on', true))
-		INSERT INTO ai_tasks (project_id, type, prompt, status, result) SELECT $1, 'plan', 'theirs', 'succeeded', $2 FROM skip RETURNING id`,
-		uuid.New(), res).Scan(&foreign); err != nil {
+		INSERT INTO ai_tasks (project_id, type, prompt) SELECT $1, 'plan', 'theirs' FROM skip RETURNING id`,
+		uuid.New()).Scan(&foreign); err != nil {
 		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE ai_tasks SET status = 'running', lease_owner = 'test', lease_expires_at = now() + interval '1 hour' WHERE id = $1`,
+		`UPDATE ai_tasks SET status = 'succeeded', result = $2 WHERE id = $1`,
+	} {
+		args := []any{foreign}
+		if strings.Contains(q, "$2") {
+			args = append(args, res)
+		}
+		if _, err := h.pool.Exec(t.Context(), q, args...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	missing := uuid.New()
 	messages := map[uuid.UUID]string{}
