@@ -229,6 +229,7 @@ func trimBlank(block []string) (lead, trail int) {
 	}
 	return lead, trail
 }
+
 // nearest finds the window of file most similar to block.
 func nearest(file, block []string) *NotFoundError {
 	if len(file) == 0 {
