@@ -125,7 +125,7 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 		b.repairs++
 		b.trigger = term.Reason
 		msg, rerr := b.r.prompts.RepairMessage(prompts.Repair{Attempt: b.repairs, MaxAttempts: maxAttempts,
-			Trigger: term.Reason, Error: term.Detail, Touched: b.touched()})
+			Trigger: term.Reason, Error: term.Detail, Touched: b.touched(), FailedCalls: b.lp.failures})
 		if rerr != nil {
 			return "", messages, &taskError{CodeInternal, rerr}
 		}
