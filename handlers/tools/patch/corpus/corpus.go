@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -275,19 +276,14 @@ func fetchGo(ctx context.Context, tmp, module, version string) (map[string][]byt
 	return files, nil
 }
 
-// fetchNPM downloads a package version with npm pack and reads its tarball.
+// fetchNPM downloads a package version with npm pack (or, without npm,
+// from the registry's tarball address, as npm does) and reads its tarball.
 func fetchNPM(ctx context.Context, tmp, pkg, version string) (map[string][]byte, error) {
-	out, err := run(ctx, tmp, nil, "npm", "pack", "--json", "--ignore-scripts", "--pack-destination", tmp, pkg+"@"+version)
+	tarball, err := npmPack(ctx, tmp, pkg, version)
 	if err != nil {
 		return nil, err
 	}
-	var packed []struct {
-		Filename string `json:"filename"`
-	}
-	if err := json.Unmarshal(out, &packed); err != nil || len(packed) != 1 {
-		return nil, fmt.Errorf("%w: npm pack %s@%s: unexpected output %q", ErrUnavailable, pkg, version, lastLines(string(out), 3))
-	}
-	f, err := os.Open(filepath.Join(tmp, packed[0].Filename))
+	f, err := os.Open(tarball)
 	if err != nil {
 		return nil, fmt.Errorf("corpus %s@%s: %w", pkg, version, err)
 	}
@@ -317,6 +313,53 @@ func fetchNPM(ctx context.Context, tmp, pkg, version string) (map[string][]byte,
 		files[name] = b
 	}
 	return files, nil
+}
+
+func npmPack(ctx context.Context, tmp, pkg, version string) (string, error) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		registry := strings.TrimSuffix(os.Getenv("npm_config_registry"), "/")
+		if registry == "" {
+			registry = "https://registry.npmjs.org"
+		}
+		_, base, _ := strings.Cut(pkg, "/")
+		if !strings.HasPrefix(pkg, "@") {
+			base = pkg
+		}
+		url := fmt.Sprintf("%s/%s/-/%s-%s.tgz", registry, pkg, base, version)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return "", fmt.Errorf("corpus %s@%s: %w", pkg, version, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", fmt.Errorf("%w: GET %s: %v", ErrUnavailable, url, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("%w: GET %s: %s", ErrUnavailable, url, resp.Status)
+		}
+		file := filepath.Join(tmp, "package.tgz")
+		f, err := os.Create(file)
+		if err != nil {
+			return "", fmt.Errorf("corpus %s@%s: %w", pkg, version, err)
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			return "", fmt.Errorf("%w: GET %s: %v", ErrUnavailable, url, err)
+		}
+		return file, f.Close()
+	}
+	out, err := run(ctx, tmp, nil, "npm", "pack", "--json", "--ignore-scripts", "--fetch-retries=1", "--fetch-timeout=30000", "--pack-destination", tmp, pkg+"@"+version)
+	if err != nil {
+		return "", err
+	}
+	var packed []struct {
+		Filename string `json:"filename"`
+	}
+	if err := json.Unmarshal(out, &packed); err != nil || len(packed) != 1 {
+		return "", fmt.Errorf("%w: npm pack %s@%s: unexpected output %q", ErrUnavailable, pkg, version, lastLines(string(out), 3))
+	}
+	return filepath.Join(tmp, packed[0].Filename), nil
 }
 
 // Selection bounds the files Build takes from a package.
