@@ -386,73 +386,55 @@ func (c *tsconfig) holds(file string) bool {
 
 // jsonc strips the comments and trailing commas tsconfig files allow.
 func jsonc(b []byte) []byte {
-	return trailingCommas(stripComments(b))
-}
-
-func stripComments(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	inStr := false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
+	noComments := outsideStrings(b, func(b []byte, i int, out []byte) ([]byte, int) {
 		switch {
-		case inStr:
-			out = append(out, c)
-			if c == '\\' && i+1 < len(b) {
-				i++
-				out = append(out, b[i])
-			} else if c == '"' {
-				inStr = false
-			}
-		case c == '"':
-			inStr = true
-			out = append(out, c)
-		case c == '/' && i+1 < len(b) && b[i+1] == '/':
+		case b[i] == '/' && i+1 < len(b) && b[i+1] == '/':
 			for i < len(b) && b[i] != '\n' {
 				i++
 			}
-			out = append(out, '\n')
-		case c == '/' && i+1 < len(b) && b[i+1] == '*':
-			i += 2
-			for i+1 < len(b) && !(b[i] == '*' && b[i+1] == '/') {
-				i++
+			return out, i
+		case b[i] == '/' && i+1 < len(b) && b[i+1] == '*':
+			end := strings.Index(string(b[i+2:]), "*/")
+			if end < 0 {
+				return out, len(b)
 			}
-			i++
-			out = append(out, ' ')
-		default:
-			out = append(out, c)
+			return append(out, ' '), i + 2 + end + 2
 		}
-	}
-	return out
-}
-
-func trailingCommas(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	inStr := false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		switch {
-		case inStr:
-			out = append(out, c)
-			if c == '\\' && i+1 < len(b) {
-				i++
-				out = append(out, b[i])
-			} else if c == '"' {
-				inStr = false
-			}
-		case c == '"':
-			inStr = true
-			out = append(out, c)
-		case c == ',':
+		return append(out, b[i]), i + 1
+	})
+	return outsideStrings(noComments, func(b []byte, i int, out []byte) ([]byte, int) {
+		if b[i] == ',' {
 			j := i + 1
 			for j < len(b) && strings.IndexByte(" \t\r\n", b[j]) >= 0 {
 				j++
 			}
-			if j == len(b) || b[j] != '}' && b[j] != ']' {
-				out = append(out, c)
+			if j == len(b) || b[j] == '}' || b[j] == ']' {
+				return out, i + 1
 			}
-		default:
-			out = append(out, c)
 		}
+		return append(out, b[i]), i + 1
+	})
+}
+
+// outsideStrings copies JSON text: strings as they are, every other byte
+// through fn, which appends what it keeps and says where to go on.
+func outsideStrings(b []byte, fn func(b []byte, i int, out []byte) ([]byte, int)) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		if b[i] != '"' {
+			out, i = fn(b, i, out)
+			continue
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			if b[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		j = min(j+1, len(b))
+		out = append(out, b[i:j]...)
+		i = j
 	}
 	return out
 }
