@@ -91,8 +91,8 @@ type loop struct {
 	outcomes []bool          // success of the last calls, for the error rate
 	alerted  map[string]bool // alert kinds raised this run
 
-	history     []string          // signatures of the calls made
-	writes      int               // successful write calls so far
+	history []string // signatures of the calls made
+	writes  int      // successful write calls so far
 	// failed holds each failed call by signature, with the state of what
 	// it depends on: an identical repeat in the same state is answered
 	// with the earlier error instead of being run again.
@@ -101,7 +101,7 @@ type loop struct {
 	pathWrites map[string]int
 	// failures are the distinct calls that failed since the last repair
 	// attempt, oldest first, quoted in the repair message.
-	failures []prompts.FailedCall
+	failures    []prompts.FailedCall
 	summaries   map[string]string // tool_call_id → one-line result
 	touched     map[string]bool   // paths changed
 	problems    []string          // the last failed calls, for condensation notes
