@@ -159,3 +159,40 @@ func TestMultiFileProjects(t *testing.T) {
 		})
 	}
 }
+
+// TestMovedFileKeepsItsBaseline moves a file with a broken import: the
+// import was broken at its old path, so it is not the move's doing; a file
+// importing the old path is broken by the move.
+func TestMovedFileKeepsItsBaseline(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		importer bool
+	}{{"Alone", false}, {"WithImporter", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			before, after := loadProject(t, "vite-react-ts"), loadProject(t, "vite-react-ts")
+			if tt.importer {
+				for _, s := range []*storage.Local{before, after} {
+					if _, err := s.Write(t.Context(), "p", "src/reports.ts", []byte("export { report } from './legacy/report'\n")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := after.Move(t.Context(), "p", "src/legacy/report.ts", "src/legacy/monthly.ts", false); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := verify.CheckChange(t.Context(), before, after, "p",
+				[]verify.Change{{Path: "src/legacy/monthly.ts", From: "src/legacy/report.ts"}}, []string{"src/legacy/report.ts"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Preexisting) != 1 || rep.Passed() == tt.importer {
+				t.Fatalf("report:\n%s", rep)
+			}
+			if tt.importer && (len(rep.Problems) != 1 || rep.Problems[0].Path != "src/reports.ts") {
+				t.Fatalf("report:\n%s", rep)
+			}
+		})
+	}
+}
