@@ -65,6 +65,9 @@ func editFileTool() Tool {
 				}
 				updated, line = e.Content, e.Line
 				how = fmt.Sprintf("replaced %d place(s) (%s) at line %d", e.Replaced, e.Layer, e.Line)
+				if e.BlankLines {
+					how += ", leaving out blank lines around old_string that the file does not have there"
+				}
 			} else {
 				end := args.StartLine
 				if args.EndLine != nil {

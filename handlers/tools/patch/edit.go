@@ -10,6 +10,9 @@ type Edit struct {
 	Layer    Layer
 	Replaced int // number of places replaced
 	Line     int // 1-based first line of the first replacement
+	// BlankLines is set when blank lines at the start or end of old, which
+	// the file lacks there, were left out to find it.
+	BlankLines bool
 }
 
 // Replace replaces old with new in content. Without replaceAll, old must
@@ -28,12 +31,14 @@ func Replace(content, old, new string, replaceAll bool) (Edit, error) {
 	repl := snippetLines(new)
 	f := newFinder(d.bodies())
 	layer, starts := f.find(block, 0)
+	trimmed := false
 	if len(starts) == 0 {
 		// Blank lines around the text that the file lacks there.
 		if lead, trail := trimBlank(block); lead+trail > 0 {
 			block = block[lead : len(block)-trail]
 			repl = trimBlankN(repl, lead, trail)
 			layer, starts = f.find(block, 0)
+			trimmed = true
 		}
 	}
 	if len(starts) == 0 {
@@ -51,7 +56,7 @@ func Replace(content, old, new string, replaceAll bool) (Edit, error) {
 		}
 		d = d.splice(s, s+len(block), r)
 	}
-	return Edit{Content: d.String(), Layer: layer, Replaced: len(starts), Line: starts[0] + 1}, nil
+	return Edit{Content: d.String(), Layer: layer, Replaced: len(starts), Line: starts[0] + 1, BlankLines: trimmed}, nil
 }
 
 // trimBlankN drops up to lead leading and trail trailing blank lines.
