@@ -42,19 +42,25 @@ type taskRun struct {
 	baseRuns   map[string]sandbox.Outcome
 }
 
-// check runs the static checks over the files the change set writes.
+// check runs the static checks over the files the change set writes (and
+// those importing what it deletes), in the project as it was and as the
+// change set leaves it: only problems the build introduced fail them.
 func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 	entries, err := b.cs.Entries(ctx)
 	if err != nil {
 		return verify.Report{}, err
 	}
-	var paths []string
+	var changed []verify.Change
+	var removed []string
 	for _, e := range entries {
-		if e.Op == agentsql.ChangeWrite {
-			paths = append(paths, e.Path)
+		switch e.Op {
+		case agentsql.ChangeWrite:
+			changed = append(changed, verify.Change{Path: e.Path, From: e.FromPath})
+		case agentsql.ChangeDelete:
+			removed = append(removed, e.Path)
 		}
 	}
-	rep, err := verify.Check(ctx, b.cs, b.task.ProjectID.String(), paths)
+	rep, err := verify.CheckChange(ctx, b.r.deps.Store, b.cs, b.task.ProjectID.String(), changed, removed)
 	if err != nil {
 		return rep, err
 	}
@@ -64,7 +70,7 @@ func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 		level = events.LevelWarn
 	}
 	_, err = b.rec.Emit(ctx, events.Log{Level: level, Message: "static checks: " + firstLine(rep.String()),
-		Metadata: map[string]any{"checked": rep.Checked, "problems": rep.Problems}})
+		Metadata: map[string]any{"checked": rep.Checked, "problems": rep.Problems, "preexisting": rep.Preexisting, "unchecked": rep.Unchecked}})
 	return rep, err
 }
 
@@ -134,7 +140,7 @@ func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 		b.repairs++
 		b.trigger = term.Reason
 		msg, rerr := b.r.prompts.RepairMessage(prompts.Repair{Attempt: b.repairs, MaxAttempts: maxAttempts,
-			Trigger: term.Reason, Error: term.Detail, Touched: b.touched()})
+			Trigger: term.Reason, Error: term.Detail, Touched: b.touched(), FailedCalls: b.lp.failures})
 		if rerr != nil {
 			return "", messages, &taskError{CodeInternal, rerr}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -92,8 +93,17 @@ type loop struct {
 	outcomes []bool          // success of the last calls, for the error rate
 	alerted  map[string]bool // alert kinds raised this run
 
-	history     []string          // signatures of the calls made
-	writes      int               // successful write calls so far
+	history []string // signatures of the calls made
+	writes  int      // successful write calls so far
+	// failed holds each failed call by signature, with the state of what
+	// it depends on: an identical repeat in the same state is answered
+	// with the earlier error instead of being run again.
+	failed map[string]failedCall
+	// pathWrites counts the successful changes of each path.
+	pathWrites map[string]int
+	// failures are the distinct calls that failed since the last repair
+	// attempt, oldest first, quoted in the repair message.
+	failures    []prompts.FailedCall
 	summaries   map[string]string // tool_call_id → one-line result
 	touched     map[string]bool   // paths changed
 	problems    []string          // the last failed calls, for condensation notes
@@ -101,12 +111,116 @@ type loop struct {
 }
 
 // grant lets a repair attempt run at least budget more iterations, with
-// fresh failure and oscillation counters.
+// fresh failure and oscillation counters. The failed calls stay known: a
+// repair attempt does not get to repeat them.
 func (l *loop) grant(budget int) {
 	l.maxIterations = max(l.maxIterations, l.iterations+budget)
 	l.granted = l.maxIterations
 	l.consecutive = 0
 	l.history = nil
+	l.failures = nil
+}
+
+// failedCall is a call that failed and the state it failed in.
+type failedCall struct {
+	output    string // what the model got
+	message   string // the error, one line
+	iteration int
+	state     string
+}
+
+// notRunPrefix starts the summary of a repeat answered without running.
+const notRunPrefix = "not run: repeats a failed call: "
+
+// retriedOnFailure are the tools whose failure may pass on its own (an
+// image service, a question), so an identical call is run again.
+var retriedOnFailure = map[string]bool{"generate_image": true, "request_input": true}
+
+// callKey is a call's signature: its name and canonical arguments.
+func callKey(call llm.ToolCall) string {
+	return call.Name + " " + canonicalArgs(call.Arguments)
+}
+
+// stateOf names the state a call's outcome depends on: the versions of
+// the paths it names, or of the whole project when it names none.
+func (l *loop) stateOf(call llm.ToolCall) string {
+	var args map[string]any
+	_ = json.Unmarshal([]byte(call.Arguments), &args)
+	var parts []string
+	for _, k := range []string{"path", "fromPath", "toPath"} {
+		if p, ok := args[k].(string); ok {
+			parts = append(parts, fmt.Sprintf("%s@%d", p, l.pathWrites[p]))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("project@%d", l.writes)
+	}
+	return strings.Join(parts, ",")
+}
+
+// repeated answers a call identical to one that already failed, in the
+// same state, with that failure, without running it.
+func (l *loop) repeated(call llm.ToolCall) (tools.Result, bool) {
+	if retriedOnFailure[call.Name] {
+		return tools.Result{}, false
+	}
+	f, ok := l.failed[callKey(call)]
+	if !ok || f.state != l.stateOf(call) {
+		return tools.Result{}, false
+	}
+	var earlier any = f.output
+	if json.Valid([]byte(f.output)) {
+		earlier = json.RawMessage(f.output)
+	}
+	msg := fmt.Sprintf("not run: this exact call already failed at iteration %d, and nothing it depends on has changed since; it failed with: %s", f.iteration, f.message)
+	r := tools.FailWith(msg, "change the arguments to fix what the error says (read the file again and copy the text exactly), or take another approach",
+		map[string]any{"earlierResult": earlier})
+	r.Summary = notRunPrefix + f.message
+	return r, true
+}
+
+// remember notes a failed call, for repeats and the repair message.
+func (l *loop) remember(call llm.ToolCall, res tools.Result) {
+	if retriedOnFailure[call.Name] {
+		return
+	}
+	if l.failed == nil {
+		l.failed = map[string]failedCall{}
+	}
+	key := callKey(call)
+	f, seen := l.failed[key]
+	if !seen || !strings.HasPrefix(res.Summary, notRunPrefix) {
+		// A repeat keeps the first failure: its error is the one to quote.
+		f = failedCall{output: res.Output, message: errorOf(res), iteration: l.iterations, state: l.stateOf(call)}
+		l.failed[key] = f
+	}
+	msg := f.message
+	quoted := call.Name + " " + clip(canonicalArgs(call.Arguments), 1500)
+	for i, f := range l.failures {
+		if f.Call == quoted {
+			l.failures = append(l.failures[:i], l.failures[i+1:]...)
+			break
+		}
+	}
+	l.failures = append(l.failures, prompts.FailedCall{Call: quoted, Error: clip(msg, 600)})
+	if len(l.failures) > 3 {
+		l.failures = l.failures[len(l.failures)-3:]
+	}
+}
+
+// errorOf is a failed result's error message.
+func errorOf(res tools.Result) string {
+	var body struct {
+		Error string `json:"error"`
+		Hint  string `json:"hint"`
+	}
+	if json.Unmarshal([]byte(res.Output), &body) == nil && body.Error != "" {
+		if body.Hint != "" {
+			return body.Error + " (hint: " + body.Hint + ")"
+		}
+		return body.Error
+	}
+	return res.Summary
 }
 
 // toolStartDelay is how long a tool runs before its tool_start event is
@@ -285,11 +399,20 @@ func (l *loop) account(call llm.ToolCall, res tools.Result) *TerminationError {
 		l.consecutive = 0
 		if len(res.Changes) > 0 {
 			l.writes++
+			if l.pathWrites == nil {
+				l.pathWrites = map[string]int{}
+			}
 			for _, c := range res.Changes {
 				l.touched[c.Path] = true
+				for _, p := range []string{c.Path, c.FromPath, c.ToPath} {
+					if p != "" {
+						l.pathWrites[p]++
+					}
+				}
 			}
 		}
 	} else {
+		l.remember(call, res)
 		l.consecutive++
 		l.problems = append(l.problems, call.Name+": "+res.Summary)
 		if len(l.problems) > 3 {
@@ -475,7 +598,10 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 		flushed <- err
 	})
 	start := time.Now()
-	res := l.registry.Call(ctx, l.env, call.Name, call.Arguments)
+	res, repeat := l.repeated(call)
+	if !repeat {
+		res = l.registry.Call(ctx, l.env, call.Name, call.Arguments)
+	}
 	if !timer.Stop() {
 		// The flush ran or is running: wait for it, so nothing written after
 		// it can take an earlier seq.

@@ -40,6 +40,15 @@ type Repair struct {
 	Trigger     string // the termination reason
 	Error       string
 	Touched     []string
+	// FailedCalls are the calls that failed since the last repair, quoted
+	// exactly, so the model sees what not to send again.
+	FailedCalls []FailedCall
+}
+
+// FailedCall is one failed tool call and its error.
+type FailedCall struct {
+	Call  string // name and arguments, as the model sent them
+	Error string
 }
 
 // CodeGen is what the code generation prompt of a plan step is rendered with.

@@ -56,7 +56,8 @@ func TestRenderedPrompts(t *testing.T) {
 		golden(t, tt.name, got)
 	}
 	repair, err := set.RepairMessage(prompts.Repair{Attempt: 1, MaxAttempts: 2, Trigger: "tool_failures",
-		Error: "3 consecutive tool calls failed; last: edit_file: not found", Touched: []string{"src/a.ts"}})
+		Error: "3 consecutive tool calls failed; last: edit_file: not found", Touched: []string{"src/a.ts"},
+		FailedCalls: []prompts.FailedCall{{Call: `edit_file {"new_string":"b","old_string":"a","path":"src/a.ts"}`, Error: "edit_file src/a.ts: the text to replace was not found"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,9 @@ func editFileTool() Tool {
 				}
 				updated, line = e.Content, e.Line
 				how = fmt.Sprintf("replaced %d place(s) (%s) at line %d", e.Replaced, e.Layer, e.Line)
+				if e.BlankLines {
+					how += ", leaving out blank lines around old_string that the file does not have there"
+				}
 			} else {
 				end := args.StartLine
 				if args.EndLine != nil {
@@ -101,7 +104,7 @@ func editFail(p string, err error) Result {
 		return Fail(fmt.Sprintf("edit_file %s: %v", p, err),
 			"copy old_string exactly from the lines above (· is a space, → a tab, ⏎ the end of a line), or read_file the range first")
 	case errors.As(err, &amb):
-		return Fail(fmt.Sprintf("edit_file %s: %v", p, err), "")
+		return Fail(fmt.Sprintf("edit_file %s: %v", p, err), "add lines around old_string until it names one place, or set replace_all to change every one")
 	case errors.As(err, &rng):
 		return Fail(fmt.Sprintf("edit_file %s: %v", p, err), "read_file shows the line numbers")
 	}
@@ -149,6 +152,8 @@ func applyPatchTool() Tool {
 				// conditional is false for a move's target.
 				ifMatch     string
 				conditional bool
+				replaced    bool // an Add over an existing file
+				notes       []string
 			}
 			var writes []write
 			var deletes []string
@@ -159,12 +164,17 @@ func applyPatchTool() Tool {
 				}
 				switch op.Kind {
 				case patch.Add:
-					if _, err := env.Store.Stat(ctx, env.ProjectID, p); err == nil {
-						return Fail(fmt.Sprintf("apply_patch: cannot add %s: it already exists; nothing was applied", p), "update the file instead")
-					} else if !errors.Is(err, storage.ErrNotFound) {
+					// Adding a file that exists replaces it, as the V4A
+					// format's reference applier does; the result says so.
+					info, err := env.Store.Stat(ctx, env.ProjectID, p)
+					switch {
+					case err == nil:
+						writes = append(writes, write{path: p, op: events.OpUpdate, content: []byte(op.Content), ifMatch: info.ETag, conditional: true, replaced: true})
+					case errors.Is(err, storage.ErrNotFound):
+						writes = append(writes, write{path: p, op: events.OpCreate, content: []byte(op.Content), conditional: true})
+					default:
 						return storageFail("apply_patch", p, err)
 					}
-					writes = append(writes, write{path: p, op: events.OpCreate, content: []byte(op.Content), conditional: true})
 				case patch.Delete:
 					if _, err := env.Store.Stat(ctx, env.ProjectID, p); err != nil {
 						return storageFail("apply_patch", p, err)
@@ -175,29 +185,40 @@ func applyPatchTool() Tool {
 					if err != nil {
 						return storageFail("apply_patch", p, err)
 					}
-					updated, err := patch.ApplyHunks(p, string(content), op.Hunks)
+					applied, err := patch.Apply(p, string(content), op.Hunks)
 					if err != nil {
 						var nf *patch.NotFoundError
+						var amb *patch.AmbiguousError
 						hint := ""
-						if errors.As(err, &nf) {
+						switch {
+						case errors.As(err, &nf):
 							hint = "fix the hunk's context and removed lines to match the file (· is a space, → a tab, ⏎ the end of a line)"
+						case errors.As(err, &amb):
+							hint = "add context lines (or, in V4A, an @@ line naming the enclosing function or class) until the hunk names one place"
 						}
 						return Fail("apply_patch: "+err.Error()+"; nothing was applied", hint)
 					}
+					updated := applied.Content
+					var notes []string
+					for i, h := range applied.Hunks {
+						if h.Layer != patch.Exact {
+							notes = append(notes, fmt.Sprintf("%s hunk %d matched at line %d %s", p, i+1, h.Line, h.Layer))
+						}
+					}
 					if op.MoveTo == "" {
-						writes = append(writes, write{path: p, op: events.OpUpdate, content: []byte(updated), ifMatch: read.ETag, conditional: true})
+						writes = append(writes, write{path: p, op: events.OpUpdate, content: []byte(updated), ifMatch: read.ETag, conditional: true, notes: notes})
 						continue
 					}
 					to, err := storage.CleanPath(op.MoveTo)
 					if err != nil {
 						return storageFail("apply_patch", op.MoveTo, err)
 					}
-					writes = append(writes, write{path: to, op: events.OpMove, from: p, content: []byte(updated)})
+					writes = append(writes, write{path: to, op: events.OpMove, from: p, content: []byte(updated), notes: notes})
 					deletes = append(deletes, p)
 				}
 			}
 			var changes []events.FileUpdate
-			var done []string
+			var done, notes []string
 			for _, w := range writes {
 				var info storage.FileInfo
 				if w.conditional {
@@ -214,7 +235,15 @@ func applyPatchTool() Tool {
 					u.FromPath, u.ToPath = w.from, w.path
 				}
 				changes = append(changes, u)
-				done = append(done, w.op+" "+w.path)
+				if w.replaced {
+					u.Summary = fmt.Sprintf("replace %s by patch (*** Add File over an existing file)", w.path)
+					changes[len(changes)-1] = u
+					done = append(done, "replace "+w.path)
+					notes = append(notes, fmt.Sprintf("%s already existed: *** Add File replaced its whole content", w.path))
+				} else {
+					done = append(done, w.op+" "+w.path)
+				}
+				notes = append(notes, w.notes...)
 			}
 			for _, p := range deletes {
 				if err := env.Store.Delete(ctx, env.ProjectID, p); err != nil && !errors.Is(err, storage.ErrNotFound) {
@@ -226,7 +255,11 @@ func applyPatchTool() Tool {
 				}
 			}
 			summary := "patch applied: " + strings.Join(done, ", ")
-			r := OK(summary, map[string]any{"applied": done})
+			body := map[string]any{"applied": done}
+			if len(notes) > 0 {
+				body["notes"] = notes
+			}
+			r := OK(summary, body)
 			r.Changes = changes
 			return r
 		},

@@ -1,7 +1,19 @@
 // Package verify checks a build's changes before the build may finish,
 // without a shell: TS/TSX/JS/JSX/CSS files must parse (esbuild's Go API),
-// relative imports must resolve to files that exist, bare imports must be
-// declared in package.json, and JSON files must parse.
+// their imports must resolve, and JSON files must parse.
+//
+// Imports resolve as the toolchain resolves them: relative files (with
+// extensions, index files, and ".js" names of ".ts" sources), tsconfig or
+// jsconfig paths and baseUrl (following extends and references),
+// package.json imports ("#x") and exports, workspace packages, declared
+// dependencies, and Node's builtins, type-only imports included. An import
+// that may be an alias of a bundler config the checks do not evaluate is
+// reported as unchecked, never as a problem.
+//
+// Checks judge the change, not the project: [CheckChange] checks each
+// changed file as it was before the change and as it is after, and only a
+// problem the change introduced fails the check. Problems that were there
+// before are reported as information.
 package verify
 
 import (
@@ -10,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,7 +40,7 @@ const (
 	CheckJSON       = "json"
 )
 
-// Files is what the checks read: the project as the build left it.
+// Files is what the checks read: one state of the project.
 type Files interface {
 	Read(ctx context.Context, projectID, path string) ([]byte, storage.FileInfo, error)
 	List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error)
@@ -41,30 +55,63 @@ type Problem struct {
 	Message string `json:"message"`
 }
 
-// Report is the outcome of the checks over a set of files.
-type Report struct {
-	Checked  []string  `json:"checked"`
-	Skipped  []string  `json:"skipped,omitempty"` // changed files no check applies to
-	Problems []Problem `json:"problems"`
+func (p Problem) String() string {
+	loc := p.Path
+	switch {
+	case p.Line > 0 && p.Column > 0:
+		loc = fmt.Sprintf("%s:%d:%d", p.Path, p.Line, p.Column)
+	case p.Line > 0:
+		loc = fmt.Sprintf("%s:%d", p.Path, p.Line)
+	}
+	return fmt.Sprintf("%s [%s] %s", loc, p.Check, p.Message)
 }
 
-// Passed reports whether no check failed.
+// key identifies a problem across the two states of a change: the same
+// check and message in the same file, wherever the line moved.
+func (p Problem) key() string { return p.Path + "\x00" + p.Check + "\x00" + p.Message }
+
+// Report is the outcome of the checks over a set of files.
+type Report struct {
+	Checked []string `json:"checked"`
+	Skipped []string `json:"skipped,omitempty"` // changed files no check applies to
+	// Problems are what the change introduced; they fail the check.
+	Problems []Problem `json:"problems"`
+	// Preexisting problems were there before the change: information.
+	Preexisting []Problem `json:"preexisting,omitempty"`
+	// Unchecked imports are those the checks cannot judge (an alias of a
+	// bundler config they do not evaluate): information.
+	Unchecked []Problem `json:"unchecked,omitempty"`
+}
+
+// Passed reports whether the change introduced no problem.
 func (r Report) Passed() bool { return len(r.Problems) == 0 }
 
 // String renders the report for the model.
 func (r Report) String() string {
-	if r.Passed() {
-		return fmt.Sprintf("static checks passed for %d file(s)", len(r.Checked))
-	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d problem(s) in the changed files:\n", len(r.Problems))
-	for _, p := range r.Problems {
-		loc := p.Path
-		if p.Line > 0 {
-			loc = fmt.Sprintf("%s:%d:%d", p.Path, p.Line, p.Column)
+	if r.Passed() {
+		fmt.Fprintf(&b, "static checks passed for %d file(s)\n", len(r.Checked))
+	} else {
+		fmt.Fprintf(&b, "%d problem(s) introduced by the changes:\n", len(r.Problems))
+		for _, p := range r.Problems {
+			fmt.Fprintf(&b, "- %s\n", p)
 		}
-		fmt.Fprintf(&b, "- %s [%s] %s\n", loc, p.Check, p.Message)
 	}
+	list := func(title string, ps []Problem) {
+		if len(ps) == 0 {
+			return
+		}
+		b.WriteString(title)
+		for i, p := range ps {
+			if i == 10 {
+				fmt.Fprintf(&b, "- … and %d more\n", len(ps)-10)
+				break
+			}
+			fmt.Fprintf(&b, "- %s\n", p)
+		}
+	}
+	list(fmt.Sprintf("For information, not to fix unless the task asks: %d problem(s) were there before the changes:\n", len(r.Preexisting)), r.Preexisting)
+	list("Not checked (the checks cannot tell):\n", r.Unchecked)
 	return b.String()
 }
 
@@ -74,54 +121,172 @@ var loaders = map[string]api.Loader{
 	".css": api.LoaderCSS,
 }
 
-// resolveExts are tried, in order, after an extensionless relative import.
-var resolveExts = []string{".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".json", ".css", ".vue", ".svelte", ".d.ts"}
+// Change is one file a change set writes.
+type Change struct {
+	Path string // where the change leaves it
+	From string // where it was before, when the change moved it; "" for Path
+}
 
-// Check runs the checks over the given files (the ones a build wrote).
+// Check runs the checks over the given files of one project state, every
+// problem counted.
 func Check(ctx context.Context, files Files, projectID string, paths []string) (Report, error) {
-	rep := Report{Checked: []string{}, Problems: []Problem{}}
-	all, err := files.List(ctx, projectID, "")
+	after, err := newProject(ctx, files, projectID)
 	if err != nil {
-		return rep, fmt.Errorf("verify: list project: %w", err)
+		return Report{}, err
 	}
-	exists := make(map[string]bool, len(all))
-	for _, f := range all {
-		exists[f.Path] = true
-	}
-	deps := newDeps(ctx, files, projectID, exists)
+	rep := Report{Checked: []string{}, Problems: []Problem{}}
 	sorted := append([]string{}, paths...)
 	sort.Strings(sorted)
 	for _, p := range sorted {
-		if err := ctx.Err(); err != nil {
+		found, err := checkFile(ctx, after, p, &rep)
+		if err != nil {
 			return rep, err
 		}
-		ext := strings.ToLower(path.Ext(p))
-		loader, isCode := loaders[ext]
-		if !isCode && ext != ".json" {
-			rep.Skipped = append(rep.Skipped, p)
-			continue
-		}
-		content, _, err := files.Read(ctx, projectID, p)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue
-		}
+		rep.Problems = append(rep.Problems, found.problems...)
+		rep.Unchecked = append(rep.Unchecked, found.unsure...)
+	}
+	return rep, nil
+}
+
+// CheckChange checks the files a change writes in the project after the
+// change, and the same files in the project before it: only the problems
+// the change introduced fail the report. removed are the paths the change
+// deletes or moves away; the files that import them are checked too, so a
+// deletion that breaks an import elsewhere is caught.
+func CheckChange(ctx context.Context, before, after Files, projectID string, changed []Change, removed []string) (Report, error) {
+	was, err := newProject(ctx, before, projectID)
+	if err != nil {
+		return Report{}, err
+	}
+	is, err := newProject(ctx, after, projectID)
+	if err != nil {
+		return Report{}, err
+	}
+	changed = append(changed, is.dependents(removed, changed)...)
+	sort.SliceStable(changed, func(i, j int) bool { return changed[i].Path < changed[j].Path })
+	changed = slices.CompactFunc(changed, func(a, b Change) bool { return a.Path == b.Path })
+	rep := Report{Checked: []string{}, Problems: []Problem{}}
+	for _, c := range changed {
+		found, err := checkFile(ctx, is, c.Path, &rep)
 		if err != nil {
-			return rep, fmt.Errorf("verify: read %s: %w", p, err)
+			return rep, err
 		}
-		rep.Checked = append(rep.Checked, p)
-		if ext == ".json" {
-			rep.Problems = append(rep.Problems, checkJSON(p, content)...)
+		if len(found.problems) == 0 && len(found.unsure) == 0 {
 			continue
 		}
-		problems, imports := parse(p, string(content), loader)
-		rep.Problems = append(rep.Problems, problems...)
-		for _, imp := range imports {
-			if pr := resolve(p, imp, exists, deps); pr != nil {
-				rep.Problems = append(rep.Problems, *pr)
+		from := c.From
+		if from == "" {
+			from = c.Path
+		}
+		var old findings
+		if was.exists[from] {
+			var scratch Report
+			if old, err = checkFile(ctx, was, from, &scratch); err != nil {
+				return rep, err
+			}
+		}
+		seen := map[string]int{}
+		for _, p := range old.problems {
+			p.Path = c.Path
+			seen[p.key()]++
+		}
+		for _, p := range found.problems {
+			if seen[p.key()] > 0 {
+				seen[p.key()]--
+				rep.Preexisting = append(rep.Preexisting, p)
+			} else {
+				rep.Problems = append(rep.Problems, p)
+			}
+		}
+		rep.Unchecked = append(rep.Unchecked, found.unsure...)
+	}
+	return rep, nil
+}
+
+// findings are the problems of one file in one state.
+type findings struct {
+	problems []Problem
+	unsure   []Problem
+}
+
+// checkFile checks one file of a project state, noting it as checked or
+// skipped in rep.
+func checkFile(ctx context.Context, p *project, file string, rep *Report) (findings, error) {
+	var f findings
+	if err := ctx.Err(); err != nil {
+		return f, err
+	}
+	ext := strings.ToLower(path.Ext(file))
+	loader, isCode := loaders[ext]
+	if !isCode && ext != ".json" {
+		rep.Skipped = append(rep.Skipped, file)
+		return f, nil
+	}
+	content, _, err := p.files.Read(ctx, p.id, file)
+	if errors.Is(err, storage.ErrNotFound) {
+		return f, nil
+	}
+	if err != nil {
+		return f, fmt.Errorf("verify: read %s: %w", file, err)
+	}
+	rep.Checked = append(rep.Checked, file)
+	if ext == ".json" {
+		f.problems = checkJSON(file, content)
+		return f, nil
+	}
+	problems, imports := parse(file, string(content), loader)
+	f.problems = problems
+	for _, imp := range imports {
+		v := p.resolve(file, imp)
+		if v.problem != nil {
+			f.problems = append(f.problems, *v.problem)
+		}
+		if v.unsure != nil {
+			f.unsure = append(f.unsure, *v.unsure)
+		}
+	}
+	return f, nil
+}
+
+// dependents are the code files (not already changed) that import one of
+// the removed paths, found by name first, then by resolving their imports.
+func (p *project) dependents(removed []string, changed []Change) []Change {
+	if len(removed) == 0 {
+		return nil
+	}
+	skip := map[string]bool{}
+	for _, c := range changed {
+		skip[c.Path] = true
+	}
+	var out []Change
+	var files []string
+	for f := range p.exists {
+		if _, code := loaders[strings.ToLower(path.Ext(f))]; code && !skip[f] && !strings.Contains(f, "node_modules/") {
+			files = append(files, f)
+		}
+	}
+	sort.Strings(files)
+	const maxScanned = 500
+	for i, f := range files {
+		if i == maxScanned {
+			break
+		}
+		b, ok := p.content(f)
+		if !ok {
+			continue
+		}
+		for _, r := range removed {
+			stem := strings.TrimSuffix(path.Base(r), path.Ext(r))
+			if stem == "index" {
+				stem = path.Base(path.Dir(r))
+			}
+			if strings.Contains(string(b), stem) {
+				out = append(out, Change{Path: f})
+				break
 			}
 		}
 	}
-	return rep, nil
+	return out
 }
 
 func checkJSON(p string, content []byte) []Problem {
@@ -146,26 +311,24 @@ type importRef struct {
 	kind api.ResolveKind
 }
 
+// verbatim keeps the imports TypeScript would elide as unused or used
+// only as types, so that each of them is resolved.
+const verbatim = `{"compilerOptions":{"verbatimModuleSyntax":true}}`
+
 // parse runs esbuild over one file: its syntax errors, and every import it
-// makes (collected by a plugin that marks them all external).
+// makes (collected by a plugin that marks them all external), type-only
+// imports included.
 func parse(p, content string, loader api.Loader) ([]Problem, []importRef) {
-	var imports []importRef
-	collector := api.Plugin{Name: "collect-imports", Setup: func(b api.PluginBuild) {
-		b.OnResolve(api.OnResolveOptions{Filter: ".*"}, func(a api.OnResolveArgs) (api.OnResolveResult, error) {
-			if a.Kind != api.ResolveEntryPoint {
-				imports = append(imports, importRef{spec: a.Path, kind: a.Kind})
-			}
-			return api.OnResolveResult{Path: a.Path, External: true}, nil
-		})
-	}}
-	res := api.Build(api.BuildOptions{
-		Stdin:    &api.StdinOptions{Contents: content, Sourcefile: p, Loader: loader, ResolveDir: "/"},
-		Bundle:   true,
-		Write:    false,
-		LogLevel: api.LogLevelSilent,
-		Plugins:  []api.Plugin{collector},
-		Outdir:   "/out",
-	})
+	ts := loader == api.LoaderTS || loader == api.LoaderTSX
+	raw := ""
+	if ts {
+		raw = verbatim
+	}
+	res, imports := build(p, content, loader, raw)
+	if len(res.Errors) > 0 && raw != "" {
+		// Judge the syntax as TypeScript itself would, without the option.
+		res, imports = build(p, content, loader, "")
+	}
 	var problems []Problem
 	msgs := res.Errors
 	if loader == api.LoaderCSS {
@@ -182,10 +345,64 @@ func parse(p, content string, loader api.Loader) ([]Problem, []importRef) {
 		}
 		problems = append(problems, pr)
 	}
+	if ts && len(problems) == 0 {
+		seen := map[string]bool{}
+		for _, imp := range imports {
+			seen[imp.spec] = true
+		}
+		for _, spec := range typeImports(content) {
+			if !seen[spec] {
+				seen[spec] = true
+				imports = append(imports, importRef{spec: spec, kind: api.ResolveJSImportStatement})
+			}
+		}
+	}
 	for i := range imports {
 		imports[i].line = lineOf(content, imports[i].spec)
 	}
 	return problems, imports
+}
+
+func build(p, content string, loader api.Loader, tsconfig string) (api.BuildResult, []importRef) {
+	var imports []importRef
+	seen := map[importRef]bool{}
+	collector := api.Plugin{Name: "collect-imports", Setup: func(b api.PluginBuild) {
+		b.OnResolve(api.OnResolveOptions{Filter: ".*"}, func(a api.OnResolveArgs) (api.OnResolveResult, error) {
+			ref := importRef{spec: a.Path, kind: a.Kind}
+			if a.Kind != api.ResolveEntryPoint && !seen[ref] {
+				seen[ref] = true
+				imports = append(imports, ref)
+			}
+			return api.OnResolveResult{Path: a.Path, External: true}, nil
+		})
+	}}
+	res := api.Build(api.BuildOptions{
+		Stdin:       &api.StdinOptions{Contents: content, Sourcefile: p, Loader: loader, ResolveDir: "/"},
+		Bundle:      true,
+		Write:       false,
+		LogLevel:    api.LogLevelSilent,
+		Plugins:     []api.Plugin{collector},
+		Outdir:      "/out",
+		TsconfigRaw: tsconfig,
+	})
+	return res, imports
+}
+
+// typeImportRE finds the statements TypeScript always elides:
+// "import type … from", "export type … from", and import("x") types.
+var typeImportRE = regexp.MustCompile(`(?m)^\s*(?:import|export)\s+type\s+(?:\{[^}]*\}|\*(?:\s+as\s+[\w$]+)?|[\w$]+(?:\s*,\s*\{[^}]*\})?)\s*from\s*['"]([^'"\n]+)['"]` +
+	`|\bimport\s*\(\s*['"]([^'"\n]+)['"]\s*\)`)
+
+func typeImports(content string) []string {
+	var out []string
+	for _, m := range typeImportRE.FindAllStringSubmatch(content, -1) {
+		if m[1] != "" {
+			out = append(out, m[1])
+		} else if m[2] != "" {
+			out = append(out, m[2])
+		}
+	}
+	return out
 }
 
 func lineOf(content, spec string) int {
@@ -195,167 +412,4 @@ func lineOf(content, spec string) int {
 		}
 	}
 	return 0
-}
-
-// resolve checks one import of file p.
-func resolve(p string, imp importRef, exists map[string]bool, deps *deps) *Problem {
-	spec := imp.spec
-	if i := strings.IndexAny(spec, "?#"); i > 0 {
-		spec = spec[:i]
-	}
-	problem := func(check, msg string) *Problem {
-		return &Problem{Path: p, Line: imp.line, Check: check, Message: msg}
-	}
-	switch {
-	case spec == "" || strings.Contains(spec, "://") || strings.HasPrefix(spec, "//") || strings.HasPrefix(spec, "data:"):
-		return nil
-	case strings.HasPrefix(spec, "./") || strings.HasPrefix(spec, "../") || spec == "." || spec == "..":
-		target := path.Join(path.Dir(p), spec)
-		if target == ".." || strings.HasPrefix(target, "../") {
-			return problem(CheckImport, fmt.Sprintf("import %q climbs out of the project", imp.spec))
-		}
-		if found(target, exists) {
-			return nil
-		}
-		return problem(CheckImport, fmt.Sprintf("import %q does not resolve: no file %s (tried the extensions %s and index files)",
-			imp.spec, target, strings.Join(resolveExts[:6], " ")))
-	case strings.HasPrefix(spec, "/"):
-		target := strings.TrimPrefix(spec, "/")
-		if found(target, exists) || found(path.Join("public", target), exists) {
-			return nil
-		}
-		return problem(CheckImport, fmt.Sprintf("import %q does not resolve: no file %s or public/%s", imp.spec, target, target))
-	case strings.HasPrefix(spec, "@/") || strings.HasPrefix(spec, "~/"):
-		target := path.Join("src", spec[2:])
-		if found(target, exists) {
-			return nil
-		}
-		return problem(CheckImport, fmt.Sprintf("import %q does not resolve: no file %s", imp.spec, target))
-	case imp.kind == api.ResolveCSSURLToken || imp.kind == api.ResolveCSSImportRule:
-		// A bare url(x) in CSS is relative.
-		if found(path.Join(path.Dir(p), spec), exists) {
-			return nil
-		}
-		return problem(CheckImport, fmt.Sprintf("url %q does not resolve to a file", imp.spec))
-	}
-	pkg := packageName(spec)
-	if builtin(pkg) {
-		return nil
-	}
-	switch declared, where := deps.declares(p, pkg); {
-	case declared:
-		return nil
-	case where == "":
-		return problem(CheckDependency, fmt.Sprintf("bare import %q, but the project has no package.json declaring %s", imp.spec, pkg))
-	default:
-		return problem(CheckDependency, fmt.Sprintf("bare import %q: %s is not declared in %s (dependencies, devDependencies or peerDependencies)", imp.spec, pkg, where))
-	}
-}
-
-func found(target string, exists map[string]bool) bool {
-	if exists[target] {
-		return true
-	}
-	for _, ext := range resolveExts {
-		if exists[target+ext] || exists[target+"/index"+ext] {
-			return true
-		}
-	}
-	// TypeScript's ESM style: "./a.js" names a.ts.
-	if ext := path.Ext(target); ext == ".js" || ext == ".jsx" || ext == ".mjs" {
-		base := strings.TrimSuffix(target, ext)
-		return exists[base+".ts"] || exists[base+".tsx"] || exists[base+".mts"]
-	}
-	return false
-}
-
-func packageName(spec string) string {
-	parts := strings.SplitN(spec, "/", 3)
-	if strings.HasPrefix(spec, "@") && len(parts) > 1 {
-		return parts[0] + "/" + parts[1]
-	}
-	return parts[0]
-}
-
-var nodeBuiltins = map[string]bool{}
-
-func init() {
-	for _, m := range strings.Fields(`assert async_hooks buffer child_process cluster console constants crypto dgram
-		diagnostics_channel dns domain events fs http http2 https inspector module net os path perf_hooks process
-		punycode querystring readline repl stream string_decoder sys timers tls trace_events tty url util v8 vm
-		wasi worker_threads zlib`) {
-		nodeBuiltins[m] = true
-	}
-}
-
-func builtin(pkg string) bool {
-	return strings.HasPrefix(pkg, "node:") || strings.HasPrefix(pkg, "bun:") || nodeBuiltins[pkg]
-}
-
-// deps reads the package.json files that govern each file, once each.
-type deps struct {
-	ctx       context.Context
-	files     Files
-	projectID string
-	exists    map[string]bool
-	cache     map[string]map[string]bool
-}
-
-func newDeps(ctx context.Context, files Files, projectID string, exists map[string]bool) *deps {
-	return &deps{ctx: ctx, files: files, projectID: projectID, exists: exists, cache: map[string]map[string]bool{}}
-}
-
-// declares looks for pkg in the package.json files from p's directory up to
-// the root; where is the nearest package.json, "" when there is none.
-func (d *deps) declares(p, pkg string) (declared bool, where string) {
-	dir := path.Dir(p)
-	for {
-		pj := path.Join(dir, "package.json")
-		if dir == "." {
-			pj = "package.json"
-		}
-		if d.exists[pj] {
-			if where == "" {
-				where = pj
-			}
-			if d.load(pj)[pkg] {
-				return true, where
-			}
-		}
-		if dir == "." || dir == "/" || dir == "" {
-			return false, where
-		}
-		dir = path.Dir(dir)
-	}
-}
-
-func (d *deps) load(pj string) map[string]bool {
-	if m, ok := d.cache[pj]; ok {
-		return m
-	}
-	m := map[string]bool{}
-	d.cache[pj] = m
-	content, _, err := d.files.Read(d.ctx, d.projectID, pj)
-	if err != nil {
-		return m
-	}
-	var doc struct {
-		Name                 string            `json:"name"`
-		Dependencies         map[string]string `json:"dependencies"`
-		DevDependencies      map[string]string `json:"devDependencies"`
-		PeerDependencies     map[string]string `json:"peerDependencies"`
-		OptionalDependencies map[string]string `json:"optionalDependencies"`
-	}
-	if json.Unmarshal(content, &doc) != nil {
-		return m
-	}
-	for _, set := range []map[string]string{doc.Dependencies, doc.DevDependencies, doc.PeerDependencies, doc.OptionalDependencies} {
-		for k := range set {
-			m[k] = true
-		}
-	}
-	if doc.Name != "" {
-		m[doc.Name] = true
-	}
-	return m
 }

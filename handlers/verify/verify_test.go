@@ -72,3 +72,28 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestTsconfigComments(t *testing.T) {
+	t.Parallel()
+	store, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"tsconfig.json": "{\n  // paths for \"@/\"\n  \"compilerOptions\": { /* a */ \"paths\": { \"@/*\": [\"./src/*\",], }, },\n  \"include\": [\"src\", // all\n  ],\n}\n",
+		"src/a.ts":      "export const a = 1\n",
+		"src/b.ts":      "import { a } from '@/a'\nimport { c } from '@/c'\nexport const b = a + c\n",
+	}
+	for p, c := range files {
+		if _, err := store.Write(t.Context(), "p", p, []byte(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := verify.Check(t.Context(), store, "p", []string{"src/b.ts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Message, `tsconfig paths "@/*"`) {
+		t.Fatalf("report:\n%s", rep)
+	}
+}

@@ -10,84 +10,193 @@ type Edit struct {
 	Layer    Layer
 	Replaced int // number of places replaced
 	Line     int // 1-based first line of the first replacement
+	// BlankLines is set when blank lines at the start or end of old, which
+	// the file lacks there, were left out to find it.
+	BlankLines bool
 }
 
 // Replace replaces old with new in content. Without replaceAll, old must
 // match exactly one place (in the first layer that matches anywhere).
+// Line endings in old and new do not matter: the file keeps its own, and
+// new lines take those of the lines they replace.
 func Replace(content, old, new string, replaceAll bool) (Edit, error) {
 	if old == "" {
 		return Edit{}, ErrEmptySnippet
 	}
-	if n := strings.Count(content, old); n > 0 {
-		first := strings.Index(content, old)
-		line := strings.Count(content[:first], "\n") + 1
-		if n > 1 && !replaceAll {
-			return Edit{}, &AmbiguousError{Lines: exactLines(content, old), Layer: Exact}
-		}
-		if replaceAll {
-			return Edit{Content: strings.ReplaceAll(content, old, new), Layer: Exact, Replaced: n, Line: line}, nil
-		}
-		return Edit{Content: strings.Replace(content, old, new, 1), Layer: Exact, Replaced: 1, Line: line}, nil
+	d := parseDoc(content)
+	if e, ok, err := replaceExact(d, old, new, replaceAll); ok || err != nil {
+		return e, err
 	}
-	file := split(content)
 	block := snippetLines(old)
-	layer, starts := findLines(file.lines, block, 0)
+	repl := snippetLines(new)
+	f := newFinder(d.bodies())
+	layer, starts := f.find(block, 0)
+	trimmed := false
 	if len(starts) == 0 {
-		return Edit{}, nearest(file.lines, block)
+		// Blank lines around the text that the file lacks there.
+		if lead, trail := trimBlank(block); lead+trail > 0 {
+			block = block[lead : len(block)-trail]
+			repl = trimBlankN(repl, lead, trail)
+			layer, starts = f.find(block, 0)
+			trimmed = true
+		}
 	}
+	if len(starts) == 0 {
+		return Edit{}, nearest(d.bodies(), snippetLines(old))
+	}
+	starts = disjoint(starts, len(block))
 	if len(starts) > 1 && !replaceAll {
 		return Edit{}, &AmbiguousError{Lines: plusOne(starts), Layer: layer}
 	}
-	repl := snippetLines(new)
-	if new == "" {
-		repl = nil
-	}
-	out := make([]string, 0, len(file.lines))
-	prev := 0
-	for _, s := range starts {
-		out = append(out, file.lines[prev:s]...)
+	for i := len(starts) - 1; i >= 0; i-- {
+		s := starts[i]
 		r := repl
-		if layer == NormalisedWhitespace {
-			r = reindent(repl, block, file.lines[s:s+len(block)])
+		if layer.reindents() {
+			r = reindent(repl, block, d.bodies()[s:s+len(block)])
 		}
-		out = append(out, r...)
-		prev = s + len(block)
+		d = d.splice(s, s+len(block), r)
 	}
-	out = append(out, file.lines[prev:]...)
-	return Edit{Content: text{lines: out, eol: file.eol}.String(), Layer: layer, Replaced: len(starts), Line: starts[0] + 1}, nil
+	return Edit{Content: d.String(), Layer: layer, Replaced: len(starts), Line: starts[0] + 1, BlankLines: trimmed}, nil
+}
+
+// trimBlankN drops up to lead leading and trail trailing blank lines.
+func trimBlankN(lines []string, lead, trail int) []string {
+	for lead > 0 && len(lines) > 0 && blank(lines[0]) {
+		lines, lead = lines[1:], lead-1
+	}
+	for trail > 0 && len(lines) > 0 && blank(lines[len(lines)-1]) {
+		lines, trail = lines[:len(lines)-1], trail-1
+	}
+	return lines
+}
+
+// replaceExact replaces old as a substring of the file's text with its
+// line endings read as "\n". ok is false when old does not occur.
+func replaceExact(d doc, old, new string, replaceAll bool) (Edit, bool, error) {
+	text, starts := d.joined()
+	old, new = lf(old), lf(new)
+	var at []int
+	for off := 0; ; {
+		i := strings.Index(text[off:], old)
+		if i < 0 {
+			break
+		}
+		at = append(at, off+i)
+		off += i + len(old)
+	}
+	if len(at) == 0 {
+		return Edit{}, false, nil
+	}
+	lineOf := func(off int) (int, int) {
+		// The last line starting at or before off.
+		lo, hi := 0, len(starts)-1
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if starts[mid] <= off {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		return lo, off - starts[lo]
+	}
+	lines := make([]int, len(at))
+	for i, a := range at {
+		lines[i], _ = lineOf(a)
+		lines[i]++
+	}
+	if len(at) > 1 && !replaceAll {
+		return Edit{}, true, &AmbiguousError{Lines: lines, Layer: Exact}
+	}
+	// A virtual empty line after a final newline lets a match end there.
+	src := d.lines
+	if d.endsWithEOL() || len(d.lines) == 0 {
+		src = append(append([]line{}, d.lines...), line{})
+	}
+	def := d.eol()
+	parts := strings.Split(new, "\n")
+	out := make([]line, 0, len(src))
+	pending := ""
+	cur, col := 0, 0
+	for _, a := range at {
+		la, ca := lineOf(a)
+		lb, cb := lineOf(a + len(old))
+		if la == cur {
+			pending += src[cur].body[col:ca]
+		} else {
+			out = append(out, line{body: pending + src[cur].body[col:], eol: src[cur].eol})
+			out = append(out, src[cur+1:la]...)
+			pending = src[la].body[:ca]
+		}
+		// The replacement's line breaks take the endings of those it
+		// replaces, then of the line it ends in.
+		for j, part := range parts {
+			pending += part
+			if j == len(parts)-1 {
+				break
+			}
+			eol := src[lb].eol
+			if m := lb - la; m > 0 {
+				eol = src[la+min(j, m-1)].eol
+			}
+			if eol == "" {
+				eol = def
+			}
+			out = append(out, line{body: pending, eol: eol})
+			pending = ""
+		}
+		cur, col = lb, cb
+	}
+	out = append(out, line{body: pending + src[cur].body[col:], eol: src[cur].eol})
+	out = append(out, src[cur+1:]...)
+	if n := len(out); n > 0 && out[n-1] == (line{}) {
+		out = out[:n-1]
+	}
+	for i := range out[:max(len(out)-1, 0)] {
+		if out[i].eol == "" {
+			out[i].eol = def
+		}
+	}
+	return Edit{Content: doc{bom: d.bom, lines: out}.String(), Layer: Exact, Replaced: len(at), Line: lines[0]}, true, nil
+}
+
+// joined returns the file's text with every line ending as "\n", and the
+// offset of each line in it (plus one past the end, for the virtual line
+// after a final newline).
+func (d doc) joined() (string, []int) {
+	var b strings.Builder
+	starts := make([]int, 0, len(d.lines)+1)
+	for _, l := range d.lines {
+		starts = append(starts, b.Len())
+		b.WriteString(l.body)
+		if l.eol != "" {
+			b.WriteByte('\n')
+		}
+	}
+	if d.endsWithEOL() || len(d.lines) == 0 {
+		starts = append(starts, b.Len())
+	}
+	return b.String(), starts
+}
+
+// lf reads a snippet's line endings as "\n" (CR-only text included).
+func lf(s string) string {
+	s = strings.TrimPrefix(s, bom)
+	if strings.Contains(s, "\n") {
+		return strings.ReplaceAll(s, "\r\n", "\n")
+	}
+	return strings.ReplaceAll(s, "\r", "\n")
 }
 
 // ReplaceLines replaces lines start..end (1-based, inclusive) with new.
 // end = start-1 inserts new before line start; start = total+1 appends.
 func ReplaceLines(content string, start, end int, new string) (string, error) {
-	file := split(content)
-	total := len(file.lines)
+	d := parseDoc(content)
+	total := len(d.lines)
 	if start < 1 || start > total+1 || end < start-1 || end > total {
 		return "", &RangeError{Start: start, End: end, Total: total}
 	}
-	var repl []string
-	if new != "" {
-		repl = snippetLines(new)
-	}
-	out := make([]string, 0, total+len(repl))
-	out = append(out, file.lines[:start-1]...)
-	out = append(out, repl...)
-	out = append(out, file.lines[end:]...)
-	eol := file.eol || total == 0
-	return text{lines: out, eol: eol}.String(), nil
-}
-
-func exactLines(content, old string) []int {
-	var lines []int
-	offset := 0
-	for {
-		i := strings.Index(content[offset:], old)
-		if i < 0 {
-			return lines
-		}
-		lines = append(lines, strings.Count(content[:offset+i], "\n")+1)
-		offset += i + len(old)
-	}
+	return d.splice(start-1, end, snippetLines(new)).String(), nil
 }
 
 func plusOne(starts []int) []int {

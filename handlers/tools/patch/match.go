@@ -2,13 +2,22 @@
 // unique snippet (edit_file), replace a line range, or apply a patch in the
 // unified diff or the V4A "*** Begin Patch" format (apply_patch).
 //
-// Snippets and hunks are located in layers: an exact match first, then a
-// match that ignores trailing whitespace, then a match of whole lines with
-// all whitespace normalised (the replacement is then re-indented to the
-// file's indentation). A layer that finds several places is an error that
-// names them, never a silent pick of the first. A snippet found nowhere is
-// a [*NotFoundError] carrying the nearest window of the file, with
-// whitespace made visible, so the model can see what differs.
+// An edit changes only what it changes. Files are handled as lines that
+// keep their own endings (LF, CRLF, CR, mixed), a byte order mark and the
+// presence or absence of a final newline; every line an edit does not
+// replace is written back byte for byte, including a hunk's context lines,
+// which are taken from the file and never from the patch.
+//
+// Snippets and hunks are located in layers, each more tolerant than the
+// one before: exact, ignoring trailing whitespace, ignoring indentation,
+// ignoring all spacing, and with typographic punctuation (dashes, curly
+// quotes, non-breaking spaces) read as ASCII. Blank lines at the start or
+// end of the text to replace that the file lacks there are tolerated. When
+// a match ignored indentation, the replacement is re-indented to the
+// file's style (tabs stay tabs). A layer that finds several places is an
+// error that names them, never a silent pick of the first. A snippet found
+// nowhere is a [*NotFoundError] carrying the nearest window of the file,
+// with whitespace made visible, so the model can see what differs.
 package patch
 
 import (
@@ -24,7 +33,9 @@ type Layer int
 const (
 	Exact Layer = iota + 1
 	TrailingWhitespace
+	Indentation
 	NormalisedWhitespace
+	Punctuation
 )
 
 func (l Layer) String() string {
@@ -33,11 +44,19 @@ func (l Layer) String() string {
 		return "exact"
 	case TrailingWhitespace:
 		return "ignoring trailing whitespace"
+	case Indentation:
+		return "ignoring indentation"
 	case NormalisedWhitespace:
 		return "ignoring indentation and spacing"
+	case Punctuation:
+		return "ignoring whitespace and Unicode punctuation"
 	}
 	return "unknown"
 }
+
+// reindents reports whether a match in this layer may have found the text
+// at another indentation.
+func (l Layer) reindents() bool { return l >= Indentation }
 
 // ErrEmptySnippet reports an empty old_string.
 var ErrEmptySnippet = errors.New("the text to replace is empty")
@@ -57,7 +76,7 @@ func (e *NotFoundError) Error() string {
 	if e.Line == 0 {
 		return "the text to replace was not found: the file is empty"
 	}
-	return fmt.Sprintf("the text to replace was not found (not even ignoring whitespace); the most similar lines (%.0f%% alike) are at line %d:\n%s",
+	return fmt.Sprintf("the text to replace was not found (not even ignoring whitespace and punctuation); the most similar lines (%.0f%% alike) are at line %d:\n%s",
 		e.Similarity*100, e.Line, e.Window)
 }
 
@@ -72,7 +91,7 @@ func (e *AmbiguousError) Error() string {
 	for i, l := range e.Lines {
 		nums[i] = fmt.Sprint(l)
 	}
-	return fmt.Sprintf("the text to replace matches %d places (%s), at lines %s: include more surrounding lines to make it unique, or set replace_all",
+	return fmt.Sprintf("the text to replace matches %d places (%s), at lines %s: include more surrounding lines to make it unique",
 		len(e.Lines), e.Layer, strings.Join(nums, ", "))
 }
 
@@ -85,79 +104,92 @@ func (e *RangeError) Error() string {
 	return fmt.Sprintf("line range %d-%d is invalid for a file of %d lines (lines are 1-based, end inclusive; end may be start-1 to insert before start)", e.Start, e.End, e.Total)
 }
 
-// text is file content split into lines without their "\n"; eol says
-// whether the content ended with a newline.
-type text struct {
-	lines []string
-	eol   bool
-}
-
-func split(s string) text {
-	if s == "" {
-		return text{}
-	}
-	lines := strings.Split(s, "\n")
-	eol := lines[len(lines)-1] == ""
-	if eol {
-		lines = lines[:len(lines)-1]
-	}
-	return text{lines: lines, eol: eol}
-}
-
-func (t text) String() string {
-	s := strings.Join(t.lines, "\n")
-	if t.eol && len(t.lines) > 0 {
-		s += "\n"
-	}
-	return s
-}
-
-// snippetLines splits a snippet into lines, dropping the empty line after
-// a final newline.
-func snippetLines(s string) []string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > 1 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	return lines
-}
-
 func trimRight(s string) string { return strings.TrimRight(s, " \t\r") }
+
+// normalise collapses all whitespace runs to one space and trims the ends.
 func normalise(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// findLines returns the first layer (TrailingWhitespace or
-// NormalisedWhitespace) in which block matches whole lines of file at or
-// after from, and the 0-based starts of every match in that layer.
-func findLines(file, block []string, from int) (Layer, []int) {
+// punctuation maps the typographic characters models write for ASCII ones
+// (dashes, quotes, spaces) to the ASCII character.
+var punctuation = strings.NewReplacer(
+	"\u2010", "-", "\u2011", "-", "\u2012", "-", "\u2013", "-", "\u2014", "-", "\u2015", "-", "\u2212", "-",
+	"\u2018", "'", "\u2019", "'", "\u201A", "'", "\u201B", "'", "\u2032", "'",
+	"\u201C", `"`, "\u201D", `"`, "\u201E", `"`, "\u201F", `"`, "\u2033", `"`,
+	"\u00A0", " ", "\u2002", " ", "\u2003", " ", "\u2004", " ", "\u2005", " ", "\u2006", " ",
+	"\u2007", " ", "\u2008", " ", "\u2009", " ", "\u200A", " ", "\u202F", " ", "\u205F", " ", "\u3000", " ",
+	"\u2026", "...",
+)
+
+func (l Layer) normaliser() func(string) string {
+	switch l {
+	case TrailingWhitespace:
+		return trimRight
+	case Indentation:
+		return strings.TrimSpace
+	case NormalisedWhitespace:
+		return normalise
+	case Punctuation:
+		return func(s string) string { return normalise(punctuation.Replace(s)) }
+	}
+	return func(s string) string { return s }
+}
+
+// layers are tried in order; each accepts everything the one before does.
+var layers = []Layer{Exact, TrailingWhitespace, Indentation, NormalisedWhitespace, Punctuation}
+
+// finder locates blocks of lines in a file, layer by layer, normalising
+// the file's lines once per layer.
+type finder struct {
+	file []string
+	norm map[Layer][]string
+}
+
+func newFinder(file []string) *finder { return &finder{file: file, norm: map[Layer][]string{}} }
+
+func (f *finder) lines(l Layer) []string {
+	if l == Exact {
+		return f.file
+	}
+	if n, ok := f.norm[l]; ok {
+		return n
+	}
+	fn := l.normaliser()
+	n := make([]string, len(f.file))
+	for i, s := range f.file {
+		n[i] = fn(s)
+	}
+	f.norm[l] = n
+	return n
+}
+
+// find returns the first layer in which block matches whole lines of the
+// file at or after from, and every (possibly overlapping) 0-based start of
+// a match in that layer.
+func (f *finder) find(block []string, from int) (Layer, []int) {
 	if len(block) == 0 {
 		return 0, nil
 	}
-	for _, layer := range []Layer{Exact, TrailingWhitespace, NormalisedWhitespace} {
-		var norm func(string) string
-		switch layer {
-		case Exact:
-			norm = func(s string) string { return s }
-		case TrailingWhitespace:
-			norm = trimRight
-		default:
-			norm = normalise
-		}
+	for _, layer := range layers {
+		fn := layer.normaliser()
 		want := make([]string, len(block))
 		for i, b := range block {
-			want[i] = norm(b)
+			want[i] = fn(b)
 		}
+		file := f.lines(layer)
 		var starts []int
 		for i := max(from, 0); i+len(block) <= len(file); i++ {
+			if file[i] != want[0] {
+				continue
+			}
 			ok := true
-			for j := range block {
-				if norm(file[i+j]) != want[j] {
+			for j := 1; j < len(block); j++ {
+				if file[i+j] != want[j] {
 					ok = false
 					break
 				}
 			}
 			if ok {
 				starts = append(starts, i)
-				i += len(block) - 1 // matches do not overlap
 			}
 		}
 		if len(starts) > 0 {
@@ -167,46 +199,35 @@ func findLines(file, block []string, from int) (Layer, []int) {
 	return 0, nil
 }
 
-// indentOf returns the leading whitespace of the first non-blank line.
-func indentOf(lines []string) string {
-	for _, l := range lines {
-		if strings.TrimSpace(l) != "" {
-			return l[:len(l)-len(strings.TrimLeft(l, " \t"))]
-		}
-	}
-	return ""
-}
-
-// reindent moves replacement lines written for the indentation of old to
-// the indentation of matched: an indentation seen on a line of old becomes
-// the indentation of the matching file line; others are shifted like the
-// first line.
-func reindent(repl, old, matched []string) []string {
-	lead := func(l string) string { return l[:len(l)-len(strings.TrimLeft(l, " \t"))] }
-	mapped := map[string]string{}
-	for j := range old {
-		if strings.TrimSpace(old[j]) != "" {
-			if _, ok := mapped[lead(old[j])]; !ok {
-				mapped[lead(old[j])] = lead(matched[j])
-			}
-		}
-	}
-	from, to := indentOf(old), indentOf(matched)
-	out := make([]string, len(repl))
-	for i, l := range repl {
-		ind := lead(l)
-		switch {
-		case strings.TrimSpace(l) == "":
-			out[i] = l
-		case mapped[ind] != "" || ind == "":
-			out[i] = mapped[ind] + l[len(ind):]
-		case strings.HasPrefix(l, from):
-			out[i] = to + l[len(from):]
-		default:
-			out[i] = to + strings.TrimLeft(l, " \t")
+// disjoint keeps the starts whose blocks of n lines do not overlap an
+// earlier one.
+func disjoint(starts []int, n int) []int {
+	var out []int
+	next := 0
+	for _, s := range starts {
+		if s >= next {
+			out = append(out, s)
+			next = s + max(n, 1)
 		}
 	}
 	return out
+}
+
+func blank(s string) bool { return strings.TrimSpace(s) == "" }
+
+// trimBlank returns how many blank lines block starts and ends with; both
+// are 0 when block is all blank.
+func trimBlank(block []string) (lead, trail int) {
+	for lead < len(block) && blank(block[lead]) {
+		lead++
+	}
+	if lead == len(block) {
+		return 0, 0
+	}
+	for trail < len(block)-lead && blank(block[len(block)-1-trail]) {
+		trail++
+	}
+	return lead, trail
 }
 
 // nearest finds the window of file most similar to block.

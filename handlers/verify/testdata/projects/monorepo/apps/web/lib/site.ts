@@ -1,0 +1,1 @@
+export const site = { name: "Web", url: "https://example.com" };

@@ -1,0 +1,4 @@
+/** @type {import('next').NextConfig} */
+const nextConfig = { transpilePackages: ["@repo/ui"] };
+
+export default nextConfig;

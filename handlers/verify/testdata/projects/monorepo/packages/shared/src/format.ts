@@ -1,0 +1,1 @@
+export const upper = (s: string) => s.toUpperCase();

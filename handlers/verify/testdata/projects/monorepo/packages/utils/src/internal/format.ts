@@ -1,0 +1,1 @@
+export const thousands = (n: number) => n.toLocaleString("en-US");

@@ -1,0 +1,1 @@
+export const helper = (s: string) => s.trim();
