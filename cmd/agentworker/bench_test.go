@@ -23,7 +23,7 @@ func TestBenchQuickSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	s3 := s3test.Config(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--json")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbtest.NewURL(t), "S3_ENDPOINT="+s3.Endpoint, "S3_ACCESS_KEY="+s3.AccessKey,

@@ -37,10 +37,10 @@ type config struct {
 	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini" desc:"model name sent to the endpoint"`
 	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1" desc:"model of the generate_image tool (Images API at the same endpoint)"`
 
-	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it)"`
-	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"default iteration budget: model calls per task before it pauses for a person (input.budget.max_iterations overrides it)"`
-	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"default token budget of a task, all attempts (0: none; input.budget.max_tokens overrides it)"`
-	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"default cost budget of a task in US dollars, priced with LLM_PRICES (0: none; input.budget.max_cost_usd overrides it)"`
+	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it: 10 + 1 per 20 tasks, at most 50 connections)"`
+	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
+	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"token budget of a task and its ceiling, all attempts (0: none; input.budget.max_tokens may lower it, or set one where this is 0)"`
+	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
 	LLMPrices         string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
 	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
