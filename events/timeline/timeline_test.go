@@ -25,6 +25,7 @@ import (
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/agentworker/agentworker/testing/s3test"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -33,7 +34,20 @@ func TestMain(m *testing.M) {
 	dbtest.Main(m, s3test.LeakOption())
 }
 
-const chromiumPath = "/usr/bin/chromium"
+// chromium returns the path of the headless browser: CHROMIUM_BIN, else
+// Debian's /usr/bin/chromium (what ./scripts/test installs). Without it the
+// test skips (fails with CI=true).
+func chromium(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("CHROMIUM_BIN")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(path); err != nil {
+		prereq.Missing(t, "Chromium", err)
+	}
+	return path
+}
 
 func TestServesEmbeddedPage(t *testing.T) {
 	t.Parallel()
@@ -84,12 +98,7 @@ func gatedModel(gate <-chan struct{}) scripted.Responder {
 // headless Chromium and watches the stages, files and a move arrive.
 func TestActivityTimelineInChromium(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chromium not installed at %s (.ci/run installs it)", chromiumPath)
-		}
-		t.Skipf("chromium not installed at %s: apt-get install -y chromium", chromiumPath)
-	}
+	chromiumPath := chromium(t)
 
 	// The real pipeline: Postgres, MinIO, River worker, scripted model.
 	dbURL := dbtest.NewURL(t)
