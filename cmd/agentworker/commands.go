@@ -90,7 +90,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 
 func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 	if !cfg.llmConfigured() {
-		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint), or run agentworker demo")
+		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint)")
 	}
 	return llm.New(llm.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Model: cfg.LLMModel, ImageModel: cfg.ImageModel, Logger: log})
 }
@@ -135,6 +135,14 @@ func serve(ctx context.Context, cfg config) error {
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
+	}
+	if !cfg.llmConfigured() {
+		stopModel, err := startDemoModel(&cfg, log)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer stopModel()
+		log.Warn("model: "+demoModelNotice, slog.String("model", cfg.LLMModel))
 	}
 	model, err := newLLM(cfg, log)
 	if err != nil {
