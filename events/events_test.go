@@ -19,7 +19,7 @@ import (
 )
 
 // newTask inserts a task of taskType in a new project.
-func newTask(t *testing.T, pool *pgxpool.Pool, taskType string) agentsql.Task {
+func newTask(t *testing.T, pool *pgxpool.Pool, taskType agentsql.TaskType) agentsql.Task {
 	t.Helper()
 	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: taskType, Prompt: "x"})
 	if err != nil {

@@ -7,21 +7,21 @@ import (
 	"sort"
 
 	"github.com/agentworker/agentworker/events"
-	"github.com/agentworker/agentworker/handlers/changeset"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/changeset"
 )
 
 // ReasonStaticChecks ends a build loop whose model stopped while the static
 // checks of its changes fail. Like oscillation it is repairable.
 const ReasonStaticChecks = "static_checks"
 
-// build is the state of one build (or chat/plan) task run beyond the loop:
+// taskRun is the state of one run of a task of any type beyond the loop:
 // its change set, the plan it follows, the checks and repairs.
-type build struct {
+type taskRun struct {
 	r     *Runner
 	task  agentsql.Task
 	at    Attempt
@@ -38,7 +38,7 @@ type build struct {
 }
 
 // check runs the static checks over the files the change set writes.
-func (b *build) check(ctx context.Context) (verify.Report, error) {
+func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 	entries, err := b.cs.Entries(ctx)
 	if err != nil {
 		return verify.Report{}, err
@@ -65,7 +65,7 @@ func (b *build) check(ctx context.Context) (verify.Report, error) {
 
 // checkBeforeFinish is the loop's finish gate: a failing check refuses the
 // finish with the problems, which puts the model in the FIX state.
-func (b *build) checkBeforeFinish(ctx context.Context) (string, error) {
+func (b *taskRun) checkBeforeFinish(ctx context.Context) (string, error) {
 	rep, err := b.check(ctx)
 	if err != nil || rep.Passed() {
 		return "", err
@@ -76,7 +76,7 @@ func (b *build) checkBeforeFinish(ctx context.Context) (string, error) {
 // repairLoop runs the loop, and when the model gets stuck (failed calls,
 // oscillation, failing checks) gives it up to MaxRepairAttempts fresh
 // starts with a repair message, each recorded as self_repair events.
-func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
+func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
 	maxAttempts := b.r.cfg.MaxRepairAttempts
 	for {
 		final, out, err := b.lp.run(ctx, messages)
@@ -143,7 +143,7 @@ func (b *build) repairLoop(ctx context.Context, messages []llm.Message) (string,
 }
 
 // repairFailed closes a pending repair attempt before a final error.
-func (b *build) repairFailed(ctx context.Context, err error) error {
+func (b *taskRun) repairFailed(ctx context.Context, err error) error {
 	if b.repairs == 0 || ctx.Err() != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (b *build) repairFailed(ctx context.Context, err error) error {
 	return err
 }
 
-func (b *build) touched() []string {
+func (b *taskRun) touched() []string {
 	var out []string
 	for p := range b.lp.touched {
 		out = append(out, p)

@@ -131,7 +131,7 @@ type loopState struct {
 	Pending            *pendingInput       `json:"pending,omitempty"`
 }
 
-func (b *build) state() loopState {
+func (b *taskRun) state() loopState {
 	l := b.lp
 	var touched []string
 	for p := range l.touched {
@@ -146,7 +146,7 @@ func (b *build) state() loopState {
 
 // restore puts the loop and build back where the checkpoint left them. The
 // spend it holds was counted by the attempts that made it.
-func (b *build) restore(st loopState) {
+func (b *taskRun) restore(st loopState) {
 	l := b.lp
 	l.iterations, l.granted, l.usage, l.cost, l.changes = st.Iterations, st.Granted, st.Usage, st.Cost, st.Changes
 	l.maxIterations = max(l.maxIterations, st.Granted)
@@ -164,7 +164,7 @@ func (b *build) restore(st loopState) {
 }
 
 // checkpointRow encodes the conversation and state.
-func (b *build) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, error) {
+func (b *taskRun) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, error) {
 	msgs, err := json.Marshal(messages)
 	if err != nil {
 		return agentsql.Checkpoint{}, fmt.Errorf("encode conversation of task %s: %w", b.task.ID, err)
@@ -178,7 +178,7 @@ func (b *build) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, erro
 
 // checkpoint saves the conversation after an iteration, with the
 // iteration's queued events and its spend, in one transaction.
-func (b *build) checkpoint(ctx context.Context, messages []llm.Message) error {
+func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error {
 	cp, err := b.checkpointRow(messages)
 	if err != nil {
 		return err
@@ -197,7 +197,7 @@ func (b *build) checkpoint(ctx context.Context, messages []llm.Message) error {
 }
 
 // beforeIteration stops the loop when a pause was requested.
-func (b *build) beforeIteration(ctx context.Context) error {
+func (b *taskRun) beforeIteration(ctx context.Context) error {
 	requested, err := agentsql.PauseRequested(ctx, b.r.deps.Pool, b.task.ID)
 	if err != nil {
 		return err
@@ -210,7 +210,7 @@ func (b *build) beforeIteration(ctx context.Context) error {
 
 // alert records a stuck alert: a warn log event with metadata.alert and one
 // open inbox item per run and kind.
-func (b *build) alert(ctx context.Context, kind, detail string) error {
+func (b *taskRun) alert(ctx context.Context, kind, detail string) error {
 	return pgx.BeginFunc(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
 		runID, err := agentsql.RunID(ctx, tx, b.task.ID, b.task.Attempt)
 		if err != nil {
@@ -230,7 +230,7 @@ func (b *build) alert(ctx context.Context, kind, detail string) error {
 
 // resumeFrom continues a conversation from the task's checkpoint: a pending
 // question gets its answer as the tool result.
-func (b *build) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.Message, error) {
+func (b *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.Message, error) {
 	var messages []llm.Message
 	var st loopState
 	if err := json.Unmarshal(cp.Messages, &messages); err != nil {
@@ -264,7 +264,7 @@ func (b *build) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.M
 // suspend ends the attempt at an iteration boundary: checkpoint, inbox
 // item, task paused or awaiting_input, run interrupted — one transaction.
 // The job completes; resume or answer enqueues the next attempt.
-func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *build, messages []llm.Message, s *Suspension) error {
+func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, messages []llm.Message, s *Suspension) error {
 	wctx := context.WithoutCancel(ctx)
 	cp, err := b.checkpointRow(messages)
 	if err != nil {
@@ -308,7 +308,7 @@ func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *build, messag
 		}); err != nil {
 			return err
 		}
-		_, err := b.rec.EmitIn(wctx, tx, events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: b.task.Type, Summary: s.Message},
+		_, err := b.rec.EmitIn(wctx, tx, events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: string(b.task.Type), Summary: s.Message},
 			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, b.lp.iterations, s.Message), Metadata: meta})
 		return err
 	})

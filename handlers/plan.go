@@ -176,7 +176,7 @@ func (r *Runner) loadPlan(ctx context.Context, task agentsql.Task) (*Plan, error
 // runPlan executes a plan step by step, each step a decision with an
 // expectation (the files it changes), then checks the result; failing
 // checks go to the tool loop in the FIX state.
-func (b *build) runPlan(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
+func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
 	var done []string
 	for i, step := range b.plan.Steps {
 		id := step.ID
@@ -239,7 +239,7 @@ func (b *build) runPlan(ctx context.Context, messages []llm.Message) (string, []
 }
 
 // snapshot returns the version of each path ("" when missing).
-func (b *build) snapshot(ctx context.Context, paths []string) (map[string]string, error) {
+func (b *taskRun) snapshot(ctx context.Context, paths []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range paths {
 		info, err := b.store.Stat(ctx, b.task.ProjectID.String(), p)
@@ -284,7 +284,7 @@ func expectationUnmet(s PlanStep, before, after map[string]string) string {
 // execute runs one step: code is generated as plain text (not inside
 // JSON), then written through the tools, so the step has the usual
 // tool_call and file_update events.
-func (b *build) execute(ctx context.Context, s PlanStep) error {
+func (b *taskRun) execute(ctx context.Context, s PlanStep) error {
 	callID := "plan-" + s.ID
 	var name string
 	var args map[string]any
@@ -315,7 +315,7 @@ func (b *build) execute(ctx context.Context, s PlanStep) error {
 }
 
 // generate asks the model for one file's code as plain text.
-func (b *build) generate(ctx context.Context, s PlanStep) (string, error) {
+func (b *taskRun) generate(ctx context.Context, s PlanStep) (string, error) {
 	cg := prompts.CodeGen{Task: b.task.Prompt, Path: s.Path, Language: language(s.Path), Description: s.Description}
 	content, _, err := b.store.Read(ctx, b.task.ProjectID.String(), s.Path)
 	switch {

@@ -18,7 +18,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/agentworker/agentworker/events"
-	"github.com/agentworker/agentworker/handlers/changeset"
 	"github.com/agentworker/agentworker/handlers/projectctx"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/tools"
@@ -27,6 +26,7 @@ import (
 	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/changeset"
 )
 
 // Runner stages (build-agent-plan.md §1.2).
@@ -192,11 +192,11 @@ func (h taskHandler) Handle(ctx context.Context, task agentsql.Task, at Attempt)
 // Handlers returns the handler of every task type, keyed by type. Chat and
 // plan tasks get the read-only tools; build tasks every tool, and must call
 // a tool each turn (tool_choice required) until they call finish.
-func (r *Runner) Handlers() map[string]Handler {
-	return map[string]Handler{
-		"chat":  taskHandler{r, typeSpec{taskType: "chat", toolChoice: llm.ToolChoiceAuto, phase: events.PhaseReviewer}},
-		"plan":  taskHandler{r, typeSpec{taskType: "plan", toolChoice: llm.ToolChoiceAuto, phase: events.PhasePlanner}},
-		"build": taskHandler{r, typeSpec{taskType: "build", toolChoice: llm.ToolChoiceRequired, phase: events.PhaseCoder}},
+func (r *Runner) Handlers() map[agentsql.TaskType]Handler {
+	return map[agentsql.TaskType]Handler{
+		agentsql.TypeChat:  taskHandler{r, typeSpec{taskType: "chat", toolChoice: llm.ToolChoiceAuto, phase: events.PhaseReviewer}},
+		agentsql.TypePlan:  taskHandler{r, typeSpec{taskType: "plan", toolChoice: llm.ToolChoiceAuto, phase: events.PhasePlanner}},
+		agentsql.TypeBuild: taskHandler{r, typeSpec{taskType: "build", toolChoice: llm.ToolChoiceRequired, phase: events.PhaseCoder}},
 	}
 }
 
@@ -249,9 +249,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		rec.SetObserver(r.deps.Observer)
 	}
 	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
-		slog.String("run_id", RunID(task)), slog.String("task_type", task.Type), slog.Int("attempt", at.Number))
+		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
 
-	b := &build{r: r, task: task, at: at, rec: rec, store: r.deps.Store}
+	b := &taskRun{r: r, task: task, at: at, rec: rec, store: r.deps.Store}
 	// A checkpoint means an earlier attempt got somewhere: continue from it
 	// (and keep its change set) instead of starting over.
 	cp, resumed, err := agentsql.LoadCheckpoint(ctx, r.deps.Pool, task.ID)
@@ -508,7 +508,7 @@ func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Att
 			events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
 			events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
 			events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
-			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: task.Type, Model: model, Summary: summary},
+			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
 		)
 		return err
 	})
@@ -595,7 +595,7 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		}); err != nil {
 			return err
 		}
-		_, err := trec.Emit(wctx, events.AgentPhase{Phase: phase, Status: string(status), TaskType: task.Type, Summary: msg})
+		_, err := trec.Emit(wctx, events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg})
 		return err
 	})
 	if errors.Is(err, agentsql.ErrNotClaimed) {
@@ -622,8 +622,8 @@ func TraceID(task agentsql.Task) string {
 	return task.ID.String()
 }
 
-// RunID names the task's current run: its task_runs idempotency key.
-func RunID(task agentsql.Task) string {
+// RunKey names the task's current run: its task_runs idempotency key.
+func RunKey(task agentsql.Task) string {
 	return fmt.Sprintf("%s/%d", task.ID, task.Attempt)
 }
 

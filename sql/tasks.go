@@ -28,10 +28,26 @@ var (
 	ErrNotClaimed = errors.New("task is not claimed by this job")
 )
 
+// TaskType is an ai_tasks type: it picks the handler and its tools.
+type TaskType string
+
+// Task types; chat and plan get read-only tools, build the full set.
+const (
+	TypeChat  TaskType = "chat"
+	TypePlan  TaskType = "plan"
+	TypeBuild TaskType = "build"
+)
+
+// Valid reports whether t is one of the task types the table accepts.
+func (t TaskType) Valid() bool {
+	return t == TypeChat || t == TypePlan || t == TypeBuild
+}
+
 // Status is an ai_tasks status.
 type Status string
 
-// Task statuses (DESIGN.md "Task lifecycle").
+// Task statuses; the legal moves between them are CanTransition, mirrored by
+// the agentworker_task_transitions table (migration 003).
 const (
 	StatusQueued        Status = "queued"
 	StatusRunning       Status = "running"
@@ -76,7 +92,7 @@ func CanTransition(from, to Status) bool {
 type Task struct {
 	ID         uuid.UUID
 	ProjectID  uuid.UUID
-	Type       string
+	Type       TaskType
 	Status     Status
 	Prompt     string
 	Input      json.RawMessage
@@ -111,7 +127,7 @@ func scanTask(row pgx.Row) (Task, error) {
 // NewTask is what an app supplies to create a task.
 type NewTask struct {
 	ProjectID uuid.UUID
-	Type      string
+	Type      TaskType
 	Prompt    string
 	Input     json.RawMessage // nil means {}
 	Model     string

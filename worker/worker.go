@@ -131,7 +131,7 @@ func (c Config) withDefaults() Config {
 type Service struct {
 	pool     *pgxpool.Pool
 	client   *river.Client[pgx.Tx]
-	handlers map[string]handlers.Handler
+	handlers map[agentsql.TaskType]handlers.Handler
 	cfg      Config
 
 	stopping  atomic.Bool   // set by Stop: tasks cut short are handed back
@@ -140,7 +140,7 @@ type Service struct {
 }
 
 // New builds the service. handlers maps task type to its handler.
-func New(pool *pgxpool.Pool, hs map[string]handlers.Handler, cfg Config) (*Service, error) {
+func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
 	s := &Service{pool: pool, handlers: hs, cfg: cfg}
 	workers := river.NewWorkers()
@@ -269,7 +269,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	started := time.Now()
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Number: job.Attempt, MaxAttempts: job.MaxAttempts, WorkerID: s.cfg.ID})
 	if s.cfg.Runs != nil {
-		s.cfg.Runs.ObserveRun(task.Type, time.Since(started), err)
+		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)
 	}
 	lost := errors.Is(context.Cause(hctx), ErrLeaseLost)
 	cancel(nil)
@@ -370,7 +370,7 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		rec := events.NewRecorder(tx, task.ID, task.ProjectID)
 		_, err = rec.Emit(ctx,
 			events.Progress{Kind: events.KindStageEnter, Stage: handlers.StageClaim},
-			events.AgentPhase{Phase: events.PhaseStarted, Status: string(agentsql.StatusRunning), TaskType: task.Type, Attempt: task.Attempt},
+			events.AgentPhase{Phase: events.PhaseStarted, Status: string(agentsql.StatusRunning), TaskType: string(task.Type), Attempt: task.Attempt},
 			events.Progress{Kind: events.KindStageExit, Stage: handlers.StageClaim, Message: fmt.Sprintf("attempt %d on %s", task.Attempt, s.cfg.ID)},
 		)
 		return err

@@ -11,10 +11,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentworker/agentworker/bench"
-	"github.com/agentworker/agentworker/sql/localpg"
+	"github.com/agentworker/agentworker/cmd/agentworker/bench"
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/storage/localminio"
 )
 
 // runBench measures the service against raw River (see package bench).

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentworker/agentworker/bench"
+	"github.com/agentworker/agentworker/cmd/agentworker/bench"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )

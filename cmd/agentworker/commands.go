@@ -260,7 +260,7 @@ func submit(ctx context.Context, cfg config, args []string, out io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: projectID, Type: *taskType, Prompt: prompt})
+	task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(*taskType), Prompt: prompt})
 	if err != nil {
 		return err
 	}

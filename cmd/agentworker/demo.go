@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
-	"github.com/agentworker/agentworker/sql/localpg"
 )
 
 const demoPrompt = "create hello.txt saying hi"

@@ -408,7 +408,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, "input must be JSON")
 		return
 	}
-	task, err := agentsql.InsertTask(r.Context(), s.pool, agentsql.NewTask{ProjectID: projectID, Type: req.Type, Prompt: req.Prompt, Input: req.Input})
+	task, err := agentsql.InsertTask(r.Context(), s.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type), Prompt: req.Prompt, Input: req.Input})
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -416,6 +416,6 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", "/v1/tasks/"+task.ID.String()+"/events")
 	w.WriteHeader(http.StatusCreated)
-	_ = json.NewEncoder(w).Encode(TaskResponse{ID: task.ID, ProjectID: task.ProjectID, Type: task.Type,
+	_ = json.NewEncoder(w).Encode(TaskResponse{ID: task.ID, ProjectID: task.ProjectID, Type: string(task.Type),
 		Status: string(task.Status), Prompt: task.Prompt, CreatedAt: task.CreatedAt})
 }

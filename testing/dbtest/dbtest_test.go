@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agentworker/agentworker/sql/localpg"
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 )
 
 func TestMain(m *testing.M) {

@@ -21,8 +21,8 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"go.uber.org/goleak"
 
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	agentsql "github.com/agentworker/agentworker/sql"
-	"github.com/agentworker/agentworker/sql/localpg"
 )
 
 // errNoServer means no PostgreSQL server is available: tests skip, unless

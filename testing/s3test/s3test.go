@@ -9,7 +9,7 @@
 //     TEST_S3_SECRET_KEY (both default to "minioadmin") and TEST_S3_USE_SSL
 //     (defaults to false).
 //  2. The minio binary at MINIO_BIN, on PATH, or in $GOBIN, $GOPATH/bin or
-//     $HOME/go/bin, started with storage/localminio: "minio server" on
+//     $HOME/go/bin, started with internal/devenv/localminio: "minio server" on
 //     127.0.0.1 with random credentials and a data directory under
 //     os.TempDir.
 //
@@ -37,8 +37,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"go.uber.org/goleak"
 
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/storage/localminio"
 	"github.com/agentworker/agentworker/testing/prereq"
 )
 
@@ -84,7 +84,7 @@ func NewStore(t testing.TB) *storage.S3 {
 //
 //	goleak.VerifyTestMain(m, s3test.LeakOption())
 func LeakOption() goleak.Option {
-	return goleak.IgnoreAnyFunction("github.com/agentworker/agentworker/storage/localminio.(*Server).supervise")
+	return goleak.IgnoreAnyFunction("github.com/agentworker/agentworker/internal/devenv/localminio.(*Server).supervise")
 }
 
 // serverConfig returns the endpoint and credentials of the test server,

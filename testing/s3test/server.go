@@ -4,8 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/storage/localminio"
 )
 
 // shared is the MinIO server of this test process, started by the first test

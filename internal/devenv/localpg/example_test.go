@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/agentworker/agentworker/sql/localpg"
+	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	"github.com/jackc/pgx/v5"
 )
 

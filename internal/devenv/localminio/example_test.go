@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/agentworker/agentworker/internal/devenv/localminio"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/storage/localminio"
 )
 
 func Example() {

@@ -56,8 +56,8 @@ func newTimedHandlers() *timedHandlers {
 	return &timedHandlers{started: map[uuid.UUID]time.Time{}, finished: map[uuid.UUID]time.Time{}, done: make(chan uuid.UUID, 100000)}
 }
 
-func (t *timedHandlers) wrap(hs map[string]handlers.Handler) map[string]handlers.Handler {
-	out := map[string]handlers.Handler{}
+func (t *timedHandlers) wrap(hs map[agentsql.TaskType]handlers.Handler) map[agentsql.TaskType]handlers.Handler {
+	out := map[agentsql.TaskType]handlers.Handler{}
 	for k, h := range hs {
 		out[k] = timedHandler{inner: h, t: t}
 	}

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { dbtest.Main(m, s3test.LeakOption()) }
 // Postgres and one MinIO, and checks that none is lost, none ran twice at
 // once, and every task's events are gap-free. Run it with
 //
-//	go test -run TestSoak -v ./bench/ -soak
+//	go test -run TestSoak -v ./cmd/agentworker/bench/ -soak
 func TestSoak(t *testing.T) {
 	if !*soak {
 		t.Skip("soak test: run with -soak (takes about a minute)")
@@ -40,7 +40,7 @@ func TestSoak(t *testing.T) {
 		processes = 4
 	)
 	bin := filepath.Join(t.TempDir(), "agentworker")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/agentworker").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
 		t.Fatalf("build agentworker: %v\n%s", err, out)
 	}
 	url := dbtest.NewURL(t)
