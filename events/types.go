@@ -1,5 +1,5 @@
-// Package events holds the typed agent event model (seeds/agent-events-spec.md
-// and build-agent-plan.md §5), the Recorder that appends a task's events with
+// Package events holds the typed agent event model (the types agent_events
+// accepts and their payloads), the Recorder that appends a task's events with
 // per-task seq, and Follow, which streams a task's timeline from a cursor
 // without loss: LISTEN first, then the backlog, then live events.
 package events
@@ -16,7 +16,7 @@ import (
 type Type string
 
 // Event types. Progress kinds are written as TypeProgress, never as
-// agent_phase, so frontends that switch on type see them (plan §1.5).
+// agent_phase, so frontends that switch on type see them.
 const (
 	TypeAgentPhase Type = "agent_phase"
 	TypeToolCall   Type = "tool_call"
@@ -152,7 +152,7 @@ func (Error) EventType() Type { return TypeError }
 // ProgressKind is the kind of a progress event.
 type ProgressKind string
 
-// Progress kinds (build-agent-plan.md §5.1).
+// Progress kinds: the payload.kind of a TypeProgress event.
 const (
 	KindStageEnter     ProgressKind = "stage_enter"
 	KindStageExit      ProgressKind = "stage_exit"

@@ -27,7 +27,7 @@ const (
 )
 
 // Plan is the structured output of a plan task: steps in dependency order,
-// described in words — never code (two-stage-agent.md stage 1).
+// described in words — never code: the build stage writes the code.
 type Plan struct {
 	Summary string     `json:"summary"`
 	Steps   []PlanStep `json:"steps"`

@@ -29,7 +29,8 @@ import (
 	"github.com/agentworker/agentworker/storage/changeset"
 )
 
-// Runner stages (build-agent-plan.md §1.2).
+// Runner stages, in the order a run passes them; each writes stage_enter and
+// stage_exit events.
 const (
 	StageClaim          = "claim"
 	StageLoadContext    = "load_context"

@@ -68,36 +68,3 @@ func LoadCheckpoint(ctx context.Context, db DBTX, taskID uuid.UUID) (cp Checkpoi
 	}
 	return cp, true, nil
 }
-
-// PauseRequested reports whether a pause of the running task was requested.
-func PauseRequested(ctx context.Context, db DBTX, taskID uuid.UUID) (bool, error) {
-	var p bool
-	if err := db.QueryRow(ctx, `SELECT pause_requested FROM ai_tasks WHERE id = $1`, taskID).Scan(&p); err != nil {
-		return false, fmt.Errorf("read pause request of task %s: %w", taskID, err)
-	}
-	return p, nil
-}
-
-// LastAnswer returns the answer to the task's latest question
-// (agentworker_answer_input); ok is false when none was answered.
-func LastAnswer(ctx context.Context, db DBTX, taskID uuid.UUID) (answer string, ok bool, err error) {
-	err = db.QueryRow(ctx, `SELECT answer FROM inbox_items
-		WHERE task_id = $1 AND kind = 'await_user_input' AND reason = 'question' AND status = 'closed' AND answer IS NOT NULL
-		ORDER BY resolved_at DESC LIMIT 1`, taskID).Scan(&answer)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("read the answer for task %s: %w", taskID, err)
-	}
-	return answer, true, nil
-}
-
-// RunID returns the id of a task's run of an attempt.
-func RunID(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int) (uuid.UUID, error) {
-	var id uuid.UUID
-	if err := db.QueryRow(ctx, `SELECT id FROM task_runs WHERE task_id = $1 AND attempt = $2`, taskID, attempt).Scan(&id); err != nil {
-		return uuid.Nil, fmt.Errorf("find run %d of task %s: %w", attempt, taskID, err)
-	}
-	return id, nil
-}

@@ -124,3 +124,18 @@ func GetInboxItem(ctx context.Context, db DBTX, id uuid.UUID) (InboxItem, error)
 	}
 	return item, nil
 }
+
+// LastAnswer returns the answer to the task's latest question
+// (agentworker_answer_input); ok is false when none was answered.
+func LastAnswer(ctx context.Context, db DBTX, taskID uuid.UUID) (answer string, ok bool, err error) {
+	err = db.QueryRow(ctx, `SELECT answer FROM inbox_items
+		WHERE task_id = $1 AND kind = 'await_user_input' AND reason = 'question' AND status = 'closed' AND answer IS NOT NULL
+		ORDER BY resolved_at DESC LIMIT 1`, taskID).Scan(&answer)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the answer for task %s: %w", taskID, err)
+	}
+	return answer, true, nil
+}

@@ -291,3 +291,24 @@ func RetryRun(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, code,
 	}
 	return nil
 }
+
+// TaskGauges counts tasks by status and the River jobs of ai_tasks waiting
+// to run, for metrics.
+func TaskGauges(ctx context.Context, db DBTX) (map[Status]int64, int64, error) {
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM ai_tasks GROUP BY status`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("count tasks by status: %w", err)
+	}
+	counts := map[Status]int64{}
+	var st Status
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&st, &n}, func() error { counts[st] = n; return nil }); err != nil {
+		return nil, 0, fmt.Errorf("count tasks by status: %w", err)
+	}
+	var depth int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = 'ai_tasks'
+		AND state IN ('available', 'scheduled', 'retryable')`).Scan(&depth); err != nil {
+		return nil, 0, fmt.Errorf("count queued jobs: %w", err)
+	}
+	return counts, depth, nil
+}

@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,35 +18,36 @@ import (
 )
 
 // config is the process configuration, read from the environment only.
-// Every variable is documented in README.md.
+// Every field's desc tag is its documentation: `agentworker help` prints
+// them and docs/configuration.md is generated from them (TestConfigDocs).
 type config struct {
-	DatabaseURL string `envconfig:"DATABASE_URL"`
+	DatabaseURL string `envconfig:"DATABASE_URL" desc:"PostgreSQL connection string; required by serve, migrate, submit and follow (demo and bench start a private PostgreSQL without it)"`
 
-	S3Endpoint  string `envconfig:"S3_ENDPOINT"`
-	S3AccessKey string `envconfig:"S3_ACCESS_KEY"`
-	S3SecretKey string `envconfig:"S3_SECRET_KEY"`
-	S3Bucket    string `envconfig:"S3_BUCKET" default:"agentworker"`
-	S3UseSSL    bool   `envconfig:"S3_USE_SSL" default:"false"`
-	StorageDir  string `envconfig:"STORAGE_DIR"`
+	S3Endpoint  string `envconfig:"S3_ENDPOINT" desc:"S3/MinIO endpoint (host:port); when set, project files live in S3"`
+	S3AccessKey string `envconfig:"S3_ACCESS_KEY" desc:"S3 access key (required with S3_ENDPOINT)"`
+	S3SecretKey string `envconfig:"S3_SECRET_KEY" desc:"S3 secret key (required with S3_ENDPOINT); never logged"`
+	S3Bucket    string `envconfig:"S3_BUCKET" default:"agentworker" desc:"bucket of the project files; created if missing"`
+	S3UseSSL    bool   `envconfig:"S3_USE_SSL" default:"false" desc:"HTTPS to the S3 endpoint"`
+	StorageDir  string `envconfig:"STORAGE_DIR" desc:"local-directory store, used when S3_ENDPOINT is not set (data when empty)"`
 
-	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL"`
-	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY"`
-	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini"`
-	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1"`
+	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI's when empty)"`
+	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"API key of the endpoint; never logged. With neither this nor OPENAI_BASE_URL, serve and demo use the bundled scripted demo model (no real LLM) and say so"`
+	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini" desc:"model name sent to the endpoint"`
+	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1" desc:"model of the generate_image tool (Images API at the same endpoint)"`
 
-	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10"`
-	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25"`
-	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0"`
-	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0"`
-	LLMPrices         string        `envconfig:"LLM_PRICES"`
-	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s"`
-	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m"`
-	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080"`
-	JWTSecret         string        `envconfig:"JWT_SECRET"`
-	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS"`
-	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s"`
-	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
-	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text"`
+	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"10" desc:"tasks this process runs at once"`
+	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"default iteration budget: model calls per task before it pauses for a person (input.budget.max_iterations overrides it)"`
+	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"default token budget of a task, all attempts (0: none; input.budget.max_tokens overrides it)"`
+	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"default cost budget of a task in US dollars, priced with LLM_PRICES (0: none; input.budget.max_cost_usd overrides it)"`
+	LLMPrices         string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
+	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
+	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
+	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
+	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
+	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
+	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json (log/slog)"`
 }
 
 // loadConfig reads and validates the environment. A malformed value gets
@@ -128,4 +131,27 @@ func (c config) redactor() *redact.Redactor {
 // llmConfigured reports whether a real model endpoint is configured.
 func (c config) llmConfigured() bool {
 	return c.OpenAIBaseURL != "" || c.OpenAIAPIKey != ""
+}
+
+// configUsage prints every variable with its default and description, as
+// envconfig reads them.
+func configUsage(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	err := envconfig.Usagef("", &config{}, tw, "VARIABLE\tDEFAULT\tMEANING\n{{range .}}{{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
+	if err != nil {
+		return fmt.Errorf("config usage: %w", err)
+	}
+	return tw.Flush()
+}
+
+// configMarkdown renders the configuration reference (docs/configuration.md)
+// from the same tags.
+func configMarkdown(w io.Writer) error {
+	const tmpl = "# Configuration\n\n" +
+		"Environment variables only, read with envconfig; a malformed value fails start-up with one\n" +
+		"error naming the variable. `agentworker help` prints this table. Generated from the `desc` tags\n" +
+		"of the config struct (cmd/agentworker/config.go) by `go test ./cmd/agentworker -run TestConfigDocs -update`.\n\n" +
+		"| variable | default | meaning |\n|---|---|---|\n" +
+		"{{range .}}| `{{usage_key .}}` | {{with usage_default .}}`{{.}}`{{else}}—{{end}} | {{usage_description .}} |\n{{end}}"
+	return envconfig.Usagef("", &config{}, w, tmpl)
 }

@@ -8,7 +8,8 @@
 //	agentworker demo      run the whole path on the embedded default
 //	agentworker bench     measure it against raw River
 //
-// Configuration comes from the environment only (see README.md).
+// Configuration comes from the environment only: `agentworker help` lists
+// every variable (docs/configuration.md is generated from the same tags).
 package main
 
 import (
@@ -34,6 +35,7 @@ commands:
                               print a bearer token (signed with JWT_SECRET)
   demo                        run a build task end to end on the embedded default
   bench [--quick] [--json]    measure latency, throughput, events, tools, memory vs raw River
+  help                        this text and every environment variable
 `
 
 func main() {
@@ -52,6 +54,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return flag.ErrHelp
+	}
+	if cmd := args[0]; cmd == "help" || cmd == "-h" || cmd == "--help" {
+		fmt.Fprint(out, usage+"\nenvironment (defaults in the second column):\n")
+		return configUsage(out)
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -72,9 +78,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return demo(ctx, cfg, out)
 	case "bench":
 		return runBench(ctx, cfg, rest, out)
-	case "help", "-h", "--help":
-		fmt.Fprint(out, usage)
-		return nil
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)

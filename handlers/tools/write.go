@@ -87,7 +87,8 @@ func deleteFileTool() Tool {
 	}
 }
 
-// moveFileTool has exactly the four outcomes of agent-events-spec.md §5.3.
+// moveFileTool has exactly four outcomes: moved, source missing, target
+// exists (without overwrite), and failed.
 func moveFileTool() Tool {
 	return Tool{
 		Name:        "move_file",

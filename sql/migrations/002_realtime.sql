@@ -12,7 +12,7 @@ ALTER TABLE agent_events ADD COLUMN IF NOT EXISTS xid xid8 NOT NULL DEFAULT pg_c
 CREATE INDEX IF NOT EXISTS agent_events_project_xid_idx ON agent_events (project_id, xid, id);
 
 -- Supabase: where the supabase_realtime publication exists, publish
--- agent_events with full row images (agent-events-spec.md §0), so a
+-- agent_events with full row images (REPLICA IDENTITY FULL), so a
 -- supabase-js postgres_changes subscriber works unchanged. Elsewhere, skip.
 DO $$
 BEGIN

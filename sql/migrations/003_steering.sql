@@ -19,7 +19,7 @@ INSERT INTO agentworker_task_transitions (from_status, to_status) VALUES
     ('awaiting_input', 'queued'), ('awaiting_input', 'cancelled'),
     ('failed', 'queued'), ('blocked', 'queued'), ('cancelled', 'queued');
 
--- The run state machine (orchestrator-mvp.md §5.3); sql.CanTransitionRun in Go.
+-- The run state machine; sql.CanTransitionRun mirrors it in Go.
 CREATE TABLE agentworker_run_transitions (
     from_status text NOT NULL,
     to_status   text NOT NULL,

@@ -1,0 +1,152 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/llm"
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// Codes of a suspended run (task_runs.error_code of an interrupted run).
+const (
+	CodePaused        = "paused"
+	CodeAwaitingInput = "awaiting_input"
+	// CodeBudget prefixes the budget spent: budget_max_tokens, ...
+	CodeBudget = "budget"
+	// CodeInvalidInput: the task's input (budget, allowed_paths) is malformed.
+	CodeInvalidInput = "invalid_input"
+)
+
+// Inbox reasons of the items a loop opens (inbox_items.reason).
+const (
+	ReasonQuestion = "question"
+	ReasonBudget   = "budget"
+	// AlertRepeat: the agent repeats the same actions.
+	AlertRepeat = "stuck_repeat"
+	// AlertErrors: most of the agent's recent tool calls failed.
+	AlertErrors = "stuck_errors"
+)
+
+// Suspension stops a loop at an iteration boundary to wait for a person:
+// a pause request or a spent budget (the task is paused until resumed), or
+// a question (awaiting_input until answered). The loop's checkpoint keeps
+// its place; the next attempt continues from it.
+type Suspension struct {
+	Status agentsql.Status // paused or awaiting_input
+	Code   string          // the interrupted run's error_code
+	// Reason, when set, opens an inbox item of that reason (budget, question).
+	Reason  string
+	Message string
+}
+
+func (s *Suspension) Error() string { return fmt.Sprintf("task %s: %s", s.Status, s.Message) }
+
+func budgetSuspension(which, msg string) *Suspension {
+	return &Suspension{Status: agentsql.StatusPaused, Code: CodeBudget + "_" + which, Reason: ReasonBudget,
+		Message: msg + "; raise input.budget." + which + " and resume the task to go on"}
+}
+
+// beforeIteration stops the loop when a pause was requested.
+func (b *taskRun) beforeIteration(ctx context.Context) error {
+	requested, err := agentsql.PauseRequested(ctx, b.r.deps.Pool, b.task.ID)
+	if err != nil {
+		return err
+	}
+	if requested {
+		return &Suspension{Status: agentsql.StatusPaused, Code: CodePaused, Message: "paused at an iteration boundary on request"}
+	}
+	return nil
+}
+
+// alert records a stuck alert: a warn log event with metadata.alert and one
+// open inbox item per run and kind.
+func (b *taskRun) alert(ctx context.Context, kind, detail string) error {
+	return pgx.BeginFunc(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
+		runID, err := agentsql.RunID(ctx, tx, b.task.ID, b.task.Attempt)
+		if err != nil {
+			return err
+		}
+		taskID := b.task.ID
+		item, opened, err := agentsql.OpenInboxItem(ctx, tx, agentsql.InboxItem{ProjectID: b.task.ProjectID, TaskID: &taskID, RunID: &runID,
+			Kind: agentsql.InboxAwaitUserInput, Reason: kind, Title: "Task looks stuck", Content: clip(detail, 2000)})
+		if err != nil || !opened {
+			return err
+		}
+		_, err = b.rec.EmitIn(ctx, tx, events.Log{Level: events.LevelWarn, Message: "alert: " + clip(detail, 300),
+			Metadata: map[string]any{"alert": kind, "inboxItemId": item.ID.String(), "runId": runID.String()}})
+		return err
+	})
+}
+
+// resumeFrom continues a conversation from the task's checkpoint: a pending
+// question gets its answer as the tool result.
+
+// suspend ends the attempt at an iteration boundary: checkpoint, inbox
+// item, task paused or awaiting_input, run interrupted — one transaction.
+// The job completes; resume or answer enqueues the next attempt.
+func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, messages []llm.Message, s *Suspension) error {
+	wctx := context.WithoutCancel(ctx)
+	cp, err := b.checkpointRow(messages)
+	if err != nil {
+		return r.fail(ctx, b.rec, log, b.task, b.at, b.lp, b.cs, err)
+	}
+	spend := b.lp.unrecorded()
+	phase := events.PhasePaused
+	if s.Status == agentsql.StatusAwaitingInput {
+		phase = events.PhaseAwaitingInput
+	}
+	err = pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := b.rec.EmitIn(wctx, tx); err != nil {
+			return err
+		}
+		if err := agentsql.SaveCheckpoint(wctx, tx, b.at.JobID, cp, agentsql.Spend{}); err != nil {
+			return err
+		}
+		meta := map[string]any{"code": s.Code}
+		if s.Reason != "" {
+			runID, err := agentsql.RunID(wctx, tx, b.task.ID, b.task.Attempt)
+			if err != nil {
+				return err
+			}
+			taskID := b.task.ID
+			title := "The agent asks a question"
+			if s.Reason == ReasonBudget {
+				title = "Task paused: budget spent"
+			}
+			item, _, err := agentsql.OpenInboxItem(wctx, tx, agentsql.InboxItem{ProjectID: b.task.ProjectID, TaskID: &taskID, RunID: &runID,
+				Kind: agentsql.InboxAwaitUserInput, Reason: s.Reason, Title: title, Content: s.Message})
+			if err != nil {
+				return err
+			}
+			if item.ID != uuid.Nil {
+				meta["inboxItemId"] = item.ID.String()
+			}
+		}
+		if _, err := agentsql.FinishTask(wctx, tx, b.task.ID, b.at.JobID, agentsql.Outcome{
+			Status: s.Status, RunStatus: string(agentsql.RunInterrupted), ErrorCode: s.Code, ErrorMsg: clip(s.Message, 1000),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
+		}); err != nil {
+			return err
+		}
+		_, err := b.rec.EmitIn(wctx, tx, events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: string(b.task.Type), Summary: s.Message},
+			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, b.lp.iterations, s.Message), Metadata: meta})
+		return err
+	})
+	if errors.Is(err, agentsql.ErrNotClaimed) {
+		log.WarnContext(ctx, "task was taken over or cancelled while suspending; dropping this attempt")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("suspend task %s (%s): %w", b.task.ID, s.Status, err)
+	}
+	b.lp.markRecorded()
+	log.InfoContext(ctx, "task suspended", slog.String("status", string(s.Status)), slog.String("code", s.Code), slog.Int("iterations", b.lp.iterations))
+	return nil
+}

@@ -1,0 +1,162 @@
+package sql
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+var (
+	// ErrVersionConflict reports a control action whose expected version is stale.
+	ErrVersionConflict = errors.New("task version conflict")
+	// ErrInvalidAction reports an unknown action, or an answer without text.
+	ErrInvalidAction = errors.New("invalid control action")
+)
+
+// Action is a control action on a task: what a person or an app does to
+// steer it. Each is a SQL function (agentworker_<action>_task, and
+// agentworker_answer_input) and an HTTP endpoint.
+type Action string
+
+// Control actions.
+const (
+	ActionCancel Action = "cancel"
+	ActionPause  Action = "pause"
+	ActionResume Action = "resume"
+	ActionRetry  Action = "retry"
+	ActionAnswer Action = "answer"
+)
+
+// Actions lists every control action.
+var Actions = []Action{ActionCancel, ActionPause, ActionResume, ActionRetry, ActionAnswer}
+
+// Statuses lists every task status.
+var Statuses = []Status{StatusQueued, StatusRunning, StatusSucceeded, StatusFailed, StatusBlocked,
+	StatusCancelled, StatusPaused, StatusAwaitingInput}
+
+// Target is the status an action moves a task to.
+func (a Action) Target() Status {
+	switch a {
+	case ActionCancel:
+		return StatusCancelled
+	case ActionPause:
+		return StatusPaused
+	case ActionResume, ActionRetry, ActionAnswer:
+		return StatusQueued
+	}
+	return ""
+}
+
+// Permits reports whether the action may be taken on a task in status from:
+// the move must be legal (CanTransition) and start where the action applies
+// (resume only a paused task, answer only one awaiting input, retry only an
+// ended one). agentworker_control_task applies the same rule.
+func (a Action) Permits(from Status) bool {
+	var ok bool
+	switch a {
+	case ActionCancel:
+		ok = from == StatusQueued || from == StatusRunning || from == StatusPaused || from == StatusAwaitingInput
+	case ActionPause:
+		ok = from == StatusQueued || from == StatusRunning
+	case ActionResume:
+		ok = from == StatusPaused
+	case ActionRetry:
+		ok = from == StatusFailed || from == StatusBlocked || from == StatusCancelled
+	case ActionAnswer:
+		ok = from == StatusAwaitingInput
+	}
+	return ok && CanTransition(from, a.Target())
+}
+
+// ControlOpts qualifies a control action.
+type ControlOpts struct {
+	// ExpectedVersion, when set, must equal the task's version or the
+	// action is refused with ErrVersionConflict.
+	ExpectedVersion *int
+	// Actor names who acts, for the audit event. Defaults to the database user.
+	Actor string
+	// Answer is the reply to the agent's question; required by ActionAnswer.
+	Answer string
+}
+
+// ControlResult is what agentworker_control_task returns.
+type ControlResult struct {
+	Outcome string    `json:"outcome"` // applied | rejected | conflict | invalid | not_found
+	TaskID  uuid.UUID `json:"task_id"`
+	Action  Action    `json:"action"`
+	From    Status    `json:"from,omitempty"`
+	Status  Status    `json:"status,omitempty"`
+	Version int       `json:"version,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	// Pending is set when a pause of a running task was requested: the
+	// task stays running until its loop reaches the next iteration boundary.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// ControlError is a refused control action. It wraps ErrIllegalTransition,
+// ErrVersionConflict, ErrInvalidAction or ErrTaskNotFound.
+type ControlError struct {
+	Result ControlResult
+	kind   error
+}
+
+func (e *ControlError) Error() string {
+	return fmt.Sprintf("%s task %s: %s", e.Result.Action, e.Result.TaskID, e.Result.Error)
+}
+
+func (e *ControlError) Unwrap() error { return e.kind }
+
+// ControlTask applies a control action through agentworker_control_task,
+// the one implementation apps reach through PostgREST too. The audit event
+// is written whatever the outcome; a refused action returns a *ControlError.
+func ControlTask(ctx context.Context, db DBTX, id uuid.UUID, action Action, o ControlOpts) (ControlResult, error) {
+	var raw []byte
+	if err := db.QueryRow(ctx, `SELECT agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`,
+		id, string(action), o.ExpectedVersion, o.Actor, o.Answer).Scan(&raw); err != nil {
+		return ControlResult{}, fmt.Errorf("%s task %s: %w", action, id, err)
+	}
+	var res ControlResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return ControlResult{}, fmt.Errorf("%s task %s: decode result %s: %w", action, id, raw, err)
+	}
+	var kind error
+	switch res.Outcome {
+	case "applied":
+		return res, nil
+	case "rejected":
+		kind = ErrIllegalTransition
+	case "conflict":
+		kind = ErrVersionConflict
+	case "invalid":
+		kind = ErrInvalidAction
+	case "not_found":
+		kind = ErrTaskNotFound
+	default:
+		return res, fmt.Errorf("%s task %s: unexpected outcome %q", action, id, res.Outcome)
+	}
+	return res, &ControlError{Result: res, kind: kind}
+}
+
+// CanTransitionSQL asks the database's state machine table whether a task
+// status move is legal; sql.CanTransition must agree.
+func CanTransitionSQL(ctx context.Context, db DBTX, from, to Status) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agentworker_task_transitions
+		WHERE from_status = $1 AND to_status = $2)`, from, to).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("look up task transition %s -> %s: %w", from, to, err)
+	}
+	return ok, nil
+}
+
+// PauseRequested reports whether a pause of the running task was requested.
+func PauseRequested(ctx context.Context, db DBTX, taskID uuid.UUID) (bool, error) {
+	var p bool
+	if err := db.QueryRow(ctx, `SELECT pause_requested FROM ai_tasks WHERE id = $1`, taskID).Scan(&p); err != nil {
+		return false, fmt.Errorf("read pause request of task %s: %w", taskID, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,82 @@
+package sql
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// RunStatus is a task_runs status; CanTransitionRun says which moves are legal.
+type RunStatus string
+
+// Run statuses.
+const (
+	RunQueued         RunStatus = "queued"
+	RunRunning        RunStatus = "running"
+	RunRetryScheduled RunStatus = "retry_scheduled"
+	RunInterrupted    RunStatus = "interrupted"
+	RunSucceeded      RunStatus = "succeeded"
+	RunFailed         RunStatus = "failed"
+	RunCancelled      RunStatus = "cancelled"
+)
+
+// RunStatuses lists every run status.
+var RunStatuses = []RunStatus{RunQueued, RunRunning, RunRetryScheduled, RunInterrupted, RunSucceeded, RunFailed, RunCancelled}
+
+// CanTransitionRun is the run state machine. The task_runs_guard_status
+// trigger enforces the same moves (agentworker_run_transitions) for every
+// writer; a test checks that the two agree.
+func CanTransitionRun(from, to RunStatus) bool {
+	switch from {
+	case RunQueued:
+		return to == RunRunning || to == RunCancelled
+	case RunRunning:
+		switch to {
+		case RunSucceeded, RunFailed, RunRetryScheduled, RunCancelled, RunInterrupted:
+			return true
+		}
+	case RunRetryScheduled:
+		return to == RunRunning || to == RunCancelled
+	case RunInterrupted:
+		return to == RunRunning || to == RunFailed || to == RunCancelled
+	}
+	return false
+}
+
+// CanTransitionRunSQL asks the database's run state machine table.
+func CanTransitionRunSQL(ctx context.Context, db DBTX, from, to RunStatus) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agentworker_run_transitions
+		WHERE from_status = $1 AND to_status = $2)`, from, to).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("look up run transition %s -> %s: %w", from, to, err)
+	}
+	return ok, nil
+}
+
+// AddRunUsage adds spend to a task and its run of attempt: the usage of
+// the iterations since the last checkpoint, or of an attempt stopped from
+// outside (cancelled).
+func AddRunUsage(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int, s Spend) error {
+	if s == (Spend{}) {
+		return nil
+	}
+	if _, err := db.Exec(ctx, `WITH r AS (
+			UPDATE task_runs SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
+			WHERE task_id = $1 AND attempt = $2)
+		UPDATE ai_tasks SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5 WHERE id = $1`,
+		taskID, attempt, s.TokensIn, s.TokensOut, s.Cost); err != nil {
+		return fmt.Errorf("add usage of run %d to task %s: %w", attempt, taskID, err)
+	}
+	return nil
+}
+
+// RunID returns the id of a task's run of an attempt.
+func RunID(ctx context.Context, db DBTX, taskID uuid.UUID, attempt int) (uuid.UUID, error) {
+	var id uuid.UUID
+	if err := db.QueryRow(ctx, `SELECT id FROM task_runs WHERE task_id = $1 AND attempt = $2`, taskID, attempt).Scan(&id); err != nil {
+		return uuid.Nil, fmt.Errorf("find run %d of task %s: %w", attempt, taskID, err)
+	}
+	return id, nil
+}
