@@ -17,7 +17,7 @@ import (
 // of the result and error only their one-line summaries.
 type TaskSummary struct {
 	ID           uuid.UUID
-	Type         string
+	Type         TaskType
 	Status       Status
 	Prompt       string // the first 200 characters
 	Model        string
@@ -95,7 +95,7 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, before 
 		if id == nil { // no task: the row carries only the head
 			continue
 		}
-		s.ID, s.Type, s.Status, s.Prompt, s.Model, s.Attempt = *id, *typ, Status(*status), *prompt, *model, *attempt
+		s.ID, s.Type, s.Status, s.Prompt, s.Model, s.Attempt = *id, TaskType(*typ), Status(*status), *prompt, *model, *attempt
 		s.Iterations, s.TokensIn, s.TokensOut, s.Cost = *iterations, *tokensIn, *tokensOut, *cost
 		s.Summary, s.ErrorMessage, s.Version, s.CreatedAt, s.UpdatedAt = *summary, *errMsg, *version, *createdAt, *updatedAt
 		page.Tasks = append(page.Tasks, s)
