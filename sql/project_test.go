@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -17,37 +18,28 @@ import (
 // of entries.
 func build(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.Status, finished time.Time, setStatus string, entries ...agentsql.ChangeEntry) uuid.UUID {
 	t.Helper()
-	tx, err := pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(t.Context())
-	if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
-		t.Fatal(err)
-	}
 	var fin *time.Time
 	if !finished.IsZero() {
 		fin = &finished
 	}
 	var id uuid.UUID
-	if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status, finished_at, result)
-		VALUES ($1, 'build', 'p', $2, $3, '{"iterations": 3, "summary": "done"}') RETURNING id`, project, status, fin).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agentsql.OpenChangeSet(t.Context(), tx, id, project); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if err := agentsql.PutChangeEntry(t.Context(), tx, id, e); err != nil {
+	withoutPickup(t, pool, func(tx pgx.Tx) {
+		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status, finished_at, result)
+			VALUES ($1, 'build', 'p', $2, $3, '{"iterations": 3, "summary": "done"}') RETURNING id`, project, status, fin).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+		if _, err := agentsql.OpenChangeSet(t.Context(), tx, id, project); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if err := agentsql.PutChangeEntry(t.Context(), tx, id, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
+			t.Fatal(err)
+		}
+	})
 	return id
 }
 
