@@ -17,9 +17,10 @@ import (
 
 var (
 	// ErrUnauthenticated: no token, or one that is malformed, expired or
-	// signed with another key. Answer 401.
+	// signed with another key. Package api answers it 401.
 	ErrUnauthenticated = errors.New("unauthenticated")
-	// ErrForbidden: a valid token that may not read the resource. Answer 403.
+	// ErrForbidden: a valid token that may not read the resource. Package
+	// api answers it 403.
 	ErrForbidden = errors.New("forbidden")
 )
 
@@ -109,15 +110,4 @@ func (v *Verifier) Sign(c Claims) (string, error) {
 		return "", fmt.Errorf("sign token: %w", err)
 	}
 	return s, nil
-}
-
-// WriteError answers an auth failure with 401 or 403 and a body that says
-// nothing about why (no token, which project).
-func WriteError(w http.ResponseWriter, err error) {
-	if errors.Is(err, ErrForbidden) {
-		http.Error(w, `{"error":"forbidden"}`, http.StatusForbidden)
-		return
-	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="agentworker"`)
-	http.Error(w, `{"error":"unauthorized"}`, http.StatusUnauthorized)
 }

@@ -47,6 +47,10 @@ export interface ToolCallPayload {
   fromPath?: string;
   /** move_file only */
   toPath?: string;
+  /** run_command only: what ran, e.g. npm run typecheck */
+  command?: string;
+  /** run_command only: the command's exit code, -1 when killed */
+  exitCode?: number;
 }
 
 export interface ToolCallEvent extends BaseAgentEvent {

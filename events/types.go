@@ -79,6 +79,8 @@ type ToolCall struct {
 	Duration      int64  `json:"duration,omitempty"` // milliseconds
 	FromPath      string `json:"fromPath,omitempty"` // move_file only
 	ToPath        string `json:"toPath,omitempty"`   // move_file only
+	Command       string `json:"command,omitempty"`  // run_command only: what ran, e.g. npm run typecheck
+	ExitCode      *int   `json:"exitCode,omitempty"` // run_command only: the command's exit code, -1 when killed
 }
 
 // EventType implements Payload.

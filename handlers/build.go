@@ -10,6 +10,7 @@ import (
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
@@ -35,6 +36,10 @@ type taskRun struct {
 	checks  *verify.Report
 	repairs int
 	trigger string // the reason of the current repair attempt
+	// ws is the build's sandbox workspace (nil when commands are off);
+	// baseWS and baseRuns the project as it was, for failing checks.
+	ws, baseWS *sandbox.Workspace
+	baseRuns   map[string]sandbox.Outcome
 }
 
 // check runs the static checks over the files the change set writes.
@@ -63,14 +68,18 @@ func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 	return rep, err
 }
 
-// checkBeforeFinish is the loop's finish gate: a failing check refuses the
-// finish with the problems, which puts the model in the FIX state.
+// checkBeforeFinish is the loop's finish gate: a failing static check, then
+// a failing project check, refuses the finish with the problems, which puts
+// the model in the FIX state.
 func (b *taskRun) checkBeforeFinish(ctx context.Context) (string, error) {
 	rep, err := b.check(ctx)
-	if err != nil || rep.Passed() {
+	if err != nil {
 		return "", err
 	}
-	return rep.String() + "Fix these problems (read the files, then edit them), then call finish again.", nil
+	if !rep.Passed() {
+		return rep.String() + "Fix these problems (read the files, then edit them), then call finish again.", nil
+	}
+	return b.projectChecks(ctx)
 }
 
 // repairLoop runs the loop, and when the model gets stuck (failed calls,
@@ -87,8 +96,14 @@ func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 			if cerr != nil {
 				return "", messages, cerr
 			}
+			refusal := ""
 			if !rep.Passed() {
-				err = &TerminationError{Reason: ReasonStaticChecks, Detail: rep.String()}
+				refusal = rep.String()
+			} else if refusal, cerr = b.projectChecks(ctx); cerr != nil {
+				return "", messages, cerr
+			}
+			if refusal != "" {
+				err = &TerminationError{Reason: ReasonStaticChecks, Detail: refusal}
 			}
 		}
 		if err == nil {

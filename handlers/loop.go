@@ -75,10 +75,12 @@ type loop struct {
 	// stuck_errors) once per run.
 	alert func(ctx context.Context, kind, detail string) error
 	// budget stops the loop with a budget suspension when spent; the
-	// iteration budget is maxIterations.
-	budget Budget
-	price  llm.Price
-	cost   float64
+	// iteration budget is maxIterations. ceiling is the operator's, which
+	// the task's input cannot raise.
+	budget  Budget
+	ceiling Budget
+	price   llm.Price
+	cost    float64
 	// recorded is the usage and cost already counted on the task's run
 	// (by checkpoints, or by earlier attempts).
 	recorded     llm.Usage
@@ -201,11 +203,14 @@ func notRun(messages []llm.Message, calls []llm.ToolCall, why string) []llm.Mess
 func (l *loop) spent() *Suspension {
 	switch {
 	case l.iterations >= l.maxIterations:
-		return budgetSuspension("max_iterations", fmt.Sprintf("the iteration budget of %d is spent", l.maxIterations))
+		return budgetSuspension("max_iterations", fmt.Sprintf("the iteration budget of %d is spent", l.maxIterations),
+			l.maxIterations >= l.ceiling.MaxIterations)
 	case l.budget.MaxTokens > 0 && l.usage.TotalTokens >= l.budget.MaxTokens:
-		return budgetSuspension("max_tokens", fmt.Sprintf("the token budget of %d is spent (%d used)", l.budget.MaxTokens, l.usage.TotalTokens))
+		return budgetSuspension("max_tokens", fmt.Sprintf("the token budget of %d is spent (%d used)", l.budget.MaxTokens, l.usage.TotalTokens),
+			l.ceiling.MaxTokens > 0 && l.budget.MaxTokens >= l.ceiling.MaxTokens)
 	case l.budget.MaxCostUSD > 0 && l.cost >= l.budget.MaxCostUSD:
-		return budgetSuspension("max_cost", fmt.Sprintf("the cost budget of $%.4f is spent ($%.4f used)", l.budget.MaxCostUSD, l.cost))
+		return budgetSuspension("max_cost", fmt.Sprintf("the cost budget of $%.4f is spent ($%.4f used)", l.budget.MaxCostUSD, l.cost),
+			l.ceiling.MaxCostUSD > 0 && l.budget.MaxCostUSD >= l.ceiling.MaxCostUSD)
 	}
 	return nil
 }
@@ -501,10 +506,14 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	evs := []events.Payload{
 		events.Progress{Kind: events.KindToolComplete, ToolName: call.Name, ToolResult: result, ToolSuccess: &success, Duration: duration, Iteration: l.iterations},
 		events.ToolCall{ToolName: call.Name, ArgsSummary: summarizeArgs(call), ResultSummary: res.Summary,
-			Success: res.Success, Duration: duration, FromPath: res.FromPath, ToPath: res.ToPath},
+			Success: res.Success, Duration: duration, FromPath: res.FromPath, ToPath: res.ToPath,
+			Command: res.Command, ExitCode: res.ExitCode},
 	}
 	for _, c := range res.Changes {
 		evs = append(evs, c)
+	}
+	for _, lg := range res.Logs {
+		evs = append(evs, lg)
 	}
 	l.rec.Add(evs...) // written with the next tool_start or iteration_start
 	l.changes = append(l.changes, res.Changes...)
@@ -528,6 +537,9 @@ func summarizeArgs(call llm.ToolCall) string {
 	}
 	if q, ok := args["query"].(string); ok {
 		return clip(q, 120)
+	}
+	if c, ok := args["command"].(string); ok {
+		return c
 	}
 	return clip(call.Arguments, 120)
 }

@@ -156,15 +156,17 @@ func (r *Runner) loadPlan(ctx context.Context, task agentsql.Task) (*Plan, error
 		return nil, &taskError{CodePlanNotFound, fmt.Errorf("input.plan_task_id %q is not a uuid", input.PlanTaskID)}
 	}
 	pt, err := agentsql.GetTask(ctx, r.deps.Pool, id)
-	if errors.Is(err, agentsql.ErrTaskNotFound) {
-		return nil, &taskError{CodePlanNotFound, err}
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, agentsql.ErrTaskNotFound) {
 		return nil, err
 	}
-	if pt.Type != "plan" || pt.Status != agentsql.StatusSucceeded || pt.ProjectID != task.ProjectID {
-		return nil, &taskError{CodePlanNotFound, fmt.Errorf("task %s is a %s task in status %s of project %s, not a succeeded plan of this project",
-			pt.ID, pt.Type, pt.Status, pt.ProjectID)}
+	// Another project's task is reported exactly as a missing one: this
+	// error is stored on the task, which its own project reads.
+	if err != nil || pt.ProjectID != task.ProjectID {
+		return nil, &taskError{CodePlanNotFound, fmt.Errorf("input.plan_task_id %s: %w", id, agentsql.ErrTaskNotFound)}
+	}
+	if pt.Type != "plan" || pt.Status != agentsql.StatusSucceeded {
+		return nil, &taskError{CodePlanNotFound, fmt.Errorf("input.plan_task_id %s is a %s task in status %s, not a succeeded plan",
+			pt.ID, pt.Type, pt.Status)}
 	}
 	var res Result
 	if err := json.Unmarshal(pt.Result, &res); err != nil || res.Plan == nil {

@@ -15,20 +15,42 @@ type Budget struct {
 	MaxIterations int     `json:"max_iterations"`
 }
 
+// within returns the budget asked for, held to ceiling field by field.
+func (asked Budget) within(ceiling Budget) Budget {
+	return Budget{
+		MaxTokens:     capped(asked.MaxTokens, ceiling.MaxTokens),
+		MaxCostUSD:    capped(asked.MaxCostUSD, ceiling.MaxCostUSD),
+		MaxIterations: capped(asked.MaxIterations, ceiling.MaxIterations),
+	}
+}
+
+// capped is the limit asked for when it is set and below the ceiling (or
+// there is no ceiling), else the ceiling. Zero is no limit.
+func capped[T int | int64 | float64](asked, ceiling T) T {
+	if asked > 0 && (ceiling == 0 || asked < ceiling) {
+		return asked
+	}
+	return ceiling
+}
+
 // taskPolicy is what a task's input sets beyond its prompt.
 type taskPolicy struct {
 	budget Budget
-	scope  *storage.Scope
+	// ceiling is the operator's budget, which input.budget may lower but
+	// not raise: whoever may insert a task must not spend past it.
+	ceiling Budget
+	scope   *storage.Scope
 }
 
-// policyOf reads input.budget (over the runner's defaults) and
+// policyOf reads input.budget (within the runner's ceilings) and
 // input.allowed_paths.
 func (r *Runner) policyOf(task agentsql.Task) (taskPolicy, error) {
 	var in struct {
 		Budget       *Budget  `json:"budget"`
 		AllowedPaths []string `json:"allowed_paths"`
 	}
-	p := taskPolicy{budget: Budget{MaxTokens: r.cfg.Budget.MaxTokens, MaxCostUSD: r.cfg.Budget.MaxCostUSD, MaxIterations: r.cfg.MaxIterations}}
+	ceiling := Budget{MaxTokens: r.cfg.Budget.MaxTokens, MaxCostUSD: r.cfg.Budget.MaxCostUSD, MaxIterations: r.cfg.MaxIterations}
+	p := taskPolicy{budget: ceiling, ceiling: ceiling}
 	if len(task.Input) > 0 {
 		if err := json.Unmarshal(task.Input, &in); err != nil {
 			return p, &taskError{CodeInvalidInput, fmt.Errorf("input of task %s: %w", task.ID, err)}
@@ -38,15 +60,7 @@ func (r *Runner) policyOf(task agentsql.Task) (taskPolicy, error) {
 		if b.MaxTokens < 0 || b.MaxCostUSD < 0 || b.MaxIterations < 0 {
 			return p, &taskError{CodeInvalidInput, fmt.Errorf("input.budget of task %s: limits must not be negative", task.ID)}
 		}
-		if b.MaxTokens > 0 {
-			p.budget.MaxTokens = b.MaxTokens
-		}
-		if b.MaxCostUSD > 0 {
-			p.budget.MaxCostUSD = b.MaxCostUSD
-		}
-		if b.MaxIterations > 0 {
-			p.budget.MaxIterations = b.MaxIterations
-		}
+		p.budget = b.within(ceiling)
 	}
 	scope, err := storage.NewScope(in.AllowedPaths)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/redact"
+	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
@@ -62,9 +63,9 @@ const (
 
 // Config tunes the runner.
 type Config struct {
-	// MaxIterations caps LLM calls per task: the default iteration budget,
-	// reaching which pauses the task (input.budget.max_iterations
-	// overrides it). Defaults to 25.
+	// MaxIterations caps LLM calls per task: the iteration budget,
+	// reaching which pauses the task. input.budget.max_iterations may
+	// lower it, never raise it. Defaults to 25.
 	MaxIterations int
 	// MaxToolFailures ends the loop after this many failed tool calls in a
 	// row. Defaults to 3.
@@ -87,13 +88,20 @@ type Config struct {
 	// ContextTokens is the estimated conversation size above which old
 	// tool outputs are condensed. Defaults to 60000.
 	ContextTokens int
-	// Budget is the default budget of a task; input.budget overrides it
-	// field by field. Its MaxIterations is ignored: MaxIterations is the
-	// default iteration budget. Defaults to no token or cost limit.
+	// Budget is the budget of a task and its ceiling: input.budget may
+	// lower it field by field, never raise it (a zero field is no limit,
+	// which input.budget may set). Its MaxIterations is ignored:
+	// MaxIterations is the iteration budget. Defaults to no token or cost
+	// limit.
 	Budget Budget
 	// Prices prices the model's usage for task cost and cost budgets.
 	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
 	Prices llm.Prices
+	// ProjectChecks are the package.json scripts a build that changed
+	// something runs in the sandbox before it may finish, those the project
+	// has; a failure goes back to the model like a failing static check.
+	// Defaults (nil) to typecheck, lint and test; empty and non-nil: none.
+	ProjectChecks []string
 }
 
 func (c Config) withDefaults() Config {
@@ -124,6 +132,9 @@ func (c Config) withDefaults() Config {
 	if c.Prices == nil {
 		c.Prices = llm.DefaultPrices()
 	}
+	if c.ProjectChecks == nil {
+		c.ProjectChecks = defaultProjectChecks
+	}
 	return c
 }
 
@@ -135,6 +146,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Observer, if set, sees every event a task's loop writes (metrics).
 	Observer events.Observer
+	// Sandbox, if set, runs builds' run_command calls and project checks;
+	// nil: commands are off (the tool is not offered).
+	Sandbox *sandbox.Sandbox
 }
 
 // Attempt identifies the River attempt running a task.
@@ -274,6 +288,8 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			}
 		}
 		b.cs, b.store = cs, cs
+		b.openWorkspace()
+		defer b.closeWorkspaces(log)
 	}
 	var (
 		final    string
@@ -311,6 +327,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return &taskError{CodeInternal, err}
 		}
+		if r.deps.Sandbox == nil {
+			registry = registry.Without(tools.RunCommand)
+		}
 		pol, err := r.policyOf(task)
 		if err != nil {
 			return err
@@ -319,10 +338,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
 			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
-				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope},
+				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Workspace: b.ws},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
-			budget: pol.budget, price: price,
+			budget: pol.budget, ceiling: pol.ceiling, price: price,
 		}
 		b.lp = lp
 		lp.before, lp.alert = b.beforeIteration, b.alert

@@ -47,6 +47,13 @@ type harness struct {
 // a scripted model, with files seeded into the project.
 func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files map[string]string, opts ...llmtest.Option) *harness {
 	t.Helper()
+	return setupWith(t, handlers.Deps{}, replies, cfg, files, opts...)
+}
+
+// setupWith is setup with services of deps besides the pipeline's own
+// (the sandbox).
+func setupWith(t *testing.T, deps handlers.Deps, replies []scripted.Reply, cfg handlers.Config, files map[string]string, opts ...llmtest.Option) *harness {
+	t.Helper()
 	h := &harness{project: uuid.New()}
 	var err error
 	h.pool, err = pgxpool.New(t.Context(), dbtest.NewURL(t))
@@ -69,7 +76,8 @@ func setup(t *testing.T, replies []scripted.Reply, cfg handlers.Config, files ma
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg.DisableStreaming = true
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger}, cfg)
+	deps.Pool, deps.Store, deps.LLM, deps.Logger = h.pool, h.store, client, logger
+	runner, err := handlers.NewRunner(deps, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,6 +449,38 @@ func TestExpectationMismatchBlocksTheTask(t *testing.T) {
 	}
 	if files := h.files(t); len(files) != 1 || files["src/main.ts"] != "console.log('hi')\n" {
 		t.Fatalf("a blocked build changed the project: %v", files)
+	}
+}
+
+// TestPlanOfAnotherProjectIsNotFound: a build naming another project's
+// plan fails exactly as one naming no task at all; the error, which the
+// build's project reads, says nothing of the other task.
+func TestPlanOfAnotherProjectIsNotFound(t *testing.T) {
+	t.Parallel()
+	h := setup(t, nil, handlers.Config{}, map[string]string{"src/main.ts": "console.log('hi')\n"})
+	plan := threeStepPlan()
+	res, _ := json.Marshal(handlers.Result{Summary: "secret plan", Plan: &plan})
+	var foreign uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `WITH skip AS (SELECT set_config('agentworker.skip_enqueue', 'on', true))
+		INSERT INTO ai_tasks (project_id, type, prompt, status, result) SELECT $1, 'plan', 'theirs', 'succeeded', $2 FROM skip RETURNING id`,
+		uuid.New(), res).Scan(&foreign); err != nil {
+		t.Fatal(err)
+	}
+	missing := uuid.New()
+	messages := map[uuid.UUID]string{}
+	for _, planID := range []uuid.UUID{foreign, missing} {
+		_, task := h.wait(t, h.insert(t, "build", "use the plan", m{"plan_task_id": planID}))
+		te := taskError(t, task)
+		if task.Status != agentsql.StatusFailed || te.Code != handlers.CodePlanNotFound {
+			t.Fatalf("plan_task_id %s: status %s, error %+v", planID, task.Status, te)
+		}
+		messages[planID] = te.Message
+	}
+	if strings.ReplaceAll(messages[foreign], foreign.String(), missing.String()) != messages[missing] {
+		t.Errorf("another project's plan: %q; no task: %q", messages[foreign], messages[missing])
+	}
+	if len(h.llm.Requests()) != 0 {
+		t.Errorf("the model was called %d times", len(h.llm.Requests()))
 	}
 }
 

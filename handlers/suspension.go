@@ -48,9 +48,15 @@ type Suspension struct {
 
 func (s *Suspension) Error() string { return fmt.Sprintf("task %s: %s", s.Status, s.Message) }
 
-func budgetSuspension(which, msg string) *Suspension {
+// budgetSuspension pauses a task whose budget is spent. atCeiling says the
+// budget is the operator's ceiling, which input.budget cannot raise.
+func budgetSuspension(which, msg string, atCeiling bool) *Suspension {
+	hint := "; raise input.budget." + which + " and resume the task to go on"
+	if atCeiling {
+		hint = "; that is the operator's ceiling, which input.budget cannot raise"
+	}
 	return &Suspension{Status: agentsql.StatusPaused, Code: CodeBudget + "_" + which, Reason: ReasonBudget,
-		Message: msg + "; raise input.budget." + which + " and resume the task to go on"}
+		Message: msg + hint}
 }
 
 // beforeIteration stops the loop when a pause was requested.

@@ -139,6 +139,16 @@ func MigrateWithResult(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 			}
 			res.Applied = append(res.Applied, m.Name)
 		}
+		if len(res.RiverVersions) > 0 {
+			// Tables a newer River adds are internal too (migration 008);
+			// on Supabase they were just granted to the API roles.
+			if _, err := tx.Exec(ctx, `DO $$ BEGIN
+				IF to_regprocedure('agentworker_seal_internal()') IS NOT NULL THEN
+					PERFORM agentworker_seal_internal();
+				END IF; END $$`); err != nil {
+				return fmt.Errorf("seal river's tables: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -12,11 +12,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
 )
 
 func TestLocal(t *testing.T) {
 	t.Parallel()
-	runConformance(t, func(t *testing.T) storage.Store {
+	storagetest.Run(t, func(t *testing.T) storage.Store {
 		t.Helper()
 		s, err := storage.NewLocal(t.TempDir())
 		if err != nil {
@@ -85,7 +86,7 @@ func TestNewLocal(t *testing.T) {
 func TestLocalLayout(t *testing.T) {
 	t.Parallel()
 	s, root, project := setupLocal(t)
-	mustWrite(t, s, project, "src/main.go", "package main")
+	storagetest.Write(t, s, project, "src/main.go", "package main")
 
 	got, err := os.ReadFile(filepath.Join(root, project, "src", "main.go"))
 	if err != nil || string(got) != "package main" {
@@ -101,8 +102,8 @@ func TestLocalDeletePrunesEmptyDirs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, root, project := setupLocal(t)
-	mustWrite(t, s, project, "a/b/c.txt", "c")
-	mustWrite(t, s, project, "a/d.txt", "d")
+	storagetest.Write(t, s, project, "a/b/c.txt", "c")
+	storagetest.Write(t, s, project, "a/d.txt", "d")
 
 	if err := s.Delete(ctx, project, "a/b/c.txt"); err != nil {
 		t.Fatalf("Delete: %v", err)
@@ -118,7 +119,7 @@ func TestLocalDeletePrunesEmptyDirs(t *testing.T) {
 		t.Errorf("project directory holds %v, %v; want it empty and kept", entries, err)
 	}
 
-	mustWrite(t, s, project, "m/n/o.txt", "o")
+	storagetest.Write(t, s, project, "m/n/o.txt", "o")
 	if err := s.Move(ctx, project, "m/n/o.txt", "o.txt", false); err != nil {
 		t.Fatalf("Move: %v", err)
 	}
@@ -131,7 +132,7 @@ func TestLocalSymlinks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, root, project := setupLocal(t)
-	mustWrite(t, s, project, "inside.txt", "inside")
+	storagetest.Write(t, s, project, "inside.txt", "inside")
 
 	outsideDir := t.TempDir()
 	outside := filepath.Join(outsideDir, "secret.txt")
@@ -173,7 +174,7 @@ func TestLocalSymlinks(t *testing.T) {
 		}
 	}
 
-	checkList(t, s, project, "", "inside.txt")
+	storagetest.CheckList(t, s, project, "", "inside.txt")
 	if got, err := os.ReadFile(outside); err != nil || string(got) != "secret" {
 		t.Errorf("outside file = %q, %v; want it untouched", got, err)
 	}
@@ -200,7 +201,7 @@ func TestLocalWriteOverDirectory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _, project := setupLocal(t)
-	mustWrite(t, s, project, "a/b.txt", "b")
+	storagetest.Write(t, s, project, "a/b.txt", "b")
 
 	if _, err := s.Write(ctx, project, "a", []byte("x")); !errors.Is(err, storage.ErrInvalidPath) {
 		t.Errorf("Write over a directory = %v, want ErrInvalidPath", err)
@@ -211,7 +212,7 @@ func TestLocalWriteOverDirectory(t *testing.T) {
 	if _, _, err := s.Read(ctx, project, "a"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("Read of a directory = %v, want ErrNotFound", err)
 	}
-	got := checkList(t, s, project, "", "a/b.txt")
+	got := storagetest.CheckList(t, s, project, "", "a/b.txt")
 	if !slices.ContainsFunc(got, func(fi storage.FileInfo) bool { return fi.Size == 1 }) {
 		t.Errorf("List = %+v", got)
 	}

@@ -32,6 +32,7 @@ var sensitiveNames = map[string]bool{
 	".git-credentials": true, ".dockercfg": true, ".htpasswd": true, "credentials": true,
 	"credentials.json": true, "service-account.json": true, "secrets.yml": true, "secrets.yaml": true,
 	"authorized_keys": true, "known_hosts": true, "shadow": true, "master.key": true,
+	"credentials.toml": true,
 }
 
 // sensitivePrefixes and sensitiveExts match base names by shape.
@@ -40,15 +41,24 @@ var (
 	sensitiveExts     = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".asc", ".gpg", ".ppk", ".tfstate", ".tfvars"}
 	// sensitiveDirs are directories whose every file is refused.
 	sensitiveDirs = map[string]bool{".ssh": true, ".gnupg": true, ".aws": true, ".docker": true, ".kube": true}
+	// sensitivePaths are trailing segments refused at any depth: a
+	// repository's config holds remote URLs with tokens in them.
+	sensitivePaths = []string{".git/config"}
 )
 
 // CheckSensitive returns an error wrapping ErrSensitive when the
 // project-relative path p names a file that commonly holds secrets: .env*,
 // private keys and certificates (*.pem, *.key, *.p12, *.pfx, id_rsa*, …),
-// credential stores (.netrc, .npmrc, .git-credentials, …), or anything under
-// .ssh, .gnupg, .aws, .docker or .kube. Case does not matter.
+// credential stores (.netrc, .npmrc, .pypirc, .git-credentials, .git/config,
+// *.kdbx, …), or anything under .ssh, .gnupg, .aws, .docker or .kube. Case
+// does not matter.
 func CheckSensitive(p string) error {
 	lower := strings.ToLower(p)
+	for _, sp := range sensitivePaths {
+		if lower == sp || strings.HasSuffix(lower, "/"+sp) {
+			return fmt.Errorf("%s: %w", p, ErrSensitive)
+		}
+	}
 	segs := strings.Split(lower, "/")
 	for _, dir := range segs[:len(segs)-1] {
 		if sensitiveDirs[dir] {

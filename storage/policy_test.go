@@ -18,6 +18,10 @@ func TestCheckSensitive(t *testing.T) {
 		{"id_rsa", true}, {"home/.ssh/id_rsa.pub", true}, {"id_ed25519", true}, {".ssh/config", true},
 		{".netrc", true}, {".npmrc", true}, {".git-credentials", true}, {".aws/credentials", true},
 		{"config/master.key", true}, {"infra/prod.tfvars", true}, {"keystore.jks", true},
+		{".git/config", true}, {"vendor/lib/.git/config", true}, {".GIT/CONFIG", true}, {"web/.npmrc", true},
+		{"home/.netrc", true}, {".pypirc", true}, {"home/.aws/credentials", true}, {"id_ed25519.pub", true},
+		{"keys/id_ecdsa_sk", true}, {"id_rsa.old", true}, {"passwords.kdbx", true}, {".cargo/credentials.toml", true},
+		{"config", false}, {"git/config", false}, {".github/config.yml", false}, {".git/HEAD", false}, {"src/.gitconfig.md", false},
 		{"main.go", false}, {"src/environment.ts", false}, {"docs/keys.md", false}, {"README.md", false},
 		{"env/config.yaml", false}, {"src/monkey.go", false}, {"keyboard.txt", false}, {"pem/notes.txt", false},
 	}

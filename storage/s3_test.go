@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
 func TestS3(t *testing.T) {
 	t.Parallel()
-	runConformance(t, func(t *testing.T) storage.Store {
+	storagetest.Run(t, func(t *testing.T) storage.Store {
 		t.Helper()
 		return s3test.NewStore(t)
 	})

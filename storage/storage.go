@@ -65,7 +65,9 @@ type FileInfo struct {
 }
 
 // Store is the project file store. The one deliberate seam of the service:
-// S3 in production, a local directory as the embedded default.
+// S3 in production, a local directory as the embedded default, and a
+// build's change set over either. Every implementation runs the
+// conformance suite in package storagetest.
 type Store interface {
 	// Read returns the content and info of a file, or ErrNotFound.
 	Read(ctx context.Context, projectID, path string) ([]byte, FileInfo, error)
@@ -81,8 +83,9 @@ type Store interface {
 	Delete(ctx context.Context, projectID, path string) error
 	// Stat returns a file's info, or ErrNotFound.
 	Stat(ctx context.Context, projectID, path string) (FileInfo, error)
-	// List returns every file under dir ("" for the whole project),
-	// recursively, sorted by path.
+	// List returns every file under dir, recursively, sorted by path. dir
+	// is cleaned like a path: "", "." and "/" name the whole project, and
+	// "./a/" is "a".
 	List(ctx context.Context, projectID, dir string) ([]FileInfo, error)
 	// Move renames a file: ErrNotFound when from is missing, ErrExists when
 	// to exists and overwrite is false.

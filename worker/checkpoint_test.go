@@ -169,6 +169,28 @@ func TestRequestInputRoundTrip(t *testing.T) {
 	}
 }
 
+// TestBudgetCeilingHoldsAgainstInput: whoever inserts a task cannot give
+// it more than the operator's MAX_ITERATIONS through input.budget.
+func TestBudgetCeilingHoldsAgainstInput(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		maxIterations: 1,
+		responder: scripted.Queue(
+			llmtest.Call("write_file", map[string]string{"path": "one.txt", "content": "1\n"}),
+			llmtest.Call("finish", map[string]string{"summary": "one file"}),
+		),
+	})
+	id, _ := h.insertWithInput(t, "build", "write a file", map[string]any{"budget": map[string]any{"max_iterations": 50}})
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	if got := len(h.llm.Requests()); got != 1 {
+		t.Errorf("model calls = %d, want 1 (the ceiling), not the 50 the input asked for", got)
+	}
+	items := h.openItems(t, id, handlers.ReasonBudget)
+	if len(items) != 1 || !strings.Contains(items[0].Content, "operator's ceiling") {
+		t.Fatalf("open budget items = %+v", items)
+	}
+}
+
 func TestBudgetPausesTheTask(t *testing.T) {
 	t.Parallel()
 	h := setup(t, setupOpts{

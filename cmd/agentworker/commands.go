@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
@@ -26,7 +27,6 @@ import (
 	"github.com/agentworker/agentworker/metrics"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/taskapi"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -98,7 +98,7 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 // startWorker wires the runner and the River service and starts it.
 // m, when not nil, receives the loop's events and the runs' durations.
 func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
-	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log}
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Sandbox: cfg.sandbox(ctx, log)}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
@@ -108,7 +108,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		return nil, err
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
-		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}})
+		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks()})
 	if err != nil {
 		return nil, err
 	}
@@ -179,13 +179,13 @@ func serve(ctx context.Context, cfg config) error {
 	return svc.Stop(sctx)
 }
 
-// httpHandler is everything served on HTTP_ADDR: health, metrics, the SSE
-// gateway (whose hub runs until ctx ends), the task control endpoints and
-// the Activity Timeline page.
+// httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1
+// API (event streams, whose hub runs until ctx ends, task submission and
+// control, the inbox) and the Activity Timeline page.
 func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
-		log.Warn("JWT_SECRET is not set: /v1 event streams, task submission and task control answer 503 or are off until it is")
+		log.Warn("JWT_SECRET is not set: every /v1 route answers 503 until it is")
 	} else {
 		var err error
 		if verifier, err = auth.NewVerifier(cfg.JWTSecret, nil); err != nil {
@@ -195,11 +195,9 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	hub := sse.NewHub(pool, log)
 	go func() { _ = hub.Run(ctx) }()
 	mux := healthMux(pool, st)
-	mux.Handle("GET /metrics", m.Handler())
-	sse.New(pool, hub, sse.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Heartbeat: cfg.SSEHeartbeat, Logger: log}).Register(mux)
-	if verifier != nil {
-		taskapi.New(pool, verifier, log).Register(mux)
-	}
+	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
+	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
+	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log}).Register(mux)
 	mux.Handle("GET /", timeline.Handler())
 	return mux, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/redact"
+	"github.com/agentworker/agentworker/sandbox"
 )
 
 // config is the process configuration, read from the environment only.
@@ -46,6 +48,13 @@ type config struct {
 	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
+	MetricsToken      string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
+	RunCommand        string        `envconfig:"RUN_COMMAND" default:"sandbox" desc:"sandbox: build tasks get run_command (npm scripts in bubblewrap, no network) and run the project's checks before finish; off: no commands. If the sandbox cannot start, commands are off and serve logs why — never unsandboxed"`
+	RunConcurrency    int           `envconfig:"RUN_COMMAND_CONCURRENCY" default:"2" desc:"commands this process runs at once"`
+	RunMaxTimeout     time.Duration `envconfig:"RUN_COMMAND_MAX_TIMEOUT" default:"2m" desc:"cap of a command's timeout (a call's own default is 30s); the whole process group is killed at the timeout"`
+	RunMaxOutput      int           `envconfig:"RUN_COMMAND_MAX_OUTPUT" default:"1048576" desc:"bytes of a command's output kept (the model sees head and tail)"`
+	RunDir            string        `envconfig:"RUN_COMMAND_DIR" desc:"where per-task workspaces and the dependency cache live (under the temporary directory when empty); must be reachable by user nobody"`
+	RunChecks         string        `envconfig:"RUN_COMMAND_CHECKS" default:"typecheck,lint,test" desc:"npm scripts a build runs before finish when the project has them (comma-separated; empty: none)"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json (log/slog)"`
 }
@@ -76,6 +85,14 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: STUCK_IDLE_TIMEOUT must be positive, got %s", c.StuckIdleTimeout)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return c, fmt.Errorf("config: LOG_FORMAT must be text or json, got %q", c.LogFormat)
+	case c.RunCommand != "off" && c.RunCommand != "sandbox":
+		return c, fmt.Errorf("config: RUN_COMMAND must be off or sandbox, got %q", c.RunCommand)
+	case c.RunConcurrency < 1:
+		return c, fmt.Errorf("config: RUN_COMMAND_CONCURRENCY must be at least 1, got %d", c.RunConcurrency)
+	case c.RunMaxTimeout < time.Second:
+		return c, fmt.Errorf("config: RUN_COMMAND_MAX_TIMEOUT must be at least 1s, got %s", c.RunMaxTimeout)
+	case c.RunMaxOutput < 16<<10:
+		return c, fmt.Errorf("config: RUN_COMMAND_MAX_OUTPUT must be at least 16384 bytes, got %d", c.RunMaxOutput)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
 		return c, errors.New("config: S3_ACCESS_KEY and S3_SECRET_KEY are required when S3_ENDPOINT is set")
 	}
@@ -95,6 +112,37 @@ func (c config) prices() (llm.Prices, error) {
 		return nil, fmt.Errorf("config: LLM_PRICES: %w", err)
 	}
 	return p, nil
+}
+
+// projectChecks is RUN_COMMAND_CHECKS as the runner takes it: the scripts
+// a build runs before it may finish; "none" (or nothing) for none.
+func (c config) projectChecks() []string {
+	checks := []string{}
+	for _, s := range strings.Split(c.RunChecks, ",") {
+		if s = strings.TrimSpace(s); s != "" && s != "none" {
+			checks = append(checks, s)
+		}
+	}
+	return checks
+}
+
+// sandbox starts the sandbox of run_command, or returns nil when
+// RUN_COMMAND is off or the sandbox cannot start here, saying why: a
+// command never runs unsandboxed.
+func (c config) sandbox(ctx context.Context, log *slog.Logger) *sandbox.Sandbox {
+	if c.RunCommand == "off" {
+		log.InfoContext(ctx, "run_command is off (RUN_COMMAND=off): builds cannot run the project's checks")
+		return nil
+	}
+	sb, err := sandbox.New(ctx, sandbox.Config{Dir: c.RunDir, Concurrency: c.RunConcurrency, MaxTimeout: c.RunMaxTimeout,
+		MaxOutputBytes: c.RunMaxOutput, Logger: log})
+	if err != nil {
+		log.WarnContext(ctx, "run_command is off: the sandbox cannot start on this host", slog.String("reason", err.Error()))
+		return nil
+	}
+	log.InfoContext(ctx, "run_command is on: builds run the project's npm scripts in a bubblewrap sandbox",
+		slog.Int("concurrency", c.RunConcurrency), slog.Any("checks_before_finish", c.projectChecks()))
+	return sb
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -119,7 +167,7 @@ func (c config) logger() *slog.Logger {
 
 // redactor masks the configured secrets by value, besides redact's patterns.
 func (c config) redactor() *redact.Redactor {
-	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret}
+	secrets := []string{c.OpenAIAPIKey, c.S3SecretKey, c.JWTSecret, c.MetricsToken}
 	if c.DatabaseURL != "" {
 		if pc, err := pgconn.ParseConfig(c.DatabaseURL); err == nil {
 			secrets = append(secrets, pc.Password)

@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
@@ -46,7 +47,7 @@ func TestFollowThroughTheGateway(t *testing.T) {
 	go func() { _ = hub.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-hub.Done() })
 	mux := http.NewServeMux()
-	sse.New(pool, hub, sse.Config{Verifier: verifier}).Register(mux)
+	api.New(pool, sse.NewStreams(pool, hub, sse.Config{}), api.Config{Verifier: verifier}).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	token, err := verifier.Sign(auth.Claims{Projects: []string{task.ProjectID.String()},

@@ -22,7 +22,8 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"DATABASE_URL", "S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "S3_USE_SSL",
 		"STORAGE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL", "WORKER_CONCURRENCY", "MAX_ITERATIONS",
-		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "LOG_LEVEL", "LOG_FORMAT"} {
+		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "METRICS_TOKEN", "LOG_LEVEL", "LOG_FORMAT", "RUN_COMMAND", "RUN_COMMAND_CONCURRENCY",
+		"RUN_COMMAND_MAX_TIMEOUT", "RUN_COMMAND_MAX_OUTPUT", "RUN_COMMAND_DIR", "RUN_COMMAND_CHECKS"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
@@ -41,6 +42,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
 		{map[string]string{"S3_ENDPOINT": "localhost:9000"}, "S3_ACCESS_KEY and S3_SECRET_KEY are required"},
+		{map[string]string{"RUN_COMMAND": "always"}, "RUN_COMMAND must be off or sandbox"},
+		{map[string]string{"RUN_COMMAND_CONCURRENCY": "0"}, "RUN_COMMAND_CONCURRENCY must be at least 1"},
+		{map[string]string{"RUN_COMMAND_MAX_TIMEOUT": "10ms"}, "RUN_COMMAND_MAX_TIMEOUT must be at least 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

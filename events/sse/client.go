@@ -73,12 +73,14 @@ func (c *Client) Stream(ctx context.Context, url, lastEventID string, fn func(Me
 
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	var id string
+	var id, typ string
 	var data []byte
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 { // dispatch
-			if len(data) > 0 {
+			// Events are unnamed ("message"); a named one, such as the
+			// "expired" that ends a stream, is not an event of a task.
+			if len(data) > 0 && (typ == "" || typ == "message") {
 				var ev events.Event
 				if err := json.Unmarshal(data, &ev); err != nil {
 					return lastEventID, fmt.Errorf("event stream: event %s: %w", id, err)
@@ -88,7 +90,7 @@ func (c *Client) Stream(ctx context.Context, url, lastEventID string, fn func(Me
 				}
 				lastEventID = id
 			}
-			data = data[:0]
+			data, typ = data[:0], ""
 			continue
 		}
 		if line[0] == ':' {
@@ -99,6 +101,8 @@ func (c *Client) Stream(ctx context.Context, url, lastEventID string, fn func(Me
 		switch string(field) {
 		case "id":
 			id = string(value)
+		case "event":
+			typ = string(value)
 		case "data":
 			if len(data) > 0 {
 				data = append(data, '\n')

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -22,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -33,28 +33,21 @@ func TestMain(m *testing.M) {
 	dbtest.Main(m)
 }
 
-const secret = "test-secret-0123456789abcdef"
-
 type env struct {
-	pool     *pgxpool.Pool
-	verifier *auth.Verifier
-	srv      *httptest.Server
-	stop     context.CancelFunc // shuts the server's streams down
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	stop context.CancelFunc // shuts the server's streams down
 }
 
 type envOpts struct {
-	cfg      sse.Config
-	noVerify bool
+	cfg sse.Config
 }
 
+// setup serves the streams on their /v1 paths, without the API's guard
+// (package api tests that).
 func setup(t testing.TB, o envOpts) *env {
 	t.Helper()
 	e := &env{pool: dbtest.New(t)}
-	var err error
-	e.verifier, err = auth.NewVerifier(secret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	hub := sse.NewHub(e.pool, logger)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -66,11 +59,10 @@ func setup(t testing.TB, o envOpts) *env {
 	}()
 	cfg := o.cfg
 	cfg.Logger = logger
-	if !o.noVerify {
-		cfg.Verifier = e.verifier
-	}
+	streams := sse.NewStreams(e.pool, hub, cfg)
 	mux := http.NewServeMux()
-	sse.New(e.pool, hub, cfg).Register(mux)
+	mux.Handle("GET /v1/tasks/{id}/events", serve(streams.TaskEvents))
+	mux.Handle("GET /v1/projects/{id}/events", serve(streams.ProjectEvents))
 	e.srv = httptest.NewUnstartedServer(mux)
 	e.srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
 	e.srv.Start()
@@ -82,18 +74,13 @@ func setup(t testing.TB, o envOpts) *env {
 	return e
 }
 
-func (e *env) token(t testing.TB, role string, projects ...uuid.UUID) string {
-	t.Helper()
-	c := auth.Claims{Role: role}
-	for _, p := range projects {
-		c.Projects = append(c.Projects, p.String())
+// serve answers a stream's refusal with 400.
+func serve(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
 	}
-	c.ExpiresAt = jwtTime(time.Now().Add(time.Hour))
-	tok, err := e.verifier.Sign(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
 func (e *env) newTask(t testing.TB, projectID uuid.UUID) uuid.UUID {
@@ -177,7 +164,7 @@ func TestEveryEventTypeRoundTrips(t *testing.T) {
 	if _, err := events.NewRecorder(e.pool, taskID, projectID).Emit(t.Context(), want...); err != nil {
 		t.Fatal(err)
 	}
-	client := &sse.Client{Token: e.token(t, "", projectID)}
+	client := &sse.Client{}
 	for name, url := range map[string]string{"Task": e.taskURL(taskID), "Project": e.projectURL(projectID)} {
 		t.Run(name, func(t *testing.T) {
 			got := collect(t, client, url, "", len(want))
@@ -242,7 +229,7 @@ func TestResumeAfterCutExactlyOnce(t *testing.T) {
 				total = perTask * len(tasks)
 			}
 			cut := &cutter{}
-			client := &sse.Client{Token: e.token(t, "", projectID), HTTPClient: cut.client(), Reconnect: 10 * time.Millisecond}
+			client := &sse.Client{HTTPClient: cut.client(), Reconnect: 10 * time.Millisecond}
 			// Writers keep going while the reader is cut off, more than once.
 			var wg sync.WaitGroup
 			for _, task := range tasks {
@@ -304,7 +291,7 @@ func TestProjectStreamCommitOrder(t *testing.T) {
 	ctx := t.Context()
 	projectID := uuid.New()
 	taskA, taskB := e.newTask(t, projectID), e.newTask(t, projectID)
-	client := &sse.Client{Token: e.token(t, auth.RoleService)}
+	client := &sse.Client{}
 
 	got := make(chan sse.Message, 100)
 	fctx, fcancel := context.WithCancel(ctx)
@@ -377,143 +364,11 @@ func TestProjectStreamCommitOrder(t *testing.T) {
 	}
 }
 
-func TestAuth(t *testing.T) {
-	t.Parallel()
-	e := setup(t, envOpts{})
-	projectA, projectB := uuid.New(), uuid.New()
-	taskB := e.newTask(t, projectB)
-	tokenA := e.token(t, "authenticated", projectA)
-	expired, err := e.verifier.Sign(auth.Claims{Projects: []string{projectB.String()}, RegisteredClaims: expiredClaims()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := auth.NewVerifier("another-secret-0123456789", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	foreign, _ := other.Sign(auth.Claims{Role: auth.RoleService, RegisteredClaims: validClaims()})
-
-	tests := []struct {
-		name   string
-		method string
-		url    string
-		token  string
-		query  bool // token in ?access_token= instead of the header
-		want   int
-	}{
-		{name: "TaskNoToken", url: e.taskURL(taskB), want: 401},
-		{name: "TaskBadToken", url: e.taskURL(taskB), token: "not.a.jwt", want: 401},
-		{name: "TaskExpired", url: e.taskURL(taskB), token: expired, want: 401},
-		{name: "TaskOtherSecret", url: e.taskURL(taskB), token: foreign, want: 401},
-		{name: "TaskOtherProject", url: e.taskURL(taskB), token: tokenA, want: 403},
-		{name: "TaskOtherProjectQuery", url: e.taskURL(taskB), token: tokenA, query: true, want: 403},
-		{name: "TaskUnknown", url: e.taskURL(uuid.New()), token: tokenA, want: 403},
-		{name: "ProjectNoToken", url: e.projectURL(projectB), want: 401},
-		{name: "ProjectExpired", url: e.projectURL(projectB), token: expired, want: 401},
-		{name: "ProjectOther", url: e.projectURL(projectB), token: tokenA, want: 403},
-		{name: "ProjectOtherQuery", url: e.projectURL(projectB), token: tokenA, query: true, want: 403},
-		{name: "SubmitOther", method: "POST", url: e.srv.URL + "/v1/projects/" + projectB.String() + "/tasks", token: tokenA, want: 403},
-		{name: "SubmitNoToken", method: "POST", url: e.srv.URL + "/v1/projects/" + projectB.String() + "/tasks", want: 401},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			url := tt.url
-			if tt.query {
-				url += "?access_token=" + tt.token
-			}
-			method := tt.method
-			if method == "" {
-				method = "GET"
-			}
-			req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(`{"type":"build","prompt":"x"}`))
-			if tt.token != "" && !tt.query {
-				req.Header.Set("Authorization", "Bearer "+tt.token)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tt.want {
-				t.Fatalf("status %d, want %d (%s)", resp.StatusCode, tt.want, body)
-			}
-			wantBody := map[int]string{401: `{"error":"unauthorized"}`, 403: `{"error":"forbidden"}`}[tt.want]
-			if strings.TrimSpace(string(body)) != wantBody {
-				t.Errorf("body %q, want %q", body, wantBody)
-			}
-		})
-	}
-
-	// Project A's own streams and submissions work with the same token.
-	t.Run("OwnProject", func(t *testing.T) {
-		t.Parallel()
-		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.srv.URL+"/v1/projects/"+projectA.String()+"/tasks",
-			strings.NewReader(`{"type":"chat","prompt":"hello"}`))
-		req.Header.Set("Authorization", "Bearer "+tokenA)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var task sse.TaskResponse
-		if err := json.NewDecoder(resp.Body).Decode(&task); err != nil || resp.StatusCode != 201 {
-			t.Fatalf("submit: status %d, %v", resp.StatusCode, err)
-		}
-		if task.ProjectID != projectA || task.Type != "chat" || task.Status != "queued" || task.Prompt != "hello" {
-			t.Errorf("task = %+v", task)
-		}
-		if _, err := events.NewRecorder(e.pool, task.ID, projectA).Emit(t.Context(), events.Log{Level: "info", Message: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		m := collect(t, &sse.Client{Token: tokenA}, e.taskURL(task.ID)+"?access_token="+tokenA, "", 1)
-		if m[0].Event.TaskID != task.ID {
-			t.Errorf("event of task %s", m[0].Event.TaskID)
-		}
-	})
-}
-
-func TestGatewayWithoutSecret(t *testing.T) {
-	t.Parallel()
-	e := setup(t, envOpts{noVerify: true})
-	resp, err := http.Get(e.projectURL(uuid.New()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("status %d, want 503", resp.StatusCode)
-	}
-}
-
-func TestCORS(t *testing.T) {
-	t.Parallel()
-	e := setup(t, envOpts{cfg: sse.Config{AllowedOrigins: []string{"https://app.example"}}})
-	for _, tt := range []struct {
-		origin string
-		want   string
-	}{{"https://app.example", "https://app.example"}, {"https://evil.example", ""}} {
-		req, _ := http.NewRequestWithContext(t.Context(), "OPTIONS", e.projectURL(uuid.New()), nil)
-		req.Header.Set("Origin", tt.origin)
-		req.Header.Set("Access-Control-Request-Method", "GET")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != tt.want || resp.StatusCode != 204 {
-			t.Errorf("origin %s: status %d, allow-origin %q, want %q", tt.origin, resp.StatusCode, got, tt.want)
-		}
-	}
-}
-
 func TestHeartbeatAndShutdown(t *testing.T) {
 	t.Parallel()
 	e := setup(t, envOpts{cfg: sse.Config{Heartbeat: 20 * time.Millisecond}})
 	projectID := uuid.New()
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", e.projectURL(projectID), nil)
-	req.Header.Set("Authorization", "Bearer "+e.token(t, "", projectID))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -545,5 +400,24 @@ func TestHeartbeatAndShutdown(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("stream still open 5 s after shutdown")
+	}
+}
+
+// TestClientSkipsNamedEvents: the client hands over task events only, not
+// a named event such as the "expired" that ends a stream.
+func TestClientSkipsNamedEvents(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "retry: 1000\n: connected\n\nid: 1\ndata: {\"seq\":1,\"type\":\"log\"}\n\nevent: expired\ndata: {\"message\":\"token expired\"}\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	var got []sse.Message
+	last, err := (&sse.Client{}).Stream(t.Context(), srv.URL, "", func(m sse.Message) error {
+		got = append(got, m)
+		return nil
+	})
+	if err != nil || last != "1" || len(got) != 1 || got[0].Event.Seq != 1 {
+		t.Fatalf("Stream = %q, %v; got %+v", last, err, got)
 	}
 }

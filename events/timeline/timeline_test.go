@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/events/timeline"
@@ -149,7 +150,7 @@ func TestActivityTimelineInChromium(t *testing.T) {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(srvCtx) }()
 	mux := http.NewServeMux()
-	sse.New(pool, hub, sse.Config{Verifier: verifier, Logger: logger}).Register(mux)
+	api.New(pool, sse.NewStreams(pool, hub, sse.Config{Logger: logger}), api.Config{Verifier: verifier, Logger: logger}).Register(mux)
 	mux.Handle("GET /", timeline.Handler())
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.BaseContext = func(net.Listener) context.Context { return srvCtx }

@@ -15,6 +15,7 @@ func catalog() []Tool {
 		generateImageTool(),
 		finishTool(),
 		requestInputTool(),
+		runCommandTool(),
 	}
 }
 

@@ -9,11 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/sandbox"
 	"github.com/agentworker/agentworker/storage"
 )
 
@@ -27,11 +29,22 @@ const (
 	Control                // steers the loop (finish)
 	// Ask puts a question to the user (request_input); every task type may.
 	Ask
+	// Execute runs the project's own commands in a sandbox (run_command);
+	// build tasks only.
+	Execute
 )
 
 // Env is what a tool call runs against.
 type Env struct {
-	Store     storage.Store
+	// Store holds the project's files. For a build task it is the build's
+	// change set (storage/changeset): writes, deletes and moves are staged
+	// and land in the project only when the build succeeds; reads, stats
+	// and listings see the staged changes over the project's files. Either
+	// way it keeps the storage.Store contract (package storagetest), so a
+	// tool need not know which it was given.
+	Store storage.Store
+	// ProjectID is the project the task works on; a change set refuses any
+	// other.
 	ProjectID string
 	// Cache, when set, keeps file contents by version between the calls of
 	// one task, so that repeated searches do not read unchanged files again.
@@ -45,6 +58,9 @@ type Env struct {
 	// MaxReadBytes and MaxWriteBytes cap the size of a file read or
 	// written. Default to storage.DefaultMaxReadBytes and DefaultMaxWriteBytes.
 	MaxReadBytes, MaxWriteBytes int64
+	// Workspace is where run_command runs the project's scripts: the
+	// project as the task sees it, in a sandbox. Nil when commands are off.
+	Workspace *sandbox.Workspace
 }
 
 // Result is the outcome of one tool call. Output is what the model reads
@@ -66,6 +82,11 @@ type Result struct {
 	// Full, when set, is the uncut output for the timeline's tool_complete
 	// event; Output was cut to spare the model's context.
 	Full string
+	// Command and ExitCode are set by run_command, for its tool_call event.
+	Command  string
+	ExitCode *int
+	// Logs are log events to write with the call's tool_call event.
+	Logs []events.Log
 }
 
 // Tool is one callable tool.
@@ -85,7 +106,8 @@ type Registry struct {
 }
 
 // ForTaskType returns the registry of a task type: chat and plan tasks get
-// the read-only tools and request_input, build tasks every tool.
+// the read-only tools and request_input, build tasks every tool (run_command
+// among them).
 func ForTaskType(taskType string) (*Registry, error) {
 	all := catalog()
 	r := &Registry{allowed: map[string]Tool{}, catalog: map[string]Tool{}, taskType: taskType}
@@ -107,6 +129,18 @@ func ForTaskType(taskType string) (*Registry, error) {
 		return nil, fmt.Errorf("tool registry for task type %q: unknown type (want chat, plan or build)", taskType)
 	}
 	return r, nil
+}
+
+// Without returns a copy of the registry without the named tools, for a
+// worker that cannot run them (run_command with RUN_COMMAND off): they are
+// neither offered nor known.
+func (r *Registry) Without(names ...string) *Registry {
+	out := &Registry{allowed: maps.Clone(r.allowed), catalog: maps.Clone(r.catalog), taskType: r.taskType}
+	for _, n := range names {
+		delete(out.allowed, n)
+		delete(out.catalog, n)
+	}
+	return out
 }
 
 // Names returns the allowed tool names, sorted.

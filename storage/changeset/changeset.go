@@ -195,8 +195,13 @@ func (s *Set) List(ctx context.Context, projectID, dir string) ([]storage.FileIn
 	for _, f := range files {
 		byPath[f.Path] = f
 	}
-	prefix := dir
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+	// Entries hold clean paths: match them against the clean dir ("." and
+	// "/" name the root, as for the base store).
+	prefix, err := storage.CleanDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", dir, err)
+	}
+	if prefix != "" {
 		prefix += "/"
 	}
 	for _, e := range entries {
@@ -281,6 +286,10 @@ func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
 			// Created in this build: deleting it cancels the change.
 			return agentsql.DropChangeEntry(ctx, db, s.taskID, clean)
 		}
+	} else if _, err := s.base.Stat(ctx, s.projectID, clean); err != nil {
+		// Untouched by this build and missing from the base (ErrNotFound):
+		// there is nothing to delete, and no delete to stage.
+		return fmt.Errorf("delete %q: %w", clean, err)
 	}
 	e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete}
 	if err := s.stage(ctx, db, &e); err != nil {
@@ -305,6 +314,10 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 		return fmt.Errorf("move %q: %w", cfrom, err)
 	}
 	if cfrom == cto {
+		// The target is the source, so it exists.
+		if !overwrite {
+			return fmt.Errorf("move to %q: %w", cto, storage.ErrExists)
+		}
 		return nil
 	}
 	if _, err := s.Stat(ctx, projectID, cto); err == nil && !overwrite {

@@ -11,6 +11,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
+	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
@@ -44,6 +45,48 @@ func setup(t *testing.T, files map[string]string) *fixture {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestConformance holds the change set to the storage.Store contract, over
+// a local and an S3 base: a build's tools must not tell it from the store.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	bases := []struct {
+		name    string
+		newBase func(t *testing.T) storage.Store
+	}{
+		{name: "LocalBase", newBase: func(t *testing.T) storage.Store {
+			t.Helper()
+			s, err := storage.NewLocal(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{name: "S3Base", newBase: func(t *testing.T) storage.Store {
+			t.Helper()
+			return s3test.NewStore(t)
+		}},
+	}
+	for _, b := range bases {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			pool := dbtest.New(t)
+			projectID := uuid.New()
+			storagetest.Run(t, func(t *testing.T) storage.Store {
+				t.Helper()
+				var taskID uuid.UUID
+				if err := pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'x') RETURNING id`, projectID).Scan(&taskID); err != nil {
+					t.Fatalf("insert build task: %v", err)
+				}
+				set, _, err := changeset.Open(t.Context(), pool, b.newBase(t), taskID, projectID)
+				if err != nil {
+					t.Fatalf("open change set: %v", err)
+				}
+				return set
+			}, storagetest.SingleProject(projectID.String()))
+		})
+	}
 }
 
 func (f *fixture) read(t *testing.T, s storage.Store, p string) string {

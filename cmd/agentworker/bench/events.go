@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -200,7 +201,7 @@ func sseSubscribers(ctx context.Context, opts Options, db *database, tasks []uui
 	hub := sse.NewHub(db.pool, opts.Logger)
 	go func() { _ = hub.Run(hctx) }()
 	mux := http.NewServeMux()
-	sse.New(db.pool, hub, sse.Config{Verifier: verifier, Logger: opts.Logger}).Register(mux)
+	api.New(db.pool, sse.NewStreams(db.pool, hub, sse.Config{Logger: opts.Logger}), api.Config{Verifier: verifier, Logger: opts.Logger}).Register(mux)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		cancel()

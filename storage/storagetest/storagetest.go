@@ -1,4 +1,18 @@
-package storage_test
+// Package storagetest is the conformance suite of [storage.Store]. Every
+// implementation runs it — the S3 store, the local store and the change set
+// of a build — so that the contract documented on storage.Store holds for
+// all of them alike, and a caller need not know which one it was given.
+//
+//	func TestLocal(t *testing.T) {
+//		storagetest.Run(t, func(t *testing.T) storage.Store {
+//			s, err := storage.NewLocal(t.TempDir())
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
+//	}
+package storagetest
 
 import (
 	"bytes"
@@ -15,15 +29,38 @@ import (
 	"github.com/agentworker/agentworker/storage"
 )
 
-// runConformance checks that a Store keeps the contract documented on
-// storage.Store. newStore returns an empty store; it is called once per
-// subtest.
-func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
+// Option changes how Run exercises a store.
+type Option func(*config)
+
+type config struct {
+	project string // the one project the store serves; "" for any project
+}
+
+// SingleProject is for a store bound to one project, projectID (a build's
+// change set): every case runs in that project, and instead of checking
+// that projects are kept apart Run checks that every other project is
+// refused with storage.ErrInvalidPath.
+func SingleProject(projectID string) Option {
+	return func(c *config) { c.project = projectID }
+}
+
+// Run checks that a Store keeps the contract documented on storage.Store.
+// newStore returns an empty store (for SingleProject, with nothing in its
+// project); it is called once per subtest, from parallel subtests.
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store, opts ...Option) {
 	t.Helper()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
 
 	setup := func(t *testing.T) (storage.Store, string) {
 		t.Helper()
-		return newStore(t), uuid.NewString()
+		project := cfg.project
+		if project == "" {
+			project = uuid.NewString()
+		}
+		return newStore(t), project
 	}
 	ctx := context.Background()
 
@@ -85,12 +122,12 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		t.Parallel()
 		s, project := setup(t)
 
-		first := mustWrite(t, s, project, "f.txt", "one")
-		again := mustWrite(t, s, project, "f.txt", "one")
+		first := Write(t, s, project, "f.txt", "one")
+		again := Write(t, s, project, "f.txt", "one")
 		if again.ETag != first.ETag {
 			t.Errorf("same content: ETag %q, then %q", first.ETag, again.ETag)
 		}
-		second := mustWrite(t, s, project, "f.txt", "two, longer")
+		second := Write(t, s, project, "f.txt", "two, longer")
 		if second.ETag == first.ETag {
 			t.Errorf("new content kept ETag %q", first.ETag)
 		}
@@ -123,7 +160,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 				s, project := setup(t)
 				var existing storage.FileInfo
 				if tt.existing != "" {
-					existing = mustWrite(t, s, project, "f.txt", tt.existing)
+					existing = Write(t, s, project, "f.txt", tt.existing)
 				}
 
 				info, err := s.WriteIf(ctx, project, "./f.txt", []byte("new"), tt.ifMatch(existing))
@@ -168,7 +205,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Run("WriteIfRace", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)
-		base := mustWrite(t, s, project, "hot.txt", "base")
+		base := Write(t, s, project, "hot.txt", "base")
 		const writers = 8
 		for _, ifMatch := range []string{base.ETag, ""} {
 			path := "hot.txt"
@@ -201,7 +238,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Run("Missing", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)
-		mustWrite(t, s, project, "present.txt", "x")
+		Write(t, s, project, "present.txt", "x")
 
 		ops := []struct {
 			name string
@@ -227,8 +264,8 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Run("Delete", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)
-		mustWrite(t, s, project, "a/b.txt", "b")
-		mustWrite(t, s, project, "a/c.txt", "c")
+		Write(t, s, project, "a/b.txt", "b")
+		Write(t, s, project, "a/c.txt", "c")
 
 		if err := s.Delete(ctx, project, "a/b.txt"); err != nil {
 			t.Fatalf("Delete: %v", err)
@@ -239,7 +276,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		if err := s.Delete(ctx, project, "a/b.txt"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("second Delete = %v, want ErrNotFound", err)
 		}
-		checkList(t, s, project, "", "a/c.txt")
+		CheckList(t, s, project, "", "a/c.txt")
 	})
 
 	t.Run("List", func(t *testing.T) {
@@ -248,7 +285,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		files := []string{"b.txt", "a/z.txt", "a/b/c.txt", "a.txt", "ab/x.txt", "c/d/e/f.txt", ".hidden"}
 		written := map[string]storage.FileInfo{}
 		for _, f := range files {
-			written[f] = mustWrite(t, s, project, f, "content of "+f)
+			written[f] = Write(t, s, project, f, "content of "+f)
 		}
 
 		tests := []struct {
@@ -268,7 +305,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				got := checkList(t, s, project, tt.dir, tt.want...)
+				got := CheckList(t, s, project, tt.dir, tt.want...)
 				for _, fi := range got {
 					w := written[fi.Path]
 					if fi.Size != w.Size || fi.ETag != w.ETag || fi.ModTime.IsZero() {
@@ -292,9 +329,14 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		t.Parallel()
 		s, p1 := setup(t)
 		p2 := p1 + "x" // a prefix of p2 must not leak p2's files into p1
-		mustWrite(t, s, p1, "same.txt", "one")
-		mustWrite(t, s, p2, "same.txt", "two")
-		mustWrite(t, s, p2, "only2.txt", "two")
+		if cfg.project != "" {
+			checkOtherProjectRefused(t, s, p1, uuid.NewString())
+			checkOtherProjectRefused(t, s, p1, p2)
+			return
+		}
+		Write(t, s, p1, "same.txt", "one")
+		Write(t, s, p2, "same.txt", "two")
+		Write(t, s, p2, "only2.txt", "two")
 
 		for project, want := range map[string]string{p1: "one", p2: "two"} {
 			got, _, err := s.Read(ctx, project, "same.txt")
@@ -302,14 +344,14 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 				t.Errorf("Read(%s) = %q, %v; want %q", project, got, err, want)
 			}
 		}
-		checkList(t, s, p1, "", "same.txt")
+		CheckList(t, s, p1, "", "same.txt")
 		if _, err := s.Stat(ctx, p1, "only2.txt"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("Stat of the other project's file = %v, want ErrNotFound", err)
 		}
 		if err := s.Delete(ctx, p1, "same.txt"); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
-		checkList(t, s, p2, "", "only2.txt", "same.txt")
+		CheckList(t, s, p2, "", "only2.txt", "same.txt")
 	})
 
 	t.Run("Move", func(t *testing.T) {
@@ -371,7 +413,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 				t.Parallel()
 				s, project := setup(t)
 				for p, c := range tt.existing {
-					mustWrite(t, s, project, p, c)
+					Write(t, s, project, p, c)
 				}
 
 				err := s.Move(ctx, project, tt.from, tt.to, tt.overwrite)
@@ -380,7 +422,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 				}
 
 				want := slices.Sorted(maps.Keys(tt.want))
-				for _, fi := range checkList(t, s, project, "", want...) {
+				for _, fi := range CheckList(t, s, project, "", want...) {
 					got, _, err := s.Read(ctx, project, fi.Path)
 					if err != nil || string(got) != tt.want[fi.Path] {
 						t.Errorf("Read(%q) = %q, %v; want %q", fi.Path, got, err, tt.want[fi.Path])
@@ -393,7 +435,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	t.Run("InvalidPath", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)
-		mustWrite(t, s, project, "ok.txt", "ok")
+		Write(t, s, project, "ok.txt", "ok")
 
 		type op struct {
 			name string
@@ -427,13 +469,13 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 				}
 			}
 		}
-		checkList(t, s, project, "", "ok.txt")
+		CheckList(t, s, project, "", "ok.txt")
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)
-		mustWrite(t, s, project, "ok.txt", "ok")
+		Write(t, s, project, "ok.txt", "ok")
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
 
@@ -454,7 +496,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 				t.Errorf("%s = %v, want context.Canceled", op.name, err)
 			}
 		}
-		checkList(t, s, project, "", "ok.txt")
+		CheckList(t, s, project, "", "ok.txt")
 	})
 
 	t.Run("ConcurrentWrites", func(t *testing.T) {
@@ -465,7 +507,7 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		for i := range contents {
 			contents[i] = bytes.Repeat([]byte{byte('a' + i)}, 64<<10+i)
 		}
-		mustWrite(t, s, project, "hot.bin", string(contents[0]))
+		Write(t, s, project, "hot.bin", string(contents[0]))
 
 		var wg sync.WaitGroup
 		errs := make(chan error, writers*rounds*2)
@@ -489,11 +531,38 @@ func runConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		for err := range errs {
 			t.Error(err)
 		}
-		checkList(t, s, project, "", "hot.bin")
+		CheckList(t, s, project, "", "hot.bin")
 	})
 }
 
-func mustWrite(t *testing.T, s storage.Store, project, path, content string) storage.FileInfo {
+// checkOtherProjectRefused checks that a store bound to project refuses
+// every call on other, and that nothing reached project.
+func checkOtherProjectRefused(t *testing.T, s storage.Store, project, other string) {
+	t.Helper()
+	ctx := context.Background()
+	Write(t, s, project, "f.txt", "mine")
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{name: "Read", call: func() error { _, _, err := s.Read(ctx, other, "f.txt"); return err }},
+		{name: "Write", call: func() error { _, err := s.Write(ctx, other, "g.txt", []byte("x")); return err }},
+		{name: "WriteIf", call: func() error { _, err := s.WriteIf(ctx, other, "g.txt", []byte("x"), ""); return err }},
+		{name: "Delete", call: func() error { return s.Delete(ctx, other, "f.txt") }},
+		{name: "Stat", call: func() error { _, err := s.Stat(ctx, other, "f.txt"); return err }},
+		{name: "List", call: func() error { _, err := s.List(ctx, other, ""); return err }},
+		{name: "Move", call: func() error { return s.Move(ctx, other, "f.txt", "g.txt", true) }},
+	}
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, storage.ErrInvalidPath) {
+			t.Errorf("%s in project %q of a store bound to %q = %v, want ErrInvalidPath", c.name, other, project, err)
+		}
+	}
+	CheckList(t, s, project, "", "f.txt")
+}
+
+// Write writes content to path and fails the test on an error.
+func Write(t testing.TB, s storage.Store, project, path, content string) storage.FileInfo {
 	t.Helper()
 	info, err := s.Write(context.Background(), project, path, []byte(content))
 	if err != nil {
@@ -502,9 +571,9 @@ func mustWrite(t *testing.T, s storage.Store, project, path, content string) sto
 	return info
 }
 
-// checkList lists dir and checks that it holds exactly the paths want, in
-// that order.
-func checkList(t *testing.T, s storage.Store, project, dir string, want ...string) []storage.FileInfo {
+// CheckList lists dir and checks that it holds exactly the paths want, in
+// that order. It returns the listing.
+func CheckList(t testing.TB, s storage.Store, project, dir string, want ...string) []storage.FileInfo {
 	t.Helper()
 	got, err := s.List(context.Background(), project, dir)
 	if err != nil {

@@ -1,0 +1,247 @@
+// Package api is agentworker's HTTP API. Every /v1 route is in one table
+// (routes) and is served behind one guard, so CORS, auth, the refusal of a
+// resource the bearer may not see and the error body cannot differ between
+// routes:
+//
+//	GET  /v1/tasks/{id}/events      a task's events (SSE, until the token expires); the SSE id is the seq
+//	POST /v1/tasks/{id}/cancel      steer a task; optional {"expected_version": n}
+//	POST /v1/tasks/{id}/pause
+//	POST /v1/tasks/{id}/resume
+//	POST /v1/tasks/{id}/retry
+//	POST /v1/tasks/{id}/answer      {"answer": "…"} (required)
+//	GET  /v1/projects/{id}/events   a project's events (SSE, until the token expires); an opaque cursor
+//	POST /v1/projects/{id}/tasks    create a task: {"type", "prompt", "input"}
+//	GET  /v1/projects/{id}/inbox    open inbox items [?all=true&limit=n]
+//	POST /v1/inbox/{id}/close       close an item that needs no answer
+//
+// The guard, in order: CORS headers for an allowed Origin and 204 to a
+// preflight; 503 while auth is not configured; 401 without a valid bearer
+// token (package auth); then the route's {id} must be a resource the token
+// covers. A task or inbox item of another project is answered exactly like a
+// missing one (403, as a project outside the token is), so the API is no
+// oracle for what exists. Every refusal and failure is
+// {"error": {"code", "message"}} with Content-Type application/json.
+//
+// The steering routes call the SQL function apps reach through PostgREST,
+// agentworker_control_task, so the state machine, the version check and the
+// audit event are one implementation.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/auth"
+	"github.com/agentworker/agentworker/events/sse"
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// Config configures the API.
+type Config struct {
+	// Verifier checks bearer tokens. When nil, every /v1 route answers 503:
+	// auth is not configured (JWT_SECRET unset). Defaults to nil.
+	Verifier *auth.Verifier
+	// AllowedOrigins lists the origins allowed by CORS ("*" for any). The
+	// page served by the worker itself needs none. Defaults to none.
+	AllowedOrigins []string
+	// Logger receives the failures answered 500. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// API serves the /v1 routes.
+type API struct {
+	pool    *pgxpool.Pool
+	streams *sse.Streams
+	cfg     Config
+}
+
+// New returns the API over pool, serving the event streams of streams.
+func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &API{pool: pool, streams: streams, cfg: cfg}
+}
+
+// scope says what a route's {id} names, and so what the guard checks before
+// the handler runs.
+type scope int
+
+const (
+	projectScope scope = iota // a project the token must cover
+	taskScope                 // a task whose project the token must cover
+	inboxScope                // an inbox item whose project the token must cover
+)
+
+// handler serves a request the guard let through. It returns an error only
+// when it has written nothing; the guard answers it (fail).
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+type route struct {
+	pattern string // "METHOD /v1/…{id}…"
+	scope   scope
+	handle  handler
+	stream  bool // long-lived: it ends when the bearer's token expires
+}
+
+// routes is the one table of /v1 routes.
+func (a *API) routes() []route {
+	rs := []route{
+		{pattern: "GET /v1/tasks/{id}/events", scope: taskScope, handle: a.streams.TaskEvents, stream: true},
+		{pattern: "GET /v1/projects/{id}/events", scope: projectScope, handle: a.streams.ProjectEvents, stream: true},
+		{pattern: "POST /v1/projects/{id}/tasks", scope: projectScope, handle: a.createTask},
+		{pattern: "GET /v1/projects/{id}/inbox", scope: projectScope, handle: a.listInbox},
+		{pattern: "POST /v1/inbox/{id}/close", scope: inboxScope, handle: a.closeInbox},
+	}
+	for _, action := range agentsql.Actions {
+		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})
+	}
+	return rs
+}
+
+// Register adds every /v1 route to mux, and under /v1/ an answer for the
+// rest: 204 to a preflight, else 405 or 404, in the API's error body.
+func (a *API) Register(mux *http.ServeMux) {
+	rs := a.routes()
+	for _, rt := range rs {
+		mux.Handle(rt.pattern, a.guard(rt))
+	}
+	// One pattern per method: a method-less "/v1/" would conflict with a
+	// page registered as "GET /".
+	rest := a.edge(unrouted(rs))
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodTrace} {
+		mux.Handle(m+" /v1/", rest)
+	}
+}
+
+// edge applies what holds for every /v1 request, routed or not: CORS, the
+// answer to a preflight, and 503 while auth is not configured.
+func (a *API) edge(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.cors(w, r)
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if a.cfg.Verifier == nil {
+			a.fail(w, r, errUnavailable)
+			return
+		}
+		if err := h(w, r); err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+// guard is edge, then the bearer's token, then the route's {id}. A stream
+// ends when the token expires.
+func (a *API) guard(rt route) http.Handler {
+	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
+		claims, err := a.cfg.Verifier.FromRequest(r)
+		if err != nil {
+			return err
+		}
+		acc, err := a.authorize(r, rt.scope, claims)
+		if err != nil {
+			return err
+		}
+		ctx := context.WithValue(r.Context(), accessKey{}, acc)
+		if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
+			defer cancel()
+		}
+		return rt.handle(w, r.WithContext(ctx))
+	})
+}
+
+// access is what the guard established about a request.
+type access struct {
+	claims auth.Claims
+	id     uuid.UUID          // the route's {id}
+	task   agentsql.Task      // for task routes
+	item   agentsql.InboxItem // for inbox item routes
+}
+
+type accessKey struct{}
+
+// accessOf returns what the guard established about r.
+func accessOf(r *http.Request) access {
+	acc, _ := r.Context().Value(accessKey{}).(access)
+	return acc
+}
+
+// authorize checks that claims cover the resource the route's {id} names.
+func (a *API) authorize(r *http.Request, sc scope, claims auth.Claims) (access, error) {
+	acc := access{claims: claims}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return acc, validation("id %q is not a uuid", r.PathValue("id"))
+	}
+	acc.id = id
+	var projectID uuid.UUID
+	switch sc {
+	case projectScope:
+		projectID = id
+	case taskScope:
+		if acc.task, err = agentsql.GetTask(r.Context(), a.pool, id); err != nil {
+			return acc, notVisible(claims, err)
+		}
+		projectID = acc.task.ProjectID
+	case inboxScope:
+		if acc.item, err = agentsql.GetInboxItem(r.Context(), a.pool, id); err != nil {
+			return acc, notVisible(claims, err)
+		}
+		projectID = acc.item.ProjectID
+	}
+	if !claims.CanAccess(projectID.String()) {
+		return acc, auth.ErrForbidden
+	}
+	return acc, nil
+}
+
+// cors sets the CORS headers for an allowed Origin, on every /v1 answer
+// (errors included, so a browser can read them).
+func (a *API) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return
+	}
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	if !slices.Contains(a.cfg.AllowedOrigins, "*") && !slices.Contains(a.cfg.AllowedOrigins, origin) {
+		return
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+	h.Set("Access-Control-Max-Age", "600")
+}
+
+// unrouted answers a /v1 request no route matches: 405 (with Allow) when
+// the path is a route's under another method, else 404.
+func unrouted(rs []route) handler {
+	paths := http.NewServeMux()
+	allowed := map[string][]string{}
+	for _, rt := range rs {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if allowed[path] == nil {
+			paths.Handle(path, http.NotFoundHandler()) // only matched, never served
+		}
+		allowed[path] = append(allowed[path], method)
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if _, pattern := paths.Handler(r); pattern != "" {
+			w.Header().Set("Allow", strings.Join(allowed[pattern], ", "))
+			return &apiError{http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method not allowed"}
+		}
+		return &apiError{http.StatusNotFound, CodeNotFound, "not found"}
+	}
+}

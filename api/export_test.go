@@ -1,0 +1,19 @@
+package api
+
+import "strings"
+
+// Route is a row of the route table, for tests outside the package.
+type Route struct {
+	Method, Path string
+	Scope        string // "project", "task" or "inbox": what {id} names
+}
+
+// Routes returns the route table of a.
+func Routes(a *API) []Route {
+	var out []Route
+	for _, rt := range a.routes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		out = append(out, Route{Method: method, Path: path, Scope: [...]string{"project", "task", "inbox"}[rt.scope]})
+	}
+	return out
+}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/auth"
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// TaskRequest is the body of POST /v1/projects/{id}/tasks.
+type TaskRequest struct {
+	Type   string          `json:"type"`
+	Prompt string          `json:"prompt"`
+	Input  json.RawMessage `json:"input,omitempty"`
+}
+
+// TaskResponse is the task created by POST /v1/projects/{id}/tasks.
+type TaskResponse struct {
+	ID        uuid.UUID `json:"id"`
+	ProjectID uuid.UUID `json:"project_id"`
+	Type      string    `json:"type"`
+	Status    string    `json:"status"`
+	Prompt    string    `json:"prompt"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+const (
+	// maxTaskBody bounds a task's prompt and input.
+	maxTaskBody = 1 << 20
+	// maxControlBody bounds a steering body; an answer is text a person typed.
+	maxControlBody = 64 << 10
+)
+
+func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
+	projectID := accessOf(r).id
+	var req TaskRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxTaskBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return validation(`body must be {"type", "prompt", "input"}`)
+	}
+	switch req.Type {
+	case "chat", "plan", "build":
+	default:
+		return validation("type must be chat, plan or build")
+	}
+	if string(req.Input) == "null" {
+		req.Input = nil
+	}
+	if len(req.Input) > 0 && !json.Valid(req.Input) {
+		return validation("input must be JSON")
+	}
+	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type), Prompt: req.Prompt, Input: req.Input})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/tasks/"+task.ID.String()+"/events")
+	writeJSON(w, http.StatusCreated, TaskResponse{ID: task.ID, ProjectID: task.ProjectID, Type: string(task.Type),
+		Status: string(task.Status), Prompt: task.Prompt, CreatedAt: task.CreatedAt})
+	return nil
+}
+
+type controlRequest struct {
+	ExpectedVersion *int   `json:"expected_version"`
+	Answer          string `json:"answer"`
+}
+
+// control serves POST /v1/tasks/{id}/<action>.
+func (a *API) control(action agentsql.Action) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		acc := accessOf(r)
+		var req controlRequest
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxControlBody+1))
+		switch {
+		case err != nil:
+			return validation("could not read the request body")
+		case len(body) > maxControlBody:
+			return &apiError{http.StatusRequestEntityTooLarge, CodeValidation, "request body too large"}
+		case len(body) > 0:
+			if err := json.Unmarshal(body, &req); err != nil {
+				return validation("request body is not valid JSON: %v", err)
+			}
+		}
+		res, err := agentsql.ControlTask(r.Context(), a.pool, acc.id, action, agentsql.ControlOpts{
+			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: req.Answer})
+		var ce *agentsql.ControlError
+		switch {
+		case err == nil:
+			writeJSON(w, http.StatusOK, res)
+			return nil
+		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrVersionConflict):
+			return &apiError{http.StatusConflict, CodeVersionConflict, ce.Result.Error}
+		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrIllegalTransition):
+			return &apiError{http.StatusConflict, CodeIllegal, ce.Result.Error}
+		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrInvalidAction):
+			return validation("%s", ce.Result.Error)
+		default: // a task deleted since the guard read it is answered as a missing one
+			return notVisible(acc.claims, err)
+		}
+	}
+}
+
+// actor names the bearer for the audit event.
+func actor(c auth.Claims) string {
+	switch {
+	case c.Subject != "":
+		return "user:" + c.Subject
+	case c.Role != "":
+		return "role:" + c.Role
+	}
+	return "api"
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentworker/agentworker/metrics"
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+// TestMetricsToken: with METRICS_TOKEN set, /metrics wants it as a bearer
+// token; unset, /metrics is open. Health stays open either way.
+func TestMetricsToken(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	st, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // ends the handlers' event hubs
+	tests := []struct {
+		name, token, path, header string
+		want                      int
+	}{
+		{"UnsetOpen", "", "/metrics", "", http.StatusOK},
+		{"SetNoHeader", "scrape-token-123", "/metrics", "", http.StatusUnauthorized},
+		{"SetWrong", "scrape-token-123", "/metrics", "Bearer scrape-token-124", http.StatusUnauthorized},
+		{"SetRight", "scrape-token-123", "/metrics", "Bearer scrape-token-123", http.StatusOK},
+		{"SetHealthOpen", "scrape-token-123", "/healthz", "", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest("GET", tt.path, nil)
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != tt.want {
+				t.Fatalf("GET %s: status %d, want %d (%s)", tt.path, w.Code, tt.want, w.Body)
+			}
+			if tt.want == http.StatusOK && tt.path == "/metrics" && !strings.Contains(w.Body.String(), "agentworker_queue_depth") {
+				t.Errorf("/metrics served %q", w.Body)
+			}
+		})
+	}
+}

@@ -1,0 +1,300 @@
+// Package sse streams the events of a task or of a whole project to
+// browsers and other clients as Server-Sent Events, resumable with
+// Last-Event-ID. One Hub (one LISTEN connection) per process wakes every
+// stream; streams read the events themselves from their cursor, so a client
+// never skips or repeats one. Package api registers the streams as its
+// routes, behind its guard (CORS, auth); Client follows them from Go.
+//
+// A stream starts after the cursor in the Last-Event-ID header, else in the
+// last_event_id or after query parameter, else at the beginning. It ends
+// when the client leaves, the hub stops, or the request's context ends;
+// when that context ends with cause ErrExpired (the bearer's token expired)
+// it first sends an "expired" event.
+package sse
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/events"
+	agentsql "github.com/agentworker/agentworker/sql"
+)
+
+// Config configures Streams.
+type Config struct {
+	// Heartbeat is the interval of comment lines that keep idle streams
+	// (and proxies) alive. Defaults to 15 seconds.
+	Heartbeat time.Duration
+	// Recheck is how often a stream reads its events without a
+	// notification, a backstop for a lost one. Defaults to 2 seconds.
+	Recheck time.Duration
+	// HeldRecheck is how often a project stream rereads while events of the
+	// project wait for an older transaction to end. Defaults to 20 ms.
+	HeldRecheck time.Duration
+	// Batch is the most events read per query. Defaults to 500.
+	Batch int
+	// Logger defaults to slog.Default.
+	Logger *slog.Logger
+}
+
+// Streams serves the event streams.
+type Streams struct {
+	pool *pgxpool.Pool
+	hub  *Hub
+	cfg  Config
+}
+
+// NewStreams returns Streams reading events from pool, woken by hub (whose
+// Run the caller starts).
+func NewStreams(pool *pgxpool.Pool, hub *Hub, cfg Config) *Streams {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = 2 * time.Second
+	}
+	if cfg.HeldRecheck <= 0 {
+		cfg.HeldRecheck = 20 * time.Millisecond
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Streams{pool: pool, hub: hub, cfg: cfg}
+}
+
+var (
+	// ErrBadCursor: the request's resume cursor is malformed or names no
+	// event of the project.
+	ErrBadCursor = errors.New("invalid cursor")
+	// ErrExpired, as the cause of a stream request's context
+	// (context.WithDeadlineCause), ends the stream with a final "expired"
+	// event: the bearer's token ran out, and a client must come back with a
+	// fresh one.
+	ErrExpired = errors.New("stream authorization expired")
+)
+
+// expiredEvent is the last message of a stream whose token expired; its
+// type is not "message", so EventSource's onmessage and Client skip it.
+const expiredEvent = "event: expired\ndata: {\"message\":\"token expired\"}\n\n"
+
+// pathID parses the {id} path value.
+func pathID(r *http.Request) (uuid.UUID, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("path id %q: %w", r.PathValue("id"), err)
+	}
+	return id, nil
+}
+
+// cursorParam is the resume cursor of a request: the Last-Event-ID header
+// (what EventSource sends on reconnect) wins over the query parameters.
+func cursorParam(r *http.Request) string {
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		return v
+	}
+	if v := r.URL.Query().Get("last_event_id"); v != "" {
+		return v
+	}
+	return r.URL.Query().Get("after")
+}
+
+// TaskEvents streams the events of the task {id}; the SSE id is the
+// event's seq. The caller has authorized the bearer for the task. It
+// returns an error only when it has written nothing: one wrapping
+// ErrBadCursor for a malformed cursor, else a failure of the server.
+func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
+	taskID, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	after := 0
+	if c := cursorParam(r); c != "" {
+		if after, err = strconv.Atoi(c); err != nil || after < 0 {
+			return fmt.Errorf("task cursor %q: %w", c, ErrBadCursor)
+		}
+	}
+	sub := s.hub.SubscribeTask(taskID)
+	defer sub.Close()
+	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error) (bool, error) {
+		for {
+			rows, err := agentsql.TaskEventsAfter(ctx, s.pool, taskID, after, s.cfg.Batch)
+			if err != nil {
+				return false, err
+			}
+			for _, row := range rows {
+				ev := events.FromRow(row)
+				if err := write(strconv.Itoa(ev.Seq), ev); err != nil {
+					return false, err
+				}
+				after = ev.Seq
+			}
+			if len(rows) < s.cfg.Batch {
+				return false, nil
+			}
+		}
+	})
+	return nil
+}
+
+// FormatProjectCursor renders a project stream's SSE id.
+func FormatProjectCursor(c agentsql.ProjectCursor) string {
+	return strconv.FormatInt(c.Xid, 10) + "-" + strconv.FormatInt(c.ID, 10)
+}
+
+// parseProjectCursor reads a cursor of FormatProjectCursor, or a plain
+// event id (whose cursor is looked up).
+func (s *Streams) parseProjectCursor(ctx context.Context, projectID uuid.UUID, v string) (agentsql.ProjectCursor, error) {
+	bad := fmt.Errorf("project cursor %q: %w", v, ErrBadCursor)
+	if xs, ids, ok := strings.Cut(v, "-"); ok {
+		x, err1 := strconv.ParseInt(xs, 10, 64)
+		id, err2 := strconv.ParseInt(ids, 10, 64)
+		if err1 != nil || err2 != nil || x < 0 || id < 0 {
+			return agentsql.ProjectCursor{}, bad
+		}
+		return agentsql.ProjectCursor{Xid: x, ID: id}, nil
+	}
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id < 0 {
+		return agentsql.ProjectCursor{}, bad
+	}
+	if id == 0 {
+		return agentsql.ProjectCursor{}, nil
+	}
+	cur, err := agentsql.EventCursor(ctx, s.pool, projectID, id)
+	if errors.Is(err, agentsql.ErrEventNotFound) {
+		return cur, bad
+	}
+	return cur, err
+}
+
+// ProjectEvents streams the events of every task of the project {id}; the
+// SSE id is an opaque cursor (FormatProjectCursor). The caller has
+// authorized the bearer for the project. It returns an error only when it
+// has written nothing: one wrapping ErrBadCursor for a malformed cursor,
+// else a failure of the server.
+func (s *Streams) ProjectEvents(w http.ResponseWriter, r *http.Request) error {
+	projectID, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var cur agentsql.ProjectCursor
+	if c := cursorParam(r); c != "" {
+		if cur, err = s.parseProjectCursor(r.Context(), projectID, c); err != nil {
+			return err
+		}
+	}
+	sub := s.hub.SubscribeProject(projectID)
+	defer sub.Close()
+	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error) (bool, error) {
+		for {
+			rows, held, err := agentsql.ProjectEventsAfter(ctx, s.pool, projectID, cur, s.cfg.Batch)
+			if err != nil {
+				return false, err
+			}
+			for _, row := range rows {
+				if err := write(FormatProjectCursor(row.Cursor), events.FromRow(row.EventRow)); err != nil {
+					return false, err
+				}
+				cur = row.Cursor
+			}
+			if len(rows) < s.cfg.Batch {
+				return held, nil
+			}
+		}
+	})
+	return nil
+}
+
+// catchUp writes the events after the stream's cursor and reports whether
+// some are held back (to be reread soon).
+type catchUp func(ctx context.Context, write func(id string, ev events.Event) error) (held bool, err error)
+
+// stream runs one SSE response: headers, then catch-up on every wake-up,
+// recheck or held-event timer, with heartbeats, until the client leaves,
+// the server shuts down or the token expires (the request's context), or
+// the hub stops.
+func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscription, catch catchUp) {
+	ctx := r.Context()
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any server write timeout
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := fmt.Fprint(w, "retry: 1000\n: connected\n\n"); err != nil {
+		return
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	defer func() {
+		if errors.Is(context.Cause(ctx), ErrExpired) {
+			_, _ = fmt.Fprint(w, expiredEvent)
+			_ = rc.Flush()
+		}
+	}()
+
+	var buf []byte
+	write := func(id string, ev events.Event) error {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("encode event %d: %w", ev.ID, err)
+		}
+		buf = append(buf[:0], "id: "...)
+		buf = append(buf, id...)
+		buf = append(buf, "\ndata: "...)
+		buf = append(buf, data...)
+		buf = append(buf, "\n\n"...)
+		_, err = w.Write(buf)
+		return err
+	}
+	heartbeat := time.NewTicker(s.cfg.Heartbeat)
+	defer heartbeat.Stop()
+	recheck := time.NewTimer(0)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.hub.Done():
+			return
+		case <-heartbeat.C:
+			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+			continue
+		case <-sub.C():
+		case <-recheck.C:
+		}
+		held, err := catch(ctx, write)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.WarnContext(ctx, "sse stream ended", slog.String("path", r.URL.Path), slog.String("err", err.Error()))
+			}
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+		next := s.cfg.Recheck
+		if held {
+			next = s.cfg.HeldRecheck
+		}
+		recheck.Reset(next)
+	}
+}

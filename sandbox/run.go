@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// Stages of an Outcome.
+const (
+	StageInstall = "install" // the dependency install failed; the script did not run
+	StageRun     = "run"
+)
+
+// Outcome is how one script ran in the sandbox.
+type Outcome struct {
+	Script   string
+	Command  string // what ran: "npm run typecheck", or the install when it failed
+	Stage    string
+	ExitCode int // -1 when killed on timeout
+	TimedOut bool
+	Timeout  time.Duration
+	Duration time.Duration // of the command (or the failed install)
+	Output   Output
+	Sync     SyncStats
+	Install  Install
+}
+
+// Passed reports whether the script ran and exited 0.
+func (o Outcome) Passed() bool { return o.Stage == StageRun && o.ExitCode == 0 && !o.TimedOut }
+
+// Summary is one line saying how the command ended.
+func (o Outcome) Summary() string {
+	d := o.Duration.Round(100 * time.Millisecond)
+	switch {
+	case o.TimedOut:
+		return fmt.Sprintf("%s was killed after its %s timeout", o.Command, o.Timeout)
+	case o.Stage == StageInstall:
+		return fmt.Sprintf("the dependencies could not be installed: %s exited with code %d after %s", o.Command, o.ExitCode, d)
+	case o.ExitCode == 0:
+		return fmt.Sprintf("%s passed (exit code 0, %s)", o.Command, d)
+	}
+	return fmt.Sprintf("%s failed with exit code %d after %s", o.Command, o.ExitCode, d)
+}
+
+// scriptName is what Run accepts as a script: npm's own names, never an
+// option.
+var scriptName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9:._-]*$`)
+
+// Run syncs the workspace, installs its dependencies if they are not
+// cached, and runs `npm run <script>` in the sandbox with no network, for at
+// most timeout (see Sandbox.Timeout). A script package.json lacks is a
+// *ScriptError; a project without package.json is ErrNoPackageJSON. A
+// script that fails, or is killed on timeout, is an Outcome, not an error.
+func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duration) (Outcome, error) {
+	o := Outcome{Script: script, Command: "npm run " + script, Stage: StageRun, Timeout: w.sb.Timeout(timeout)}
+	if !scriptName.MatchString(script) {
+		return o, fmt.Errorf("run script %q: not a script name", script)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var err error
+	if o.Sync, err = w.sync(ctx); err != nil {
+		return o, err
+	}
+	pkg, err := w.root.ReadFile("package.json")
+	if errors.Is(err, fs.ErrNotExist) {
+		return o, ErrNoPackageJSON
+	}
+	if err != nil {
+		return o, fmt.Errorf("read package.json: %w", err)
+	}
+	scripts, err := parseScripts(pkg)
+	if err != nil {
+		return o, err
+	}
+	if _, ok := scripts[script]; !ok {
+		var have []string
+		for name := range scripts {
+			have = append(have, name)
+		}
+		slices.Sort(have)
+		return o, &ScriptError{Script: script, Have: have}
+	}
+	release, err := w.sb.acquire(ctx)
+	if err != nil {
+		return o, err
+	}
+	defer release()
+	modules, inst, failed, done, err := w.sb.deps.ensure(ctx, w.root)
+	defer done()
+	o.Install = inst
+	if err != nil {
+		return o, err
+	}
+	if failed != nil {
+		o.Stage, o.Command, o.Timeout = StageInstall, inst.Command, w.sb.cfg.InstallTimeout
+		o.ExitCode, o.TimedOut, o.Duration, o.Output = failed.exitCode, failed.timedOut, failed.duration, failed.output
+		return o, nil
+	}
+	res, err := w.sb.exec(ctx, spec{workspace: w.dir, nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout})
+	if err != nil {
+		return o, err
+	}
+	o.ExitCode, o.TimedOut, o.Duration, o.Output = res.exitCode, res.timedOut, res.duration, res.output
+	return o, nil
+}

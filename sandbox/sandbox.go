@@ -1,0 +1,538 @@
+// Package sandbox runs a project's own npm scripts (typecheck, lint, test,
+// build) the way a developer would, but never outside a bubblewrap sandbox:
+// a read-only system, the project's workspace the only writable place
+// besides a small tmpfs /tmp, no network, a cleared environment, rlimits on
+// CPU, memory, processes and file size, and the whole process tree killed
+// on timeout.
+//
+// A [Workspace] is the project as one task sees it, materialised in a
+// directory of its own and synced incrementally before each command. Its
+// dependencies are installed by npm ci (npm install without a lockfile) in
+// a separate sandboxed step that may reach the package registry; installs
+// are cached by the hash of package.json and the lockfile and mounted
+// read-only as node_modules.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config tunes a Sandbox.
+type Config struct {
+	// Dir holds the workspaces, one directory per process and task. The
+	// sandbox's user must be able to reach it. Defaults to
+	// agentworker-sandbox under os.TempDir().
+	Dir string
+	// CacheDir holds installed dependencies by lockfile hash and npm's
+	// download cache. Defaults to Dir/cache.
+	CacheDir string
+	// Concurrency caps the sandboxed processes (installs and commands)
+	// this process runs at once. Defaults to 2.
+	Concurrency int
+	// DefaultTimeout is a command's timeout when the call names none.
+	// Defaults to 30 seconds.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps a command's timeout. Defaults to 2 minutes.
+	MaxTimeout time.Duration
+	// InstallTimeout bounds a dependency install. Defaults to 5 minutes.
+	InstallTimeout time.Duration
+	// MaxOutputBytes bounds the output kept of one command: beyond it the
+	// middle is cut, the head and tail kept. Defaults to 1 MiB.
+	MaxOutputBytes int
+	// MaxFileBytes: project files larger than this are not put in the
+	// workspace. Defaults to 32 MiB.
+	MaxFileBytes int64
+	// MaxWorkspaceBytes caps a workspace's project files. Defaults to 512 MiB.
+	MaxWorkspaceBytes int64
+	// MaxInstalls is how many dependency installs the cache keeps; the least
+	// recently used go first. Defaults to 16.
+	MaxInstalls int
+	// Limits are the rlimits of every sandboxed process.
+	Limits Limits
+	// UID and GID are the user a process running as root runs the sandbox
+	// as (rlimits on processes do not bind root). Default to 65534 (nobody).
+	UID, GID int
+	// Bwrap is the bubblewrap binary. Defaults to bwrap on PATH.
+	Bwrap string
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Limits are rlimits, applied with prlimit(1) inside the sandbox to the
+// command and everything it starts.
+type Limits struct {
+	// CPUSeconds of CPU time per process. Defaults to 120.
+	CPUSeconds int
+	// MemoryBytes caps each process's data segment (RLIMIT_DATA: heap and
+	// private mappings; V8's address space reservations do not count).
+	// Defaults to 2 GiB.
+	MemoryBytes int64
+	// Processes caps the processes and threads of the sandbox's user in its
+	// namespace. Defaults to 256.
+	Processes int
+	// FileBytes caps the size of a file a process writes. Defaults to 256 MiB.
+	FileBytes int64
+	// TmpBytes is the size of the tmpfs at /tmp. Defaults to 256 MiB.
+	TmpBytes int64
+}
+
+func (c Config) withDefaults() Config {
+	if c.Dir == "" {
+		c.Dir = filepath.Join(os.TempDir(), "agentworker-sandbox")
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = filepath.Join(c.Dir, "cache")
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 2
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = 30 * time.Second
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = 2 * time.Minute
+	}
+	c.DefaultTimeout = min(c.DefaultTimeout, c.MaxTimeout)
+	if c.InstallTimeout <= 0 {
+		c.InstallTimeout = 5 * time.Minute
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = 1 << 20
+	}
+	if c.MaxFileBytes <= 0 {
+		c.MaxFileBytes = 32 << 20
+	}
+	if c.MaxWorkspaceBytes <= 0 {
+		c.MaxWorkspaceBytes = 512 << 20
+	}
+	if c.MaxInstalls <= 0 {
+		c.MaxInstalls = 16
+	}
+	l := &c.Limits
+	if l.CPUSeconds <= 0 {
+		l.CPUSeconds = 120
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = 2 << 30
+	}
+	if l.Processes <= 0 {
+		l.Processes = 256
+	}
+	if l.FileBytes <= 0 {
+		l.FileBytes = 256 << 20
+	}
+	if l.TmpBytes <= 0 {
+		l.TmpBytes = 256 << 20
+	}
+	if c.UID <= 0 {
+		c.UID = 65534
+	}
+	if c.GID <= 0 {
+		c.GID = 65534
+	}
+	if c.Bwrap == "" {
+		c.Bwrap = "bwrap"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// ErrUnavailable reports that the sandbox cannot start on this host; the
+// error says why.
+var ErrUnavailable = errors.New("sandbox unavailable")
+
+// Sandbox starts sandboxed processes for the workspaces of this process.
+type Sandbox struct {
+	cfg     Config
+	bwrap   string
+	prlimit string
+	node    string // node's version: part of the dependency cache key
+	runDir  string // this process's workspaces
+	slots   chan struct{}
+	deps    *installs
+	asUser  bool // running as root: the sandbox runs as cfg.UID
+}
+
+// New checks that the sandbox can start here — bubblewrap with a user
+// namespace, prlimit, node and npm under /usr — by running one sandboxed
+// process, and removes the workspaces of processes that are gone. An error
+// wrapping ErrUnavailable says what is missing.
+func New(ctx context.Context, cfg Config) (*Sandbox, error) {
+	cfg = cfg.withDefaults()
+	s := &Sandbox{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), asUser: os.Geteuid() == 0}
+	var err error
+	if s.bwrap, err = exec.LookPath(cfg.Bwrap); err != nil {
+		return nil, fmt.Errorf("%w: bubblewrap (%s) not found: install the bubblewrap package: %w", ErrUnavailable, cfg.Bwrap, err)
+	}
+	if s.prlimit, err = underUsr("prlimit", "util-linux"); err != nil {
+		return nil, err
+	}
+	if _, err := underUsr("npm", "npm"); err != nil {
+		return nil, err
+	}
+	nodePath, err := underUsr("node", "nodejs")
+	if err != nil {
+		return nil, err
+	}
+	version, err := exec.CommandContext(ctx, nodePath, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s --version: %w", ErrUnavailable, nodePath, err)
+	}
+	s.node = strings.TrimSpace(string(version))
+	if err := s.prepareDirs(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.deps = &installs{sb: s, dir: filepath.Join(cfg.CacheDir, "deps"), npmCache: filepath.Join(cfg.CacheDir, "npm"), locks: map[string]chan struct{}{}}
+	if err := s.probe(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+// underUsr finds a program the sandbox needs; the sandbox sees only /usr of
+// the host's file system, so the program must live there.
+func underUsr(name, pkg string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s not found: install the %s package", ErrUnavailable, name, pkg)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: resolve %s: %w", ErrUnavailable, p, err)
+	}
+	abs, _ := filepath.Abs(p)
+	for _, q := range []string{abs, real} {
+		if !strings.HasPrefix(q, "/usr/") {
+			return "", fmt.Errorf("%w: %s is at %s, outside /usr, which is all of the host the sandbox sees: install the %s package", ErrUnavailable, name, q, pkg)
+		}
+	}
+	return abs, nil
+}
+
+// prepareDirs creates the directories, owned by the sandbox's user where
+// it writes, and removes workspaces left by processes that are gone.
+func (s *Sandbox) prepareDirs() error {
+	for _, d := range []string{s.cfg.Dir, s.cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create sandbox directory: %w", err)
+		}
+	}
+	for _, d := range []string{filepath.Join(s.cfg.CacheDir, "deps"), filepath.Join(s.cfg.CacheDir, "npm")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create sandbox directory: %w", err)
+		}
+		if err := s.own(d); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("read sandbox directory: %w", err)
+	}
+	for _, e := range entries {
+		if stale(e) {
+			if err := os.RemoveAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
+				s.cfg.Logger.Warn("remove stale sandbox workspaces", slog.String("dir", e.Name()), slog.String("err", err.Error()))
+			}
+		}
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	s.runDir = filepath.Join(s.cfg.Dir, fmt.Sprintf("run-%d-%x", os.Getpid(), suffix))
+	if err := os.MkdirAll(s.runDir, 0o755); err != nil {
+		return fmt.Errorf("create sandbox directory: %w", err)
+	}
+	return nil
+}
+
+// processStart is when this process started, near enough: a workspace
+// directory of our own pid older than it is from an earlier process (a
+// restarted container reuses pids).
+var processStart = time.Now()
+
+// stale reports whether a directory of Dir holds the workspaces of a
+// process that is gone.
+func stale(e fs.DirEntry) bool {
+	rest, ok := strings.CutPrefix(e.Name(), "run-")
+	if !ok {
+		return false
+	}
+	pid, _, _ := strings.Cut(rest, "-")
+	n, err := strconv.Atoi(pid)
+	switch {
+	case err != nil:
+		return true
+	case n == os.Getpid():
+		fi, err := e.Info()
+		return err == nil && fi.ModTime().Before(processStart)
+	}
+	return syscall.Kill(n, 0) == syscall.ESRCH
+}
+
+// own gives a path to the sandbox's user, so sandboxed processes can write it.
+func (s *Sandbox) own(p string) error {
+	if !s.asUser {
+		return nil
+	}
+	if err := os.Lchown(p, s.cfg.UID, s.cfg.GID); err != nil {
+		return fmt.Errorf("give %s to the sandbox user: %w", p, err)
+	}
+	return nil
+}
+
+// probe runs one sandboxed process the way commands run.
+func (s *Sandbox) probe(ctx context.Context) error {
+	dir, err := os.MkdirTemp(s.runDir, "probe-")
+	if err != nil {
+		return fmt.Errorf("create probe workspace: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("probe workspace: %w", err)
+	}
+	if err := s.own(dir); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := s.exec(ctx, spec{workspace: dir, argv: []string{"sh", "-c", "echo ok > probe"}, timeout: 20 * time.Second})
+	if err != nil {
+		return err
+	}
+	if res.exitCode != 0 {
+		return fmt.Errorf("a sandboxed process exited with %d: %s", res.exitCode, strings.TrimSpace(res.output.Full()))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "probe")); err != nil || string(b) != "ok\n" {
+		return fmt.Errorf("a sandboxed process could not write its workspace (%q, %v)", b, err)
+	}
+	return nil
+}
+
+// Timeout returns the timeout of a call that asks for d: the default when
+// d is not positive, at most MaxTimeout.
+func (s *Sandbox) Timeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return s.cfg.DefaultTimeout
+	}
+	return min(d, s.cfg.MaxTimeout)
+}
+
+// MaxTimeout is the longest a command may run.
+func (s *Sandbox) MaxTimeout() time.Duration { return s.cfg.MaxTimeout }
+
+// acquire takes one of the Concurrency slots.
+func (s *Sandbox) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for a sandbox slot: %w", context.Cause(ctx))
+	}
+}
+
+// spec is one sandboxed process.
+type spec struct {
+	workspace   string            // bound read-write at /work
+	nodeModules string            // bound read-only at /work/node_modules, if set
+	npmCache    string            // bound read-write at /cache, if set
+	network     bool              // share the host's network (installs only)
+	env         map[string]string // besides the base environment
+	argv        []string
+	timeout     time.Duration
+}
+
+// execResult is how a sandboxed process ended.
+type execResult struct {
+	exitCode int // -1 when killed on timeout
+	timedOut bool
+	duration time.Duration
+	output   Output
+}
+
+// etcFiles are the files of /etc a process may see; /etc as a whole holds
+// the host's secrets. resolv.conf, hosts and the certificates are added for
+// installs, which reach the registry.
+var (
+	etcFiles    = []string{"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"}
+	etcNetwork  = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki"}
+	rootAliases = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32"}
+)
+
+// args builds bwrap's command line for sp.
+func (s *Sandbox) args(sp spec) []string {
+	a := []string{
+		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+		"--hostname", "sandbox", "--info-fd", "3",
+		"--ro-bind", "/usr", "/usr",
+	}
+	if sp.network {
+		a = append(a, "--share-net")
+	}
+	etc := etcFiles
+	if sp.network {
+		etc = append(append([]string{}, etcFiles...), etcNetwork...)
+	}
+	for _, f := range etc {
+		if _, err := os.Stat(f); err == nil {
+			a = append(a, "--ro-bind", f, f)
+		}
+	}
+	for _, d := range rootAliases {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
+		"--proc", "/proc", "--dev", "/dev", "--bind", sp.workspace, "/work")
+	if sp.nodeModules != "" {
+		a = append(a, "--ro-bind", sp.nodeModules, "/work/node_modules")
+	}
+	if sp.npmCache != "" {
+		a = append(a, "--bind", sp.npmCache, "/cache")
+	}
+	// The root bwrap builds (a tmpfs holding the mount points) becomes
+	// read-only too: only /work and /tmp take writes.
+	a = append(a, "--remount-ro", "/", "--chdir", "/work", "--clearenv")
+	env := map[string]string{
+		"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+		// Test runners run once instead of watching; no colour codes.
+		"CI": "true", "NO_COLOR": "1", "FORCE_COLOR": "0",
+		"npm_config_update_notifier": "false", "npm_config_fund": "false", "npm_config_audit": "false",
+	}
+	for k, v := range sp.env {
+		env[k] = v
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		a = append(a, "--setenv", k, env[k])
+	}
+	l := s.cfg.Limits
+	a = append(a, "--", s.prlimit,
+		"--cpu="+strconv.Itoa(l.CPUSeconds), "--data="+strconv.FormatInt(l.MemoryBytes, 10),
+		"--nproc="+strconv.Itoa(l.Processes), "--fsize="+strconv.FormatInt(l.FileBytes, 10), "--")
+	return append(a, sp.argv...)
+}
+
+// exec runs one sandboxed process to its end or its timeout. On timeout or
+// when ctx ends the whole process group is killed, and exec returns only
+// once every process of the sandbox is gone. An error means the sandbox
+// itself failed; a command that fails is a non-zero exitCode.
+func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
+	out := newCapture(s.cfg.MaxOutputBytes)
+	cmd := exec.Command(s.bwrap, s.args(sp)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = []string{} // bwrap itself gets nothing either
+	cmd.Dir = "/"
+	cmd.WaitDelay = 5 * time.Second // a leaked pipe holder cannot hang us
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.asUser {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return execResult{}, fmt.Errorf("sandbox info pipe: %w", err)
+	}
+	defer infoR.Close()
+	cmd.ExtraFiles = []*os.File{infoW}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		infoW.Close()
+		return execResult{}, fmt.Errorf("start %s: %w", s.bwrap, err)
+	}
+	infoW.Close()
+	// bwrap reports the host pid of the sandbox's init: once it is gone, so
+	// is every process of the sandbox (its pid namespace dies with it).
+	initFD := make(chan int, 1)
+	go func() {
+		var info struct {
+			ChildPID int `json:"child-pid"`
+		}
+		fd := -1
+		if json.NewDecoder(infoR).Decode(&info) == nil && info.ChildPID > 0 {
+			if f, err := unix.PidfdOpen(info.ChildPID, 0); err == nil {
+				fd = f
+			}
+		}
+		initFD <- fd
+	}()
+
+	var timedOut, killed atomic.Bool
+	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	timer := time.AfterFunc(sp.timeout, func() { timedOut.Store(true); kill() })
+	stop := context.AfterFunc(ctx, func() { killed.Store(true); kill() })
+	waitErr := cmd.Wait()
+	timer.Stop()
+	stop()
+	res := execResult{duration: time.Since(start), output: out.output(), exitCode: -1}
+	if cmd.ProcessState != nil {
+		res.exitCode = cmd.ProcessState.ExitCode()
+	}
+	infoR.Close() // unblocks the reader if bwrap never wrote
+	if fd := <-initFD; fd >= 0 {
+		err := waitGone(fd, 10*time.Second)
+		unix.Close(fd)
+		if err != nil {
+			return res, err
+		}
+	}
+	switch {
+	case killed.Load():
+		return res, fmt.Errorf("sandboxed %s stopped: %w", sp.argv[0], context.Cause(ctx))
+	case timedOut.Load():
+		res.timedOut, res.exitCode = true, -1
+		return res, nil
+	}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		return res, fmt.Errorf("run sandboxed %s: %w", sp.argv[0], waitErr)
+	}
+	return res, nil
+}
+
+// waitGone waits until the process of a pidfd has exited.
+func waitGone(fd int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errors.New("a sandboxed process was still running after the sandbox was killed")
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait for the sandbox to end: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+}
