@@ -181,7 +181,7 @@ func serve(ctx context.Context, cfg config) error {
 
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1
 // API (event streams, whose hub runs until ctx ends, task submission and
-// control, the inbox) and the Activity Timeline page.
+// control, the inbox, the console's reads) and the console page.
 func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
@@ -197,7 +197,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux := healthMux(pool, st)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
-	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log}).Register(mux)
+	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st}).Register(mux)
 	mux.Handle("GET /", timeline.Handler())
 	return mux, nil
 }

@@ -101,6 +101,12 @@ async function open(p, token) {
     url.searchParams.set("project", p);
     history.replaceState(null, "", url);
   }
+  if (p !== project && project) { // another project: forget the old one's task
+    if (source) source.close();
+    current = null;
+    $("task-view").hidden = true;
+    history.replaceState(null, "", `${location.pathname}${location.search}`);
+  }
   client = new Client(token);
   project = p;
   say("");
@@ -152,6 +158,7 @@ function followProject(after) {
   setConn("project-conn", "connecting");
   projectSource.onopen = () => setConn("project-conn", "live");
   projectSource.onerror = () => setConn("project-conn", projectSource.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
+  projectSource.addEventListener("expired", expired);
   projectSource.onmessage = (m) => {
     const ev = JSON.parse(m.data);
     if (!ev.task_id) return;
@@ -161,6 +168,16 @@ function followProject(after) {
     if (ev.type === "progress" && ev.payload && ev.payload.kind === "iteration_start") renderTasks();
     if (ev.type === "agent_phase") refreshProject();
   };
+}
+
+// expired stops both streams when the server says the token expired
+// (reconnecting with it would only be refused).
+function expired() {
+  if (projectSource) projectSource.close();
+  if (source) source.close();
+  setConn("project-conn", "expired");
+  setConn("conn", "expired");
+  say("The token expired: paste a new one and press Open.");
 }
 
 function setConn(id, state) {
@@ -281,6 +298,7 @@ function watch(taskId) {
     if (es !== source) return;
     setConn("conn", es.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   };
+  es.addEventListener("expired", expired);
   es.onmessage = (m) => {
     if (es !== source) return;
     const ev = JSON.parse(m.data);
