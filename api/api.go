@@ -13,6 +13,12 @@
 //	POST /v1/projects/{id}/tasks    create a task: {"type", "prompt", "input"}
 //	GET  /v1/projects/{id}/inbox    open inbox items [?all=true&limit=n]
 //	POST /v1/inbox/{id}/close       close an item that needs no answer
+//	GET  /v1/projects/{id}/tasks    the project's tasks, newest first [?limit=n&before=task_id]
+//	GET  /v1/tasks/{id}             a task with its input, result and error
+//	GET  /v1/tasks/{id}/changes     what a build changed: a unified diff per file
+//	GET  /v1/projects/{id}/files    the project's files in storage
+//	GET  /v1/projects/{id}/files/{path}  one file's content
+//	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
 //
 // The guard, in order: CORS headers for an allowed Origin and 204 to a
 // preflight; 503 while auth is not configured; 401 without a valid bearer
@@ -40,6 +46,7 @@ import (
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
 )
 
 // Config configures the API.
@@ -52,6 +59,9 @@ type Config struct {
 	AllowedOrigins []string
 	// Logger receives the failures answered 500. Defaults to discarding.
 	Logger *slog.Logger
+	// Store is the project file store the files routes read. When nil,
+	// they answer 503. Defaults to nil.
+	Store storage.Store
 }
 
 // API serves the /v1 routes.
@@ -98,6 +108,12 @@ func (a *API) routes() []route {
 		{pattern: "POST /v1/projects/{id}/tasks", scope: projectScope, handle: a.createTask},
 		{pattern: "GET /v1/projects/{id}/inbox", scope: projectScope, handle: a.listInbox},
 		{pattern: "POST /v1/inbox/{id}/close", scope: inboxScope, handle: a.closeInbox},
+		{pattern: "GET /v1/projects/{id}/tasks", scope: projectScope, handle: a.listTasks},
+		{pattern: "GET /v1/projects/{id}/files", scope: projectScope, handle: a.listFiles},
+		{pattern: "GET /v1/projects/{id}/files/{path...}", scope: projectScope, handle: a.readFile},
+		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
+		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
+		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
 	}
 	for _, action := range agentsql.Actions {
 		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})

@@ -22,11 +22,13 @@ import (
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/s3test"
 )
 
 func TestMain(m *testing.M) {
-	dbtest.Main(m)
+	dbtest.Main(m, s3test.LeakOption())
 }
 
 const secret = "test-secret-0123456789abcdef"
@@ -40,7 +42,8 @@ type env struct {
 
 type envOpts struct {
 	origins []string
-	noAuth  bool // JWT_SECRET unset
+	noAuth  bool          // JWT_SECRET unset
+	store   storage.Store // for the files routes; nil: none configured
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -55,7 +58,7 @@ func setup(t *testing.T, o envOpts) *env {
 	hub := sse.NewHub(e.pool, slog.New(slog.DiscardHandler))
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(ctx) }()
-	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier}
+	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store}
 	if o.noAuth {
 		cfg.Verifier = nil
 	}

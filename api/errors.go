@@ -26,6 +26,7 @@ const (
 	CodeAnswerRequired   = "ANSWER_REQUIRED"
 	CodeInternal         = "INTERNAL_ERROR"
 	CodeUnavailable      = "UNAVAILABLE"
+	CodeSensitiveFile    = "SENSITIVE_FILE"
 )
 
 // apiError is a refusal with its status, code and message.

@@ -95,7 +95,7 @@ func TestEveryRouteAnswersCORSAlike(t *testing.T) {
 	}{
 		{"UnknownPath", "GET", "/v1/nothing/here", http.StatusNotFound},
 		{"WrongMethod", "DELETE", "/v1/tasks/" + task.ID.String() + "/cancel", http.StatusMethodNotAllowed},
-		{"GetAPost", "GET", "/v1/projects/" + projectID.String() + "/tasks", http.StatusMethodNotAllowed},
+		{"GetAPost", "GET", "/v1/tasks/" + task.ID.String() + "/retry", http.StatusMethodNotAllowed},
 	} {
 		rp := e.call(t, c.method, c.path, tok, "", map[string]string{"Origin": allowed})
 		if rp.status != c.want || rp.header.Get("Access-Control-Allow-Origin") != allowed {

@@ -8,14 +8,16 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
-// insertTaskIn creates a task already in status, without a River job.
-func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid.UUID {
+// withoutPickup runs fn in a transaction in which inserted tasks get no
+// River job, and commits it.
+func withoutPickup(t *testing.T, pool *pgxpool.Pool, fn func(tx pgx.Tx)) {
 	t.Helper()
 	tx, err := pool.Begin(t.Context())
 	if err != nil {
@@ -25,33 +27,41 @@ func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid
 	if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
 		t.Fatal(err)
 	}
-	// A task starts queued (or paused); other statuses are reached by
-	// legal moves, through running where they need it.
-	var id uuid.UUID
-	start := agentsql.StatusQueued
-	if status == agentsql.StatusPaused {
-		start = status
-	}
-	if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'build', 'x', $2) RETURNING id`,
-		uuid.New(), start).Scan(&id); err != nil {
-		t.Fatalf("insert %s task: %v", status, err)
-	}
-	var path []agentsql.Status
-	switch status {
-	case agentsql.StatusQueued, agentsql.StatusPaused:
-	case agentsql.StatusCancelled, agentsql.StatusRunning:
-		path = []agentsql.Status{status}
-	default:
-		path = []agentsql.Status{agentsql.StatusRunning, status}
-	}
-	for _, st := range path {
-		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2 WHERE id = $1`, id, st); err != nil {
-			t.Fatalf("move task to %s: %v", st, err)
-		}
-	}
+	fn(tx)
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// insertTaskIn creates a task already in status, without a River job.
+func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	withoutPickup(t, pool, func(tx pgx.Tx) {
+		// A task starts queued (or paused); other statuses are reached by
+		// legal moves, through running where they need it.
+		start := agentsql.StatusQueued
+		if status == agentsql.StatusPaused {
+			start = status
+		}
+		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'build', 'x', $2) RETURNING id`,
+			uuid.New(), start).Scan(&id); err != nil {
+			t.Fatalf("insert %s task: %v", status, err)
+		}
+		var path []agentsql.Status
+		switch status {
+		case agentsql.StatusQueued, agentsql.StatusPaused:
+		case agentsql.StatusCancelled, agentsql.StatusRunning:
+			path = []agentsql.Status{status}
+		default:
+			path = []agentsql.Status{agentsql.StatusRunning, status}
+		}
+		for _, st := range path {
+			if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2 WHERE id = $1`, id, st); err != nil {
+				t.Fatalf("move task to %s: %v", st, err)
+			}
+		}
+	})
 	return id
 }
 

@@ -87,7 +87,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 
 func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 	if !cfg.llmConfigured() {
-		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint), or run agentworker demo")
+		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint)")
 	}
 	return llm.New(llm.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Model: cfg.LLMModel, ImageModel: cfg.ImageModel, Logger: log})
 }
@@ -135,6 +135,14 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	if !cfg.llmConfigured() {
+		stopModel, err := startDemoModel(&cfg, log)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer stopModel()
+		log.Warn("model: "+demoModelNotice, slog.String("model", cfg.LLMModel))
+	}
 	model, err := newLLM(cfg, log)
 	if err != nil {
 		return err
@@ -172,7 +180,7 @@ func serve(ctx context.Context, cfg config) error {
 
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1
 // API (event streams, whose hub runs until ctx ends, task submission and
-// control, the inbox) and the Activity Timeline page.
+// control, the inbox, the console's reads) and the console page.
 func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
@@ -188,7 +196,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux := healthMux(pool, st)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
-	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log}).Register(mux)
+	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st}).Register(mux)
 	mux.Handle("GET /", timeline.Handler())
 	return mux, nil
 }

@@ -33,7 +33,7 @@ type config struct {
 	StorageDir  string `envconfig:"STORAGE_DIR" desc:"local-directory store, used when S3_ENDPOINT is not set (data when empty)"`
 
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI's when empty)"`
-	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"API key of the endpoint; never logged"`
+	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"API key of the endpoint; never logged. With neither this nor OPENAI_BASE_URL, serve and demo use the bundled scripted demo model (no real LLM) and say so"`
 	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini" desc:"model name sent to the endpoint"`
 	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1" desc:"model of the generate_image tool (Images API at the same endpoint)"`
 

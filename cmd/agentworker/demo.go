@@ -49,17 +49,12 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "storage: no S3_ENDPOINT or STORAGE_DIR; project files go to %s\n", dir)
 	}
 	if !cfg.llmConfigured() {
-		model, err := scripted.ListenLoopback(scripted.DemoModel())
+		stopModel, err := startDemoModel(&cfg, log)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
-		defer func() {
-			if err := model.Close(); err != nil {
-				log.Warn("stop the demo model", slog.String("err", err.Error()))
-			}
-		}()
-		cfg.OpenAIBaseURL, cfg.LLMModel = model.URL, "agentworker-demo"
-		fmt.Fprintln(out, "model: no OPENAI_BASE_URL or OPENAI_API_KEY; using the bundled scripted demo model (no real LLM)")
+		defer stopModel()
+		fmt.Fprintln(out, "model: "+demoModelNotice)
 	} else {
 		fmt.Fprintf(out, "model: %s at %s\n", cfg.LLMModel, orDefault(cfg.OpenAIBaseURL, "api.openai.com"))
 	}
@@ -125,6 +120,25 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "\n--- %s (%d bytes)\n%s", f.Path, f.Size, content)
 	}
 	return nil
+}
+
+// demoModelNotice is what demo prints and serve logs when they fall back to
+// the scripted model.
+const demoModelNotice = "no OPENAI_BASE_URL or OPENAI_API_KEY; using the bundled scripted demo model (no real LLM)"
+
+// startDemoModel serves the bundled scripted model on a loopback port and
+// points cfg at it; stop shuts it down.
+func startDemoModel(cfg *config, log *slog.Logger) (stop func(), err error) {
+	model, err := scripted.ListenLoopback(scripted.DemoModel())
+	if err != nil {
+		return nil, err
+	}
+	cfg.OpenAIBaseURL, cfg.LLMModel = model.URL, "agentworker-demo"
+	return func() {
+		if err := model.Close(); err != nil {
+			log.Warn("stop the demo model", slog.String("err", err.Error()))
+		}
+	}, nil
 }
 
 func orDefault(s, def string) string {

@@ -4,6 +4,7 @@
 //	agentworker migrate   apply River's migrations and ours
 //	agentworker submit    create a task (--follow to watch it)
 //	agentworker follow    print a task's timeline live
+//	agentworker token     print a bearer token for the console and /v1
 //	agentworker demo      run the whole path on the embedded default
 //	agentworker bench     measure it against raw River
 //
@@ -30,6 +31,8 @@ commands:
   submit [flags] <prompt>     create a task; --project, --type, --follow
   follow [--after N] [--sse URL] <task>
                               print a task's events live until it ends
+  token [--project ID,…] [--service] [--ttl 24h]
+                              print a bearer token (signed with JWT_SECRET)
   demo                        run a build task end to end on the embedded default
   bench [--quick] [--json]    measure latency, throughput, events, tools, memory vs raw River
   help                        this text and every environment variable
@@ -69,6 +72,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return submit(ctx, cfg, rest, out)
 	case "follow":
 		return follow(ctx, cfg, rest, out)
+	case "token":
+		return token(cfg, rest, out)
 	case "demo":
 		return demo(ctx, cfg, out)
 	case "bench":

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
@@ -105,5 +106,32 @@ func TestDemoOnEmbeddedDefault(t *testing.T) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "*", "hello.txt"))
 	if len(matches) != 1 {
 		t.Fatalf("hello.txt files under STORAGE_DIR: %v", matches)
+	}
+}
+
+func TestToken(t *testing.T) {
+	clearEnv(t)
+	const secret = "token-test-secret-0123456789"
+	project := "0190c6a4-7d3e-7b7a-9c1e-6f4f3b2a1d00"
+	if err := run(t.Context(), []string{"token", "--project", project}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "JWT_SECRET") {
+		t.Fatalf("token without JWT_SECRET: %v", err)
+	}
+	t.Setenv("JWT_SECRET", secret)
+	for _, bad := range [][]string{{"token"}, {"token", "--project", "nope"}, {"token", "--service", "--ttl", "-1s"}} {
+		if err := run(t.Context(), bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("run(%v) succeeded", bad)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"token", "--project", project, "--subject", "ops"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := v.Verify(strings.TrimSpace(out.String()))
+	if err != nil || !c.CanAccess(project) || c.CanAccess("0190c6a4-7d3e-7b7a-9c1e-6f4f3b2a1d01") || c.Subject != "ops" {
+		t.Errorf("token claims = %+v, %v; want project %s only, subject ops", c, err, project)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,9 +48,14 @@ type procEnv struct {
 	pool  *pgxpool.Pool
 }
 
+// newProcEnv is a database, a bucket and, unless replies is nil, a
+// scripted model; without one, serve runs on its bundled demo model.
 func newProcEnv(t *testing.T, replies ...scripted.Reply) *procEnv {
 	t.Helper()
-	e := &procEnv{dbURL: dbtest.NewURL(t), s3: s3test.Config(t), llm: llmtest.New(t, replies...)}
+	e := &procEnv{dbURL: dbtest.NewURL(t), s3: s3test.Config(t)}
+	if replies != nil {
+		e.llm = llmtest.New(t, replies...)
+	}
 	var err error
 	if e.pool, err = pgxpool.New(t.Context(), e.dbURL); err != nil {
 		t.Fatal(err)
@@ -73,13 +79,18 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "OPENAI_") || strings.HasPrefix(kv, "LLM_MODEL=")
+	})
+	cmd.Env = append(cmd.Env,
 		"DATABASE_URL="+e.dbURL,
 		"S3_ENDPOINT="+e.s3.Endpoint, "S3_ACCESS_KEY="+e.s3.AccessKey, "S3_SECRET_KEY="+e.s3.SecretKey,
 		"S3_BUCKET="+e.s3.Bucket, fmt.Sprintf("S3_USE_SSL=%v", e.s3.UseSSL),
-		"OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model,
 		"HTTP_ADDR=127.0.0.1:0", "TASK_LEASE="+lease.String(), "WORKER_CONCURRENCY=2", "LOG_LEVEL=info",
 	)
+	if e.llm != nil {
+		cmd.Env = append(cmd.Env, "OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model)
+	}
 	p := &proc{cmd: cmd, out: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
@@ -343,5 +354,30 @@ func TestSIGSTOPStaleHolder(t *testing.T) {
 	case <-first.exited:
 		t.Errorf("the stale holder exited: %v", first.waitErr)
 	default:
+	}
+}
+
+// TestServeWithoutModelKey starts serve with neither OPENAI_API_KEY nor
+// OPENAI_BASE_URL, as docker compose does by default: it says it uses the
+// bundled scripted model, and a build finishes on it.
+func TestServeWithoutModelKey(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	p := e.start(t, 30*time.Second)
+	id, projectID := e.insert(t, "create hello.txt saying hi")
+	poll.Until(t, "the build to end", 60*time.Second, func() bool { return e.task(t, id).Status.Terminal() })
+	if task := e.task(t, id); task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	if !strings.Contains(p.out.String(), "using the bundled scripted demo model") {
+		t.Errorf("serve did not say it uses the scripted model:\n%s", p.out.String())
+	}
+	store, err := storage.NewS3(t.Context(), e.s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if data, _, err := store.Read(t.Context(), projectID.String(), "hello.txt"); err != nil || string(data) != "hi\n" {
+		t.Errorf("hello.txt = %q, %v; want \"hi\\n\"", data, err)
 	}
 }

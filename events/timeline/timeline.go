@@ -1,9 +1,12 @@
-// Package timeline is the Activity Timeline page served by agentworker at
-// "/": plain HTML, CSS and a JavaScript module embedded in the binary (no
-// CDN, no build step). It submits a task through the SSE gateway and
-// follows it with EventSource: stage and iteration progress, a timeline of
-// phases, tool calls, self-repair attempts and errors, streamed model text,
-// and a file tree kept in sync from file_update events.
+// Package timeline is the console served by agentworker at "/": plain
+// HTML, CSS and JavaScript modules embedded in the binary (no CDN, no build
+// step). For a project and its bearer token it lists the tasks, live from
+// the project's event stream; follows a task's own stream (stage and
+// iteration progress, a timeline of phases, tool calls, self-repair and
+// errors, streamed model text, the files it touched); shows its result,
+// error and the diff of its changes; steers it (cancel, pause, resume,
+// retry, answering its question); and shows the project's files, inbox and
+// usage. Everything it shows is read from the /v1 API.
 package timeline
 
 import (

@@ -2,6 +2,8 @@ package timeline_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -9,11 +11,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -24,8 +28,10 @@ import (
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
+	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/agentworker/agentworker/testing/s3test"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -34,23 +40,212 @@ func TestMain(m *testing.M) {
 	dbtest.Main(m, s3test.LeakOption())
 }
 
-const chromiumPath = "/usr/bin/chromium"
-
 func TestServesEmbeddedPage(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(timeline.Handler())
 	defer srv.Close()
-	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript", "/style.css": "text/css"} {
+	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript",
+		"/api.js": "text/javascript", "/style.css": "text/css"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || len(ct) < len(want) || ct[:len(want)] != want {
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, want) {
 			t.Errorf("%s: status %d, content type %q, want %s", path, resp.StatusCode, ct, want)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("%s: Content-Security-Policy %q", path, csp)
 		}
 	}
 }
+
+// chromium returns the path of the headless browser: CHROMIUM_BIN, else
+// Debian's /usr/bin/chromium (what ./scripts/test installs). Without it the
+// test skips (fails with CI=true).
+func chromium(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("CHROMIUM_BIN")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(path); err != nil {
+		prereq.Missing(t, "Chromium", err)
+	}
+	return path
+}
+
+// console is the real pipeline behind the page, wired as agentworker serve
+// wires it: Postgres, MinIO, a River worker with a scripted model, the API
+// and the page.
+type console struct {
+	verifier *auth.Verifier
+	pool     *pgxpool.Pool
+	store    *storage.S3
+	srv      *httptest.Server
+	project  uuid.UUID
+	token    string
+}
+
+func newConsole(t *testing.T, model scripted.Responder) *console {
+	t.Helper()
+	c := &console{project: uuid.New()}
+	var err error
+	if c.pool, err = pgxpool.New(t.Context(), dbtest.NewURL(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.pool.Close)
+	c.store = s3test.NewStore(t)
+	lc := llmtest.NewWith(t, model).Config()
+	lc.MaxRetries = -1
+	client, err := llm.New(lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: c.pool, Store: c.store, LLM: client, Logger: logger}, handlers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := worker.New(c.pool, runner.Handlers(), worker.Config{Concurrency: 4, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+
+	if c.verifier, err = auth.NewVerifier("browser-test-secret-0123456789", nil); err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	hub := sse.NewHub(c.pool, logger)
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); _ = hub.Run(srvCtx) }()
+	mux := http.NewServeMux()
+	streams := sse.NewStreams(c.pool, hub, sse.Config{Logger: logger})
+	api.New(c.pool, streams, api.Config{Verifier: c.verifier, Logger: logger, Store: c.store}).Register(mux)
+	mux.Handle("GET /", timeline.Handler())
+	c.srv = httptest.NewUnstartedServer(mux)
+	c.srv.Config.BaseContext = func(net.Listener) context.Context { return srvCtx }
+	c.srv.Start()
+	t.Cleanup(func() { <-hubDone; c.srv.Close() })
+	t.Cleanup(stopSrv)
+
+	c.token = c.tokenFor(t, time.Hour)
+	return c
+}
+
+// tokenFor signs a bearer token of the console's project only, as an
+// operator would get one, valid for d.
+func (c *console) tokenFor(t *testing.T, d time.Duration) string {
+	t.Helper()
+	tok, err := c.verifier.Sign(auth.Claims{Projects: []string{c.project.String()},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "operator", ExpiresAt: jwt.NewNumericDate(time.Now().Add(d))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// page is the console's address with the project and token, as a link
+// handed to an operator.
+func (c *console) page() string {
+	return c.pageWith(c.token)
+}
+
+func (c *console) pageWith(token string) string {
+	return c.srv.URL + "/?" + url.Values{"project": {c.project.String()}, "token": {token}}.Encode()
+}
+
+// browse starts a headless Chromium with a fresh profile and returns a
+// context for its first tab, bounded to d.
+func browse(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	tab, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(tab); err != nil { // starts the browser, without a timeout
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(tab, d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// screenshot saves the page as name.png under $TEST_ARTIFACTS (else the
+// test's temp dir) and logs the path.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dir := os.Getenv("TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// run runs chromedp actions, failing the test with what they were for.
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page (awaiting a promise)
+// into v.
+func eval[T any](t *testing.T, ctx context.Context, expr string, v *T) {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	*v = got
+}
+
+// The actions on elements, by CSS selector.
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+func enabled(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitEnabled(chromedp.CSS(sel))
+}
+func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
+func keys(sel, v string) chromedp.Action[chromedp.Void] {
+	return chromedp.SendKeys(chromedp.CSS(sel), v)
+}
+func setValue(sel, v string) chromedp.Action[chromedp.Void] {
+	return chromedp.SetValue(chromedp.CSS(sel), v)
+}
+
+// until waits until a JavaScript expression is truthy.
+func until(expr string) chromedp.Action[chromedp.Void] { return chromedp.Poll[chromedp.Void](expr) }
 
 // gatedModel writes two files, waits for the test's signal, moves one of
 // them, then finishes.
@@ -82,126 +277,38 @@ func gatedModel(gate <-chan struct{}) scripted.Responder {
 }
 
 // TestActivityTimelineInChromium submits a build through the page in a real
-// headless Chromium and watches the stages, files and a move arrive.
+// headless Chromium and watches the stages, the files it touches and a
+// move arrive, through a dropped connection.
 func TestActivityTimelineInChromium(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chromium not installed at %s (.ci/run installs it)", chromiumPath)
-		}
-		t.Skipf("chromium not installed at %s: apt-get install -y chromium", chromiumPath)
-	}
-
-	// The real pipeline: Postgres, MinIO, River worker, scripted model.
-	dbURL := dbtest.NewURL(t)
-	pool, err := pgxpool.New(t.Context(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store := s3test.NewStore(t)
+	chromium(t)
 	gate := make(chan struct{})
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	t.Cleanup(openGate)
-	model := llmtest.NewWith(t, gatedModel(gate))
-	lc := model.Config()
-	lc.MaxRetries = -1
-	client, err := llm.New(lc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: pool, Store: store, LLM: client, Logger: logger}, handlers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := worker.New(pool, runner.Handlers(), worker.Config{Concurrency: 2, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := svc.Stop(ctx); err != nil {
-			t.Errorf("stop worker: %v", err)
-		}
-	})
+	c := newConsole(t, gatedModel(gate))
+	ctx := browse(t, 90*time.Second)
 
-	// The gateway and the page, as agentworker serve wires them.
-	verifier, err := auth.NewVerifier("browser-test-secret-0123456789", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	hub := sse.NewHub(pool, logger)
-	hubDone := make(chan struct{})
-	go func() { defer close(hubDone); _ = hub.Run(srvCtx) }()
-	mux := http.NewServeMux()
-	api.New(pool, sse.NewStreams(pool, hub, sse.Config{Logger: logger}), api.Config{Verifier: verifier, Logger: logger}).Register(mux)
-	mux.Handle("GET /", timeline.Handler())
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.BaseContext = func(net.Listener) context.Context { return srvCtx }
-	srv.Start()
-	t.Cleanup(func() { <-hubDone; srv.Close() })
-	t.Cleanup(stopSrv)
-
-	projectID := uuid.New()
-	var claims auth.Claims
-	claims.Role = auth.RoleService
-	claims.ExpiresAt = jwtDate(time.Now().Add(time.Hour))
-	token, err := verifier.Sign(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// A headless Chromium with a fresh profile.
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-
-	page := srv.URL + "/?" + url.Values{"project": {projectID.String()}, "token": {token}}.Encode()
-	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	if err := chromedp.Do(browser); err != nil { // starts the browser, without a timeout
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(page),
-		chromedp.WaitVisible(css(`#submit`)),
-		chromedp.SetValue(css(`#type`), "build"),
-		chromedp.SendKeys(css(`#prompt`), "write a.txt and src/b.txt, then move b.txt to lib/"),
-		chromedp.Click(css(`#submit`)),
-		chromedp.WaitVisible(css(`#tree li.file-node[data-path="a.txt"]`)),
-		chromedp.WaitVisible(css(`#tree li.file-node[data-path="src/b.txt"]`)),
-		chromedp.Click(css(`#tree li.file-node[data-path="src/b.txt"]`)),
-		chromedp.WaitVisible(css(`#tree li.file-node.selected[data-path="src/b.txt"]`)),
-	); err != nil {
-		t.Fatalf("submit and see the files: %v", err)
-	}
+	run(t, ctx, "submit and see the files",
+		chromedp.Navigate(c.page()),
+		visible(`#submit`),
+		setValue(`#type`, "build"),
+		keys(`#prompt`, "write a.txt and src/b.txt, then move b.txt to lib/"),
+		click(`#submit`),
+		visible(`#tree li.file-node[data-path="a.txt"]`),
+		visible(`#tree li.file-node[data-path="src/b.txt"]`),
+		click(`#tree li.file-node[data-path="src/b.txt"]`),
+		visible(`#tree li.file-node.selected[data-path="src/b.txt"]`),
+	)
 	// A network drop while the task runs: EventSource resumes with
 	// Last-Event-ID and the page must apply every event once.
-	srv.CloseClientConnections()
+	c.srv.CloseClientConnections()
 	openGate() // now the model moves src/b.txt
-	if err := chromedp.Do(ctx,
-		chromedp.WaitVisible(css(`#tree li.file-node.selected[data-path="lib/b.txt"]`)),
-		chromedp.WaitVisible(css(`body[data-status="completed"]`)),
-	); err != nil {
-		t.Fatalf("watch the move and the end: %v", err)
-	}
-	type pageState struct {
+	run(t, ctx, "watch the move and the end",
+		visible(`#tree li.file-node.selected[data-path="lib/b.txt"]`),
+		visible(`body[data-status="completed"]`),
+	)
+	var state struct {
 		StagesDone int    `json:"stagesDone"`
 		Duplicates string `json:"duplicates"`
 		Applied    string `json:"applied"`
@@ -209,70 +316,265 @@ func TestActivityTimelineInChromium(t *testing.T) {
 		OldGone    bool   `json:"oldGone"`
 		Selected   string `json:"selected"`
 	}
-	state, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](`({
+	eval(t, ctx, `({
 		stagesDone: document.querySelectorAll('#stages li.done').length,
 		duplicates: document.body.dataset.duplicates || "0",
 		applied: document.body.dataset.applied,
 		lastSeq: document.body.dataset.lastSeq,
 		oldGone: !document.querySelector('#tree li.file-node[data-path="src/b.txt"]'),
 		selected: document.getElementById('selected').textContent,
-	})`))
-	if err != nil {
-		t.Fatalf("read the page: %v", err)
-	}
+	})`, &state)
 	if state.StagesDone != 7 || !state.OldGone || state.Selected != "lib/b.txt" {
 		t.Errorf("stages done %d/7, src/b.txt gone %v, selected %q", state.StagesDone, state.OldGone, state.Selected)
 	}
 	var taskLastSeq string
-	if err := pool.QueryRow(t.Context(), `SELECT last_seq::text FROM ai_tasks WHERE project_id = $1`, projectID).Scan(&taskLastSeq); err != nil {
+	if err := c.pool.QueryRow(t.Context(), `SELECT last_seq::text FROM ai_tasks WHERE project_id = $1`, c.project).Scan(&taskLastSeq); err != nil {
 		t.Fatal(err)
 	}
 	if state.Duplicates != "0" || state.Applied != state.LastSeq || state.LastSeq != taskLastSeq {
 		t.Errorf("after a drop the page applied %s events up to seq %s with %s duplicates; the task has %s",
 			state.Applied, state.LastSeq, state.Duplicates, taskLastSeq)
 	}
+	screenshot(t, ctx, "activity-timeline")
 
-	// The 100-event window in the page's own module: a move's halves stay
-	// together, and the latest move survives.
-	type window struct {
+	// The files are really in MinIO where the tree says.
+	if data, _, err := c.store.Read(t.Context(), c.project.String(), "lib/b.txt"); err != nil || string(data) != "beta\n" {
+		t.Errorf("lib/b.txt in MinIO = %q, %v", data, err)
+	}
+}
+
+// TestPageStateInChromium checks the page's DOM-free state in the browser's
+// own JavaScript: the 100-event window keeps a move's two halves together,
+// and the task list keeps the server's rows, newest first, never replacing
+// a row with an older version of it.
+func TestPageStateInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	srv := httptest.NewServer(timeline.Handler())
+	t.Cleanup(srv.Close)
+	ctx := browse(t, 60*time.Second)
+	run(t, ctx, "open the page", chromedp.Navigate(srv.URL), chromedp.WaitReady(chromedp.CSS(`body`)))
+	var got struct {
 		Kept       int      `json:"kept"`
 		MoveHalves []string `json:"moveHalves"`
+		Order      []string `json:"order"`
+		Status     string   `json:"status"`
+		Iterations int      `json:"iterations"`
+		Unknown    bool     `json:"unknown"`
+		Stale      bool     `json:"stale"`
+		Age        []string `json:"age"`
 	}
-	w, err := chromedp.Run(ctx, chromedp.Evaluate[window](`import("/state.js").then(({ Timeline }) => {
+	eval(t, ctx, `import("/state.js").then(({ Timeline, TaskList, age }) => {
 		const t = new Timeline(100);
 		let seq = 0;
 		const add = (type, payload) => t.add({ seq: ++seq, task_id: "t", type, payload });
 		add("tool_call", { toolName: "move_file", success: true, fromPath: "a", toPath: "b" });
 		add("file_update", { op: "move", path: "b", fromPath: "a", toPath: "b" });
 		for (let i = 0; i < 250; i++) add("log", { level: "info", message: "x" + i });
-		return { kept: t.events.length, moveHalves: t.events.filter(e => e.type !== "log").map(e => e.type) };
-	})`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("evaluate the event window: %v", err)
+
+		const l = new TaskList();
+		l.reset([{ id: "b", created_at: "2026-01-02T00:00:00Z", status: "running", version: 3, iterations: 1 },
+		         { id: "a", created_at: "2026-01-01T00:00:00Z", status: "queued", version: 1 }]);
+		l.upsert({ id: "c", created_at: "2026-01-03T00:00:00Z", status: "queued", version: 1 });
+		l.upsert({ id: "b", created_at: "2026-01-02T00:00:00Z", status: "queued", version: 2 }); // late, older
+		const seen = l.noteEvent({ task_id: "b", type: "progress", payload: { kind: "iteration_start", iteration: 2 } });
+		const unknown = l.noteEvent({ task_id: "z", type: "log", payload: {} });
+		const now = Date.parse("2026-01-01T02:00:00Z");
+		return { kept: t.events.length, moveHalves: t.events.filter(e => e.type !== "log").map(e => e.type),
+			order: l.rows().map(r => r.id), status: l.get("b").status, iterations: l.get("b").iterations,
+			unknown: unknown.unknown, stale: seen.stale,
+			age: [age("2026-01-01T01:59:30Z", now), age("2026-01-01T01:00:00Z", now), age("2025-12-30T02:00:00Z", now)] };
+	})`, &got)
+	if got.Kept != 100 || len(got.MoveHalves) != 2 {
+		t.Errorf("event window kept %d events with move halves %v, want 100 with both halves", got.Kept, got.MoveHalves)
 	}
-	if w.Kept != 100 || len(w.MoveHalves) != 2 {
-		t.Errorf("event window kept %d events with move halves %v, want 100 with both halves", w.Kept, w.MoveHalves)
+	if strings.Join(got.Order, ",") != "c,b,a" || got.Status != "running" || got.Iterations != 2 || !got.Unknown || !got.Stale {
+		t.Errorf("task list: order %v, b %s with %d iterations, unknown %v, stale %v", got.Order, got.Status, got.Iterations, got.Unknown, got.Stale)
+	}
+	if strings.Join(got.Age, ",") != "30s,1h,2d" {
+		t.Errorf("ages = %v", got.Age)
+	}
+}
+
+// consoleModel plays the agent for each prompt of TestConsoleInChromium,
+// from the conversation alone (so resumed runs continue where they were).
+func consoleModel() scripted.Responder {
+	write := func(path, content string) scripted.Reply {
+		return llmtest.Call("write_file", map[string]string{"path": path, "content": content})
+	}
+	finish := func(summary string) scripted.Reply {
+		return llmtest.Call("finish", map[string]string{"summary": summary})
+	}
+	return scripted.Func(func(req *scripted.Request) scripted.Reply {
+		last, prompt := req.LastUserMessage()
+		step, lastResult := 0, ""
+		for _, m := range req.Messages[last+1:] {
+			step += len(m.ToolCalls)
+			if m.Role == llm.RoleTool {
+				lastResult = m.Content
+			}
+		}
+		var script []scripted.Reply
+		switch {
+		case strings.Contains(prompt, "create hello.txt"):
+			script = []scripted.Reply{write("hello.txt", "hello\n"), finish("created hello.txt")}
+		case strings.Contains(prompt, "greet the world"):
+			script = []scripted.Reply{write("hello.txt", "hello,\nworld\n"), finish("hello.txt greets the world")}
+		case strings.Contains(prompt, "ask me"):
+			var answer struct {
+				Answer string `json:"answer"`
+			}
+			_ = json.Unmarshal([]byte(lastResult), &answer)
+			script = []scripted.Reply{
+				llmtest.Call("request_input", map[string]string{"question": "Which colour should the banner be?"}),
+				write("banner.txt", answer.Answer+"\n"),
+				finish("a " + answer.Answer + " banner"),
+			}
+		case strings.Contains(prompt, "take your time"):
+			return scripted.Reply{Delay: 10 * time.Minute, Content: "cancelled before this"}
+		}
+		if step < len(script) {
+			return script[step]
+		}
+		return scripted.Reply{Status: 400, ErrorMessage: fmt.Sprintf("no step %d for prompt %q", step, prompt)}
+	})
+}
+
+// TestConsoleInChromium drives the console as an operator: builds started
+// from the page and their diff, a question answered, a task cancelled and
+// retried, the files and usage, and a reload that keeps it all.
+func TestConsoleInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, consoleModel())
+	ctx := browse(t, 150*time.Second)
+	row := func(id, status string) string {
+		return fmt.Sprintf(`#tasks tr.task-row[data-id="%s"][data-status="%s"]`, id, status)
+	}
+	// submit runs a task from the page and returns its id (the page
+	// selects the task it created).
+	submit := func(prompt string) string {
+		t.Helper()
+		var before string
+		eval(t, ctx, `document.body.dataset.task || ""`, &before)
+		run(t, ctx, "submit "+prompt,
+			setValue(`#type`, "build"),
+			keys(`#prompt`, prompt),
+			click(`#submit`),
+			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)),
+		)
+		var id string
+		eval(t, ctx, `document.body.dataset.task`, &id)
+		return id
 	}
 
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
+	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`))
+	var search string
+	eval(t, ctx, `location.search`, &search)
+	if strings.Contains(search, "token") {
+		t.Errorf("the token stayed in the address bar: %s", search)
 	}
-	dir := os.Getenv("TEST_ARTIFACTS")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shotPath := filepath.Join(dir, "activity-timeline.png")
-	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s", shotPath)
 
-	// The files are really in MinIO where the tree says.
-	if data, _, err := store.Read(t.Context(), projectID.String(), "lib/b.txt"); err != nil || string(data) != "beta\n" {
-		t.Errorf("lib/b.txt in MinIO = %q, %v", data, err)
+	// Two builds; the second's diff shows what it changed in the first's file.
+	first := submit("create hello.txt saying hello")
+	run(t, ctx, "the first build", visible(row(first, "succeeded")))
+	second := submit("greet the world in hello.txt")
+	run(t, ctx, "the second build's diff",
+		visible(row(second, "succeeded")),
+		click(`#tab-changes`),
+		visible(`#changes .file-diff[data-path="hello.txt"][data-op="update"]`),
+	)
+	var diff []string
+	eval(t, ctx, `[...document.querySelectorAll('#changes .file-diff[data-path="hello.txt"] pre.diff span')].map(s => s.className + " " + s.textContent.trimEnd())`, &diff)
+	want := []string{"meta --- a/hello.txt", "meta +++ b/hello.txt", "hunk @@ -1 +1,2 @@", "del -hello", "add +hello,", "add +world"}
+	if strings.Join(diff, "|") != strings.Join(want, "|") {
+		t.Errorf("diff lines = %q, want %q", diff, want)
 	}
+	screenshot(t, ctx, "console-build-diff")
+
+	// A question: the agent asks, the operator answers in the task view,
+	// the build goes on with the answer.
+	asker := submit("ask me which colour the banner should be")
+	run(t, ctx, "the question",
+		visible(row(asker, "awaiting_input")),
+		visible(`#task-inbox .inbox-item.question input.answer`),
+	)
+	var question string
+	eval(t, ctx, `document.querySelector('#task-inbox .inbox-item.question p').textContent`, &question)
+	if question != "Which colour should the banner be?" {
+		t.Errorf("question shown = %q", question)
+	}
+	screenshot(t, ctx, "console-question")
+	run(t, ctx, "answer it",
+		keys(`#task-inbox .inbox-item.question input.answer`, "blue"),
+		click(`#task-inbox .inbox-item.question button[type="submit"]`),
+		visible(row(asker, "succeeded")),
+		click(`#tab-files`),
+		visible(`#files li.file-node[data-path="banner.txt"]`),
+		click(`#files li.file-node[data-path="banner.txt"]`),
+		until(`document.getElementById("file-view").textContent === "blue\n"`),
+	)
+
+	// Cancel a running task, retry it, cancel it again.
+	slow := submit("take your time")
+	run(t, ctx, "cancel",
+		visible(row(slow, "running")),
+		enabled(`#cancel`),
+		click(`#cancel`),
+		visible(row(slow, "cancelled")),
+		visible(`body[data-status="cancelled"]`),
+		enabled(`#retry`),
+	)
+	screenshot(t, ctx, "console-cancelled")
+	run(t, ctx, "retry and cancel again",
+		click(`#retry`),
+		visible(row(slow, "running")),
+		enabled(`#cancel`),
+		click(`#cancel`),
+		visible(row(slow, "cancelled")),
+	)
+	if data, _, err := c.store.Read(t.Context(), c.project.String(), "hello.txt"); err != nil || string(data) != "hello,\nworld\n" {
+		t.Errorf("hello.txt in MinIO = %q, %v", data, err)
+	}
+
+	// A reload shows the same list, from the server, and the same task.
+	statuses := map[string]string{first: "succeeded", second: "succeeded", asker: "succeeded", slow: "cancelled"}
+	run(t, ctx, "reload", chromedp.Reload(), visible(`body[data-project-conn="live"]`))
+	for id, status := range statuses {
+		run(t, ctx, "the reloaded list", visible(row(id, status)))
+	}
+	var after struct {
+		Rows     int    `json:"rows"`
+		First    string `json:"first"`
+		Selected string `json:"selected"`
+		ViewOpen bool   `json:"viewOpen"`
+	}
+	eval(t, ctx, `({ rows: document.querySelectorAll('#tasks tr.task-row').length,
+		first: document.querySelector('#tasks tr.task-row').dataset.id,
+		selected: document.body.dataset.task, viewOpen: !document.getElementById('task-view').hidden })`, &after)
+	if after.Rows != 4 || after.First != slow || after.Selected != slow || !after.ViewOpen {
+		t.Errorf("after the reload: %+v; want 4 rows, newest (%s) first and selected", after, slow)
+	}
+	run(t, ctx, "usage",
+		click(`#tab-usage`),
+		visible(`#usage-days tr.usage-day`),
+		visible(fmt.Sprintf(`#usage-tasks tr.usage-task[data-id="%s"]`, second)),
+	)
+	screenshot(t, ctx, "console-reload-usage")
+}
+
+// TestConsoleTokenExpiry: when the bearer's token expires the server ends
+// the streams with an "expired" event, and the page says so instead of
+// reconnecting with a token that can only be refused.
+func TestConsoleTokenExpiry(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, consoleModel())
+	ctx := browse(t, 60*time.Second)
+	run(t, ctx, "open with a token that expires in 3 s",
+		chromedp.Navigate(c.pageWith(c.tokenFor(t, 3*time.Second))),
+		visible(`body[data-project-conn="live"]`),
+		visible(`body[data-project-conn="expired"]`),
+		until(`document.getElementById("message").textContent.includes("token expired")`),
+	)
 }

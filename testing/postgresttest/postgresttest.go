@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agentworker/agentworker/testing/prereq"
 )
 
 // Version is the PostgREST release ./scripts/test installs; Start refuses
@@ -109,10 +111,7 @@ func Start(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	bin, err := FindBinary()
 	if errors.Is(err, ErrNotInstalled) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("postgresttest: %v; %s (CI=true, refusing to skip)", err, installHint)
-		}
-		t.Skipf("postgresttest: no postgrest binary; %s", installHint)
+		prereq.Missing(t, "PostgREST", err)
 	}
 	if err != nil {
 		t.Fatalf("postgresttest: %v", err)

@@ -13,8 +13,9 @@
 //     127.0.0.1 with random credentials and a data directory under
 //     os.TempDir.
 //
-// When neither is available the test is skipped, unless CI=true, where it
-// fails: CI must not skip silently.
+// When neither is available the test is skipped with one line naming
+// ./scripts/test, which installs the binary; with CI=true it fails instead
+// (package prereq).
 //
 // The started server is killed with the test process (Linux parent-death
 // signal). Its data directories, named agentworker-minio-*, are removed by
@@ -38,11 +39,8 @@ import (
 
 	"github.com/agentworker/agentworker/internal/devenv/localminio"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/prereq"
 )
-
-// installHint says how to get a server; it is part of the skip message.
-const installHint = "no MinIO: set TEST_S3_ENDPOINT or install the minio binary " +
-	"(bash .ci/run installs it with go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c)"
 
 // Config returns the config of a fresh bucket on the test server. The bucket
 // does not exist yet (storage.NewS3 creates it); whatever exists under that
@@ -51,10 +49,7 @@ func Config(t testing.TB) storage.S3Config {
 	t.Helper()
 	cfg, err := serverConfig()
 	if errors.Is(err, localminio.ErrNotInstalled) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("s3test: %s (CI=true, refusing to skip)", installHint)
-		}
-		t.Skip("s3test: " + installHint)
+		prereq.Missing(t, "MinIO", fmt.Errorf("%w, and TEST_S3_ENDPOINT is not set", err))
 	}
 	if err != nil {
 		t.Fatalf("s3test: %v", err)

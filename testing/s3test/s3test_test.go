@@ -3,6 +3,9 @@ package s3test_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
@@ -40,10 +43,13 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
+	// Without a server this skips the whole test, before the subtest: the
+	// checks after it need the server too.
+	other := s3test.Config(t)
 	var cfg storage.S3Config
 	t.Run("WriteInFreshBucket", func(t *testing.T) {
 		cfg = s3test.Config(t)
-		if again := s3test.Config(t); again.Bucket == cfg.Bucket {
+		if cfg.Bucket == other.Bucket {
 			t.Errorf("two calls gave the same bucket %q", cfg.Bucket)
 		}
 		s, err := storage.NewS3(ctx, cfg)
@@ -56,6 +62,9 @@ func TestConfig(t *testing.T) {
 		}
 	})
 
+	if t.Failed() {
+		return
+	}
 	// The subtest's cleanup has emptied and removed its bucket.
 	transport, err := minio.DefaultTransport(cfg.UseSSL)
 	if err != nil {
@@ -73,5 +82,46 @@ func TestConfig(t *testing.T) {
 	exists, err := client.BucketExists(ctx, cfg.Bucket)
 	if err != nil || exists {
 		t.Errorf("BucketExists(%q) after cleanup = %t, %v; want false", cfg.Bucket, exists, err)
+	}
+}
+
+// TestWithoutMinIO runs this package's tests in a child process that cannot
+// find a minio binary, as on a fresh clone: they skip, each with one line
+// naming ./scripts/test, and the run passes; with CI=true it fails.
+func TestWithoutMinIO(t *testing.T) {
+	if os.Getenv("S3TEST_CHILD") == "1" {
+		t.Skip("already the child")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		ci    string
+		fails bool
+	}{{"", false}, {"true", true}} {
+		t.Run("CI="+tc.ci, func(t *testing.T) {
+			t.Parallel()
+			empty := t.TempDir()
+			cmd := exec.Command(os.Args[0], "-test.run=^(TestNewStore|TestConfig)$", "-test.v")
+			cmd.Env = append(os.Environ(), "S3TEST_CHILD=1", "CI="+tc.ci, "TEST_S3_ENDPOINT=",
+				"MINIO_BIN=", "PATH="+empty, "GOBIN=", "GOPATH="+empty, "HOME="+empty)
+			out, err := cmd.CombinedOutput()
+			if failed := err != nil; failed != tc.fails {
+				t.Fatalf("child run failed = %t (%v), want %t:\n%s", failed, err, tc.fails, out)
+			}
+			verdict := "--- SKIP: "
+			if tc.fails {
+				verdict = "--- FAIL: "
+			}
+			for _, test := range []string{"TestNewStore", "TestConfig"} {
+				if !strings.Contains(string(out), verdict+test) {
+					t.Errorf("%s did not report %q:\n%s", test, verdict, out)
+				}
+			}
+			if n := strings.Count(string(out), "run ./scripts/test, which installs it"); n != 2 {
+				t.Errorf("%d lines name ./scripts/test, want one per test:\n%s", n, out)
+			}
+			if strings.Contains(string(out), "Endpoint:") {
+				t.Errorf("a test went on without a server:\n%s", out)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/sandbox"
+	"github.com/agentworker/agentworker/testing/prereq"
 )
 
 //go:embed fixture
@@ -45,10 +46,7 @@ func New(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
 	}
 	sb, err := sandbox.New(t.Context(), cfg)
 	if errors.Is(err, sandbox.ErrUnavailable) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandboxtest: %v (CI=true, refusing to skip)", err)
-		}
-		t.Skipf("sandboxtest: %v: run ./scripts/test to install bubblewrap, nodejs and npm", err)
+		prereq.Missing(t, "the sandbox (bubblewrap, Node.js, npm)", err)
 	}
 	if err != nil {
 		t.Fatalf("sandboxtest: %v", err)

@@ -1,64 +1,270 @@
-// Activity Timeline: submits a task to the gateway and follows its events
-// with EventSource (which resumes with Last-Event-ID after a drop).
-import { Timeline, FileTree, STAGES } from "./state.js";
+// The agentworker console: a project's tasks, live from the project stream;
+// a task's timeline (its own stream, resumed with Last-Event-ID after a
+// drop), result, error and changes; the project's files, inbox and usage;
+// and the controls. Everything shown is read from the server; the project
+// and token are kept in localStorage and the selected task in the URL, so
+// a reload shows the same page.
+import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
+import { Client, enc, filePath } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
-const params = new URLSearchParams(location.search);
-const store = window.sessionStorage;
+const store = window.localStorage;
+const el = (tag, props = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") e.className = v;
+    else if (k === "data") Object.assign(e.dataset, v);
+    else e[k] = v;
+  }
+  e.append(...children);
+  return e;
+};
 
-$("project").value = params.get("project") || store.getItem("project") || "";
-$("token").value = params.get("token") || store.getItem("token") || "";
-if (params.has("token")) history.replaceState(null, "", location.pathname); // keep the token out of the address bar
-
-const timeline = new Timeline(100);
-const tree = new FileTree();
+let client = null;
+let project = "";
+const tasks = new TaskList();
+let projectSource = null;
+let inboxItems = [];
+let current = null; // the selected task as last read
 let source = null;
 let lastSeq = 0;
 let applied = 0; // events applied, for the reconnect check: equals lastSeq when none was skipped
+const timeline = new Timeline(100);
+const tree = new FileTree();
 const streams = new Map(); // messageId → text
 
-for (const s of STAGES) {
-  const li = document.createElement("li");
-  li.textContent = s;
-  li.dataset.stage = s;
-  $("stages").append(li);
+// ---- start-up: credentials from the URL (once) or localStorage ----
+
+{
+  const params = new URLSearchParams(location.search);
+  if (params.has("token")) store.setItem("token", params.get("token"));
+  if (params.has("project")) store.setItem("project", params.get("project"));
+  $("project").value = store.getItem("project") || "";
+  $("token").value = store.getItem("token") || "";
+  if (params.has("token")) {
+    // Keep the token out of the address bar and the history.
+    history.replaceState(null, "", `${location.pathname}?project=${enc($("project").value)}${location.hash}`);
+  }
 }
 
-function creds() {
-  const project = $("project").value.trim();
-  const token = $("token").value.trim();
-  store.setItem("project", project);
-  store.setItem("token", token);
-  return { project, token };
+for (const s of STAGES) $("stages").append(el("li", { textContent: s, data: { stage: s } }));
+
+for (const nav of document.querySelectorAll("nav.tabs")) {
+  nav.addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-tab]");
+    if (b) showTab(nav, b.dataset.tab);
+  });
 }
 
-$("task-form").addEventListener("submit", async (e) => {
-  e.preventDefault();
-  const { project, token } = creds();
-  $("message").textContent = "";
-  let resp;
+function showTab(nav, tab) {
+  for (const b of nav.querySelectorAll("button")) b.classList.toggle("active", b.dataset.tab === tab);
+  for (const p of nav.parentElement.querySelectorAll(":scope > .pane")) p.hidden = p.dataset.pane !== tab;
+  if (tab === "changes" && current) loadChanges(current.id);
+}
+
+function say(text) {
+  $("message").textContent = text;
+}
+
+// guarded runs an action and shows its failure instead of throwing.
+async function guarded(fn) {
   try {
-    resp = await fetch(`/v1/projects/${encodeURIComponent(project)}/tasks`, {
-      method: "POST",
-      headers: { "Authorization": `Bearer ${token}`, "Content-Type": "application/json" },
-      body: JSON.stringify({ type: $("type").value, prompt: $("prompt").value }),
-    });
+    return await fn();
   } catch (err) {
-    $("message").textContent = `submit failed: ${err}`;
-    return;
+    say(String(err.message || err));
+    return undefined;
   }
-  if (!resp.ok) {
-    $("message").textContent = `submit failed: ${resp.status} ${(await resp.text()).trim()}`;
-    return;
-  }
-  const task = await resp.json();
-  watch(task.id, token);
+}
+
+// debounce runs fn(key) once, ms after the last call for that key.
+function debounce(fn, ms) {
+  const timers = new Map();
+  return (key = "") => {
+    clearTimeout(timers.get(key));
+    timers.set(key, setTimeout(() => { timers.delete(key); fn(key); }, ms));
+  };
+}
+
+$("creds-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  open($("project").value.trim(), $("token").value.trim());
 });
 
-$("watch").addEventListener("click", () => {
-  const id = $("watch-task").value.trim();
-  if (id) watch(id, creds().token);
+
+// ---- the project ----
+
+async function open(p, token) {
+  store.setItem("project", p);
+  store.setItem("token", token);
+  const url = new URL(location.href);
+  if (url.searchParams.get("project") !== p) {
+    url.searchParams.set("project", p);
+    history.replaceState(null, "", url);
+  }
+  if (p !== project && project) { // another project: forget the old one's task
+    if (source) source.close();
+    current = null;
+    $("task-view").hidden = true;
+    history.replaceState(null, "", `${location.pathname}${location.search}`);
+  }
+  client = new Client(token);
+  project = p;
+  say("");
+  tasks.clear();
+  document.body.dataset.project = p;
+  const head = await guarded(loadTasks);
+  if (head === undefined) return;
+  followProject(head);
+  loadFiles();
+  loadInbox();
+  loadUsage();
+  const selected = new URLSearchParams(location.hash.slice(1)).get("task");
+  if (selected) select(selected);
+}
+
+const tasksPath = () => `/v1/projects/${enc(project)}/tasks`;
+
+// loadTasks reads the newest page of tasks and returns the project
+// stream's position when it was read.
+async function loadTasks() {
+  const page = await client.get(`${tasksPath()}?limit=50`);
+  tasks.reset(page.tasks);
+  $("older").hidden = page.tasks.length < 50;
+  renderTasks();
+  return page.cursor;
+}
+
+$("older").addEventListener("click", () => guarded(async () => {
+  const rows = tasks.rows();
+  const page = await client.get(`${tasksPath()}?limit=50&before=${enc(rows[rows.length - 1].id)}`);
+  for (const t of page.tasks) tasks.upsert(t);
+  $("older").hidden = page.tasks.length < 50;
+  renderTasks();
+}));
+
+const reloadTasks = debounce(() => guarded(loadTasks), 100);
+const refreshTask = debounce((id) => guarded(async () => {
+  const t = await client.get(`/v1/tasks/${enc(id)}`);
+  if (tasks.upsert(t)) renderTasks();
+  if (current && current.id === id) showTask(t);
+}), 100);
+const refreshProject = debounce(() => { loadFiles(); loadInbox(); loadUsage(); }, 200);
+
+// followProject keeps the list live: an event of an unknown task reads the
+// list again, a phase or stage change reads its task again.
+function followProject(after) {
+  if (projectSource) projectSource.close();
+  projectSource = new EventSource(client.eventsURL(`/v1/projects/${enc(project)}/events`, after));
+  setConn("project-conn", "connecting");
+  projectSource.onopen = () => setConn("project-conn", "live");
+  projectSource.onerror = () => setConn("project-conn", projectSource.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
+  projectSource.addEventListener("expired", expired);
+  projectSource.onmessage = (m) => {
+    const ev = JSON.parse(m.data);
+    if (!ev.task_id) return;
+    const { unknown, stale } = tasks.noteEvent(ev);
+    if (unknown) reloadTasks();
+    else if (stale) refreshTask(ev.task_id);
+    if (ev.type === "progress" && ev.payload && ev.payload.kind === "iteration_start") renderTasks();
+    if (ev.type === "agent_phase") refreshProject();
+  };
+}
+
+// expired stops both streams when the server says the token expired
+// (reconnecting with it would only be refused).
+function expired() {
+  if (projectSource) projectSource.close();
+  if (source) source.close();
+  setConn("project-conn", "expired");
+  setConn("conn", "expired");
+  say("The token expired: paste a new one and press Open.");
+}
+
+function setConn(id, state) {
+  $(id).textContent = state;
+  $(id).className = `conn ${state}`;
+  document.body.dataset[id === "conn" ? "conn" : "projectConn"] = state;
+}
+
+function renderTasks() {
+  const rows = tasks.rows();
+  $("task-count").textContent = `(${rows.length})`;
+  $("tasks").replaceChildren(...rows.map((t) => {
+    const tr = el("tr", { class: "task-row", data: { id: t.id, status: t.status } },
+      el("td", {}, el("span", { class: `badge ${t.status}`, textContent: t.status })),
+      el("td", { textContent: t.type }),
+      el("td", { class: "prompt", textContent: t.prompt, title: t.prompt }),
+      el("td", { class: "age", textContent: age(t.created_at), data: { created: t.created_at } }),
+      el("td", { class: "iterations", textContent: String(t.iterations || 0) }),
+      el("td", { class: "cost", textContent: money(t.cost_usd), title: `${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens` }));
+    if (current && current.id === t.id) tr.classList.add("selected");
+    tr.addEventListener("click", () => select(t.id));
+    return tr;
+  }));
+  renderUsageTasks();
+}
+
+setInterval(() => {
+  for (const td of document.querySelectorAll("#tasks td.age")) td.textContent = age(td.dataset.created);
+}, 5000);
+
+$("task-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  guarded(async () => {
+    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value });
+    $("prompt").value = "";
+    tasks.upsert({ iterations: 0, cost_usd: 0, tokens_in: 0, tokens_out: 0, version: 0, ...t });
+    renderTasks();
+    select(t.id);
+  });
 });
+
+// ---- the selected task ----
+
+
+async function select(id) {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  if (hash.get("task") !== id) {
+    hash.set("task", id);
+    history.replaceState(null, "", `#${hash}`);
+  }
+  const t = await guarded(() => client.get(`/v1/tasks/${enc(id)}`));
+  if (!t) return;
+  current = t;
+  tasks.upsert(t);
+  renderTasks();
+  $("task-view").hidden = false;
+  document.body.dataset.task = id;
+  showTask(t);
+  watch(id);
+  if (!$("pane-changes").hidden) loadChanges(id);
+}
+
+function showTask(t) {
+  current = t;
+  $("task-title").textContent = `${t.type} · ${t.prompt}`;
+  $("task-badge").textContent = t.status;
+  $("task-badge").className = `badge ${t.status}`;
+  document.body.dataset.taskStatus = t.status;
+  const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
+  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}`;
+  for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
+  const summary = t.result && t.result.summary;
+  $("result-summary").textContent = summary || (t.result ? "" : "No result yet.");
+  $("result-json").textContent = t.result ? JSON.stringify(t.result, null, 2) : "";
+  $("error-box").hidden = !t.error;
+  $("error-text").textContent = t.error ? `${t.error.code || ""}: ${t.error.message || ""}\n\n${JSON.stringify(t.error, null, 2)}` : "";
+  renderTaskInbox();
+}
+
+for (const action of Object.keys(CONTROLS)) {
+  $(action).addEventListener("click", () => guarded(async () => {
+    const id = current.id;
+    const res = await client.post(`/v1/tasks/${enc(id)}/${action}`);
+    say(res.pending ? `${action}: requested; the task stops at its next iteration` : "");
+    refreshTask(id);
+  }));
+}
 
 function reset() {
   if (source) source.close();
@@ -67,32 +273,34 @@ function reset() {
   streams.clear();
   lastSeq = 0;
   applied = 0;
+  delete document.body.dataset.status;
+  delete document.body.dataset.duplicates;
   $("timeline").replaceChildren();
   $("stream").textContent = "";
   $("status").textContent = "";
   $("status").className = "";
   $("iteration").textContent = "";
+  $("event-count").textContent = "";
   $("bar-fill").style.width = "0";
   for (const li of $("stages").children) li.className = "";
   renderTree();
 }
 
-function watch(taskId, token) {
+// watch follows a task's events; EventSource reconnects by itself with
+// Last-Event-ID, so the page applies every event once.
+function watch(taskId) {
   reset();
-  document.body.dataset.task = taskId;
-  const url = `/v1/tasks/${encodeURIComponent(taskId)}/events?access_token=${encodeURIComponent(token)}`;
-  source = new EventSource(url);
-  setConn("connecting");
-  source.onopen = () => setConn("live");
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
-      setConn("closed");
-      if (!$("status").textContent) $("message").textContent = "stream refused (check the token and project)";
-    } else {
-      setConn("reconnecting");
-    }
+  const es = new EventSource(client.eventsURL(`/v1/tasks/${enc(taskId)}/events`));
+  source = es;
+  setConn("conn", "connecting");
+  es.onopen = () => setConn("conn", "live");
+  es.onerror = () => {
+    if (es !== source) return;
+    setConn("conn", es.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   };
-  source.onmessage = (m) => {
+  es.addEventListener("expired", expired);
+  es.onmessage = (m) => {
+    if (es !== source) return;
     const ev = JSON.parse(m.data);
     if (ev.seq <= lastSeq) { // already applied: never expected, counted to prove it
       document.body.dataset.duplicates = Number(document.body.dataset.duplicates || 0) + 1;
@@ -106,12 +314,6 @@ function watch(taskId, token) {
   };
 }
 
-function setConn(state) {
-  $("conn").textContent = state;
-  $("conn").className = `conn ${state}`;
-  document.body.dataset.conn = state;
-}
-
 function apply(ev) {
   const p = ev.payload || {};
   switch (ev.type) {
@@ -123,13 +325,14 @@ function apply(ev) {
       renderTree();
       break;
     case "agent_phase":
-      if (["completed", "failed", "cancelled"].includes(p.phase)) {
+      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input"].includes(p.phase)) {
         $("status").textContent = p.phase;
         $("status").className = p.phase;
         document.body.dataset.status = p.phase;
         if (p.phase === "completed") $("bar-fill").style.width = "100%";
-        if (p.phase !== "failed") source.close(); // a failed task may be retried
-        if (p.phase !== "failed") setConn("done");
+        refreshTask(ev.task_id);
+        if (!$("pane-changes").hidden) loadChanges(ev.task_id);
+        loadInbox();
       }
       break;
   }
@@ -194,54 +397,164 @@ function describe(ev) {
 
 function renderTimeline() {
   const ol = $("timeline");
-  const items = timeline.events.map((ev) => {
-    const li = document.createElement("li");
+  ol.replaceChildren(...timeline.events.map((ev) => {
     const d = describe(ev);
-    li.className = d.cls;
-    li.dataset.seq = ev.seq;
-    li.dataset.type = ev.type;
-    li.textContent = d.text;
-    return li;
-  });
-  ol.replaceChildren(...items);
+    return el("li", { class: d.cls, textContent: d.text, data: { seq: ev.seq, type: ev.type } });
+  }));
   ol.scrollTop = ol.scrollHeight;
 }
 
-function renderTree() {
+// treeList renders slash-separated paths as nested lists; leaf(path) makes
+// a file's item.
+function treeList(paths, leaf) {
   const root = { dirs: new Map(), files: [] };
-  for (const path of tree.paths()) {
-    const parts = path.split("/");
+  for (const path of paths) {
     let node = root;
-    for (const dir of parts.slice(0, -1)) {
+    for (const dir of path.split("/").slice(0, -1)) {
       if (!node.dirs.has(dir)) node.dirs.set(dir, { dirs: new Map(), files: [] });
       node = node.dirs.get(dir);
     }
     node.files.push(path);
   }
-  const build = (node) => {
-    const ul = document.createElement("ul");
-    for (const [name, child] of [...node.dirs].sort()) {
-      const li = document.createElement("li");
-      li.className = "dir";
-      li.textContent = `${name}/`;
-      li.append(build(child));
-      ul.append(li);
-    }
-    for (const path of node.files.sort()) {
-      const li = document.createElement("li");
-      li.className = "file-node";
-      if (path === tree.selected) li.classList.add("selected");
-      if (tree.movedTo.has(path)) li.classList.add("moved");
-      li.dataset.path = path;
-      li.textContent = path.split("/").pop();
-      li.addEventListener("click", () => {
-        tree.selected = path;
-        renderTree();
-      });
-      ul.append(li);
-    }
-    return ul;
-  };
-  $("tree").replaceChildren(build(root));
+  const build = (node) => el("ul", {},
+    ...[...node.dirs].sort(([a], [b]) => (a < b ? -1 : 1)).map(([name, child]) => el("li", { class: "dir", textContent: `${name}/` }, build(child))),
+    ...node.files.sort().map(leaf));
+  return build(root);
+}
+
+function renderTree() {
+  $("tree").replaceChildren(treeList(tree.paths(), (path) => {
+    const li = el("li", { class: "file-node", textContent: path.split("/").pop(), data: { path } });
+    if (path === tree.selected) li.classList.add("selected");
+    if (tree.movedTo.has(path)) li.classList.add("moved");
+    li.addEventListener("click", () => {
+      tree.selected = path;
+      renderTree();
+    });
+    return li;
+  }));
   $("selected").textContent = tree.selected || "—";
 }
+
+// ---- changes of a build ----
+
+async function loadChanges(id) {
+  const cs = await guarded(() => client.get(`/v1/tasks/${enc(id)}/changes`));
+  if (!cs || !current || current.id !== id) return;
+  const what = { none: "This task changed no files.", open: "Staged, not applied yet: the build is still working.",
+    applying: "Being applied.", applied: "Applied to the project.", discarded: "Discarded: the build did not succeed, the project was left as it was." };
+  $("changes-status").textContent = what[cs.status] || cs.status;
+  document.body.dataset.changes = cs.status;
+  $("changes").replaceChildren(...cs.files.map((f) => {
+    const title = f.op === "move" ? `${f.from_path} → ${f.path}` : f.path;
+    const pre = el("pre", { class: "diff" });
+    if (f.binary) pre.append(el("span", { class: "meta", textContent: `binary file, ${f.size} bytes` }));
+    else {
+      for (const line of f.diff.split("\n").slice(0, -1)) pre.append(el("span", { class: diffLineClass(line), textContent: line + "\n" }));
+    }
+    const note = f.before_known ? "" : " (earlier version not recorded: shown whole)";
+    return el("div", { class: "file-diff", data: { path: f.path, op: f.op } },
+      el("h4", {}, el("span", { class: `op ${f.op}`, textContent: f.op }), ` ${title}${note}`), pre);
+  }));
+}
+
+// ---- project files ----
+
+async function loadFiles() {
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/files`));
+  if (!res) return;
+  const shown = $("file-name").textContent;
+  $("files").replaceChildren(treeList(res.files.map((f) => f.path), (path) => {
+    const li = el("li", { class: "file-node", textContent: path.split("/").pop(), data: { path } });
+    if (path === shown) li.classList.add("selected");
+    li.addEventListener("click", () => showFile(path));
+    return li;
+  }));
+  if (shown && res.files.some((f) => f.path === shown)) showFile(shown);
+}
+
+async function showFile(path) {
+  const f = await guarded(() => client.get(`/v1/projects/${enc(project)}/files/${filePath(path)}`));
+  if (!f) return;
+  $("file-name").textContent = path;
+  for (const li of $("files").querySelectorAll("li.file-node")) li.classList.toggle("selected", li.dataset.path === path);
+  $("file-view").textContent = f.binary ? `binary file, ${f.size} bytes` : f.content;
+}
+
+// ---- inbox ----
+
+async function loadInbox() {
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/inbox`));
+  if (!res) return;
+  inboxItems = res.items;
+  $("inbox-count").textContent = inboxItems.length ? `(${inboxItems.length})` : "";
+  $("inbox").replaceChildren(...(inboxItems.length ? inboxItems.map(inboxItem) : [el("p", { class: "meta", textContent: "Nothing waits for you." })]));
+  renderTaskInbox();
+}
+
+function renderTaskInbox() {
+  const mine = current ? inboxItems.filter((i) => i.task_id === current.id) : [];
+  $("task-inbox").replaceChildren(...mine.map(inboxItem));
+}
+
+// inboxItem renders an open item: a question gets an answer box (answering
+// requeues the task), anything else a close button.
+function inboxItem(item) {
+  const div = el("div", { class: `inbox-item ${item.reason}`, data: { id: item.id, task: item.task_id || "" } },
+    el("strong", { textContent: item.title || item.reason }),
+    el("p", { textContent: item.content }));
+  const isQuestion = item.kind === "await_user_input" && item.reason === "question";
+  if (isQuestion) {
+    const input = el("input", { class: "answer", placeholder: "Your answer" });
+    const form = el("form", { class: "answer-form" }, input, el("button", { type: "submit", textContent: "Answer" }));
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      guarded(async () => {
+        await client.post(`/v1/tasks/${enc(item.task_id)}/answer`, { answer: input.value });
+        loadInbox();
+        refreshTask(item.task_id);
+      });
+    });
+    div.append(form);
+  } else {
+    const b = el("button", { type: "button", class: "close", textContent: "Close" });
+    b.addEventListener("click", () => guarded(async () => {
+      await client.post(`/v1/inbox/${enc(item.id)}/close`);
+      loadInbox();
+    }));
+    div.append(b);
+  }
+  if (item.task_id) {
+    const link = el("a", { href: "#", class: "task-link", textContent: "open task" });
+    link.addEventListener("click", (e) => { e.preventDefault(); select(item.task_id); });
+    div.append(" ", link);
+  }
+  return div;
+}
+
+// ---- usage ----
+
+async function loadUsage() {
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/usage?days=30`));
+  if (!res) return;
+  const t = res.total;
+  $("usage-total").textContent = `Last ${res.days_requested} days: ${t.runs} runs, ${t.tokens_in + t.tokens_out} tokens, ${money(t.cost_usd)}`;
+  $("usage-days").replaceChildren(...res.days.map((d) => el("tr", { class: "usage-day" },
+    el("td", { textContent: d.day }), el("td", { textContent: String(d.runs) }),
+    el("td", { textContent: String(d.tokens_in) }), el("td", { textContent: String(d.tokens_out) }),
+    el("td", { textContent: money(d.cost_usd) }))));
+}
+
+function renderUsageTasks() {
+  const top = tasks.rows().filter((t) => t.tokens_in + t.tokens_out > 0)
+    .sort((a, b) => b.cost_usd - a.cost_usd || (b.tokens_in + b.tokens_out) - (a.tokens_in + a.tokens_out)).slice(0, 20);
+  $("usage-tasks").replaceChildren(...top.map((t) => {
+    const tr = el("tr", { class: "usage-task", data: { id: t.id } },
+      el("td", { class: "prompt", textContent: `${t.type} · ${t.prompt}` }),
+      el("td", { textContent: String(t.tokens_in + t.tokens_out) }), el("td", { textContent: money(t.cost_usd) }));
+    tr.addEventListener("click", () => select(t.id));
+    return tr;
+  }));
+}
+
+if ($("project").value && $("token").value) open($("project").value.trim(), $("token").value.trim());

@@ -99,3 +99,89 @@ export class FileTree {
     return [...this.files];
   }
 }
+
+// The task statuses each control applies to (the task state machine).
+export const CONTROLS = {
+  cancel: ["queued", "running", "paused", "awaiting_input"],
+  pause: ["queued", "running"],
+  resume: ["paused"],
+  retry: ["failed", "blocked", "cancelled"],
+};
+
+// TaskList is a project's tasks as the server last described them, newest
+// first. Events of the project stream only say which task to read again;
+// the rows always come from the server.
+export class TaskList {
+  constructor() {
+    this.clear();
+  }
+
+  clear() {
+    this.byId = new Map();
+  }
+
+  // reset replaces the list with a page read from the server, keeping
+  // rows newer than the page (created while it was read).
+  reset(rows) {
+    const oldest = rows.length ? rows[rows.length - 1].created_at : "";
+    for (const [id, t] of this.byId) if (t.created_at < oldest) this.byId.delete(id);
+    for (const r of rows) this.upsert(r);
+  }
+
+  upsert(row) {
+    const prev = this.byId.get(row.id);
+    // A late answer never overwrites a newer state of the row.
+    if (prev && prev.version > row.version) return false;
+    this.byId.set(row.id, { ...prev, ...row });
+    return true;
+  }
+
+  has(id) {
+    return this.byId.has(id);
+  }
+
+  get(id) {
+    return this.byId.get(id);
+  }
+
+  // noteEvent applies what an event of the project stream tells without
+  // asking the server (the iteration in progress) and reports whether the
+  // task is unknown (the list must be read again) or its row is stale.
+  noteEvent(ev) {
+    const row = this.byId.get(ev.task_id);
+    if (!row) return { unknown: true, stale: false };
+    const p = ev.payload || {};
+    if (ev.type === "progress" && p.kind === "iteration_start" && p.iteration > (row.iterations || 0)) row.iterations = p.iteration;
+    const stale = ev.type === "agent_phase" || (ev.type === "progress" && ["stage_enter", "iteration_start"].includes(p.kind));
+    return { unknown: false, stale };
+  }
+
+  rows() {
+    return [...this.byId.values()].sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+  }
+}
+
+// age renders the time since iso as "42s", "5m", "3h" or "2d".
+export function age(iso, now = Date.now()) {
+  const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+// money renders US dollars with enough digits for model prices.
+export function money(usd) {
+  if (!usd) return "$0";
+  return usd >= 1 ? `$${usd.toFixed(2)}` : `$${usd.toPrecision(2)}`;
+}
+
+// diffLineClass is the style of one line of a unified diff.
+export function diffLineClass(line) {
+  if (line.startsWith("+++ ") || line.startsWith("--- ")) return "meta";
+  if (line.startsWith("@@")) return "hunk";
+  if (line.startsWith("+")) return "add";
+  if (line.startsWith("-")) return "del";
+  if (line.startsWith("\\")) return "meta";
+  return "ctx";
+}

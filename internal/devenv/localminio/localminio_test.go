@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/prereq"
 )
 
 func TestMain(m *testing.M) {
@@ -22,15 +23,15 @@ func TestMain(m *testing.M) {
 }
 
 // start starts a server for the test and stops it in t.Cleanup. Without the
-// minio binary the test is skipped, unless CI=true.
+// minio binary the test is skipped (fails with CI=true).
 func start(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	}
 	s, err := Start(t.Context(), cfg)
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("localminio: %v", err)
+	if errors.Is(err, ErrNotInstalled) {
+		prereq.Missing(t, "MinIO", err)
 	}
 	if err != nil {
 		t.Fatalf("Start: %v", err)

@@ -1,0 +1,223 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/api"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/s3test"
+)
+
+// insertBuild creates a build task of project directly in status, without
+// a River job, with a change set in setStatus made of entries.
+func (e *env) insertBuild(t *testing.T, project uuid.UUID, status agentsql.Status, result string, setStatus string, entries ...agentsql.ChangeEntry) uuid.UUID {
+	t.Helper()
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context())
+	if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+		t.Fatal(err)
+	}
+	// Inserted queued, held (running: the change set's writes are fenced
+	// by the holder), then moved to status.
+	var id uuid.UUID
+	if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'change a.txt') RETURNING id`,
+		project).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	fence := agentsql.Fence{TaskID: id}
+	if err := tx.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, id).Scan(&fence.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if err := agentsql.PutChangeEntry(t.Context(), tx, fence, en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status != agentsql.StatusRunning {
+		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2, result = nullif($3, '')::jsonb,
+			finished_at = CASE WHEN $2 = 'succeeded' THEN now() END WHERE id = $1`, id, status, result); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// get calls a read route and decodes its answer into v.
+func (e *env) get(t *testing.T, path, token string, v any) {
+	t.Helper()
+	rp := e.call(t, http.MethodGet, path, token, "", nil)
+	if rp.status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, rp.status, rp.body)
+	}
+	if err := json.Unmarshal(rp.body, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, rp.body)
+	}
+}
+
+func TestReadRoutes(t *testing.T) {
+	t.Parallel()
+	store := s3test.NewStore(t)
+	e := setup(t, envOpts{store: store})
+	project := uuid.New()
+	tok := e.token(t, "", "authenticated", project)
+	ctx := t.Context()
+
+	first := e.insertBuild(t, project, agentsql.StatusSucceeded, `{"summary": "wrote a.txt", "iterations": 2}`, agentsql.ChangeSetApplied,
+		agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("hello\n")})
+	written, err := store.Write(ctx, project.String(), "a.txt", []byte("hello\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := e.insertBuild(t, project, agentsql.StatusRunning, "", agentsql.ChangeSetOpen,
+		agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("hello, world\n"), BaseETag: written.ETag},
+		agentsql.ChangeEntry{Path: "img.png", Op: agentsql.ChangeWrite, Content: []byte("\x89PNG\x00\x01")})
+	chat, err := agentsql.InsertTask(ctx, e.pool, agentsql.NewTask{ProjectID: project, Type: agentsql.TypeChat, Prompt: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, content := range map[string]string{".env": "SECRET=1\n", "bin.dat": "a\x00b", "src/b.txt": "bee\n"} {
+		if _, err := store.Write(ctx, project.String(), path, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("Tasks", func(t *testing.T) {
+		var list api.TaskList
+		e.get(t, "/v1/projects/"+project.String()+"/tasks", tok, &list)
+		if len(list.Tasks) != 3 || list.Tasks[0].ID != chat.ID || list.Tasks[1].ID != second || list.Tasks[2].ID != first {
+			t.Fatalf("tasks = %+v; want chat, second, first", list.Tasks)
+		}
+		if got := list.Tasks[2]; got.Summary != "wrote a.txt" || got.Iterations != 2 || got.Status != "succeeded" || got.Result != nil {
+			t.Errorf("first in the list = %+v", got)
+		}
+		if !regexp.MustCompile(`^\d+-\d+$`).MatchString(list.Cursor) {
+			t.Errorf("cursor %q is not a project stream cursor", list.Cursor)
+		}
+		var older api.TaskList
+		e.get(t, "/v1/projects/"+project.String()+"/tasks?limit=1&before="+second.String(), tok, &older)
+		if len(older.Tasks) != 1 || older.Tasks[0].ID != first {
+			t.Errorf("before %s: %+v", second, older.Tasks)
+		}
+		for _, q := range []string{"?limit=0", "?limit=201", "?before=nope"} {
+			if rp := e.call(t, http.MethodGet, "/v1/projects/"+project.String()+"/tasks"+q, tok, "", nil); rp.status != http.StatusBadRequest || errorCode(t, rp) != api.CodeValidation {
+				t.Errorf("%s: %d %s", q, rp.status, rp.body)
+			}
+		}
+	})
+
+	t.Run("Task", func(t *testing.T) {
+		var v api.TaskView
+		e.get(t, "/v1/tasks/"+first.String(), tok, &v)
+		if v.Summary != "wrote a.txt" || v.Iterations != 2 || !bytes.Contains(v.Result, []byte(`"iterations"`)) || v.ProjectID != project {
+			t.Errorf("task = %+v", v)
+		}
+	})
+
+	t.Run("Changes", func(t *testing.T) {
+		var cs api.Changes
+		e.get(t, "/v1/tasks/"+second.String()+"/changes", tok, &cs)
+		if cs.Status != agentsql.ChangeSetOpen || len(cs.Files) != 2 {
+			t.Fatalf("changes = %+v", cs)
+		}
+		want := "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-hello\n+hello, world\n"
+		if f := cs.Files[0]; f.Op != "update" || !f.BeforeKnown || f.Diff != want {
+			t.Errorf("a.txt = %+v, diff\n%s\nwant\n%s", f, f.Diff, want)
+		}
+		if f := cs.Files[1]; f.Op != "create" || !f.Binary || f.Diff != "" || f.Size != 6 {
+			t.Errorf("img.png = %+v, want a binary creation", f)
+		}
+		e.get(t, "/v1/tasks/"+first.String()+"/changes", tok, &cs)
+		if cs.Status != agentsql.ChangeSetApplied || len(cs.Files) != 1 || cs.Files[0].Op != "create" || !strings.Contains(cs.Files[0].Diff, "--- /dev/null\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hello\n") {
+			t.Errorf("first build's changes = %+v", cs)
+		}
+		e.get(t, "/v1/tasks/"+chat.ID.String()+"/changes", tok, &cs)
+		if cs.Status != "none" || len(cs.Files) != 0 {
+			t.Errorf("a chat's changes = %+v", cs)
+		}
+	})
+
+	t.Run("Files", func(t *testing.T) {
+		var list struct{ Files []api.FileEntry }
+		e.get(t, "/v1/projects/"+project.String()+"/files", tok, &list)
+		var paths []string
+		for _, f := range list.Files {
+			paths = append(paths, f.Path)
+		}
+		if strings.Join(paths, ",") != "a.txt,bin.dat,src/b.txt" {
+			t.Errorf("files = %v; want a.txt, bin.dat and src/b.txt (not .env)", paths)
+		}
+		var f api.FileContent
+		e.get(t, "/v1/projects/"+project.String()+"/files/src/b.txt", tok, &f)
+		if f.Content != "bee\n" || f.Size != 4 || f.ETag == "" || f.Binary {
+			t.Errorf("src/b.txt = %+v", f)
+		}
+		var bin api.FileContent
+		e.get(t, "/v1/projects/"+project.String()+"/files/bin.dat", tok, &bin)
+		if !bin.Binary || bin.Content != "" || bin.Size != 3 {
+			t.Errorf("bin.dat = %+v, want binary without content", bin)
+		}
+		for _, c := range []struct {
+			path string
+			want int
+			code string
+		}{
+			{".env", http.StatusForbidden, api.CodeSensitiveFile},
+			{"missing.txt", http.StatusNotFound, api.CodeNotFound},
+			{"a%5Cb", http.StatusBadRequest, api.CodeValidation},
+		} {
+			rp := e.call(t, http.MethodGet, "/v1/projects/"+project.String()+"/files/"+c.path, tok, "", nil)
+			if rp.status != c.want || errorCode(t, rp) != c.code {
+				t.Errorf("%s: %d %s; want %d %s", c.path, rp.status, rp.body, c.want, c.code)
+			}
+			if bytes.Contains(rp.body, []byte("SECRET")) {
+				t.Errorf("%s: the secret leaked: %s", c.path, rp.body)
+			}
+		}
+		noStore := setup(t, envOpts{})
+		if rp := noStore.call(t, http.MethodGet, "/v1/projects/"+project.String()+"/files", noStore.token(t, "", "", project), "", nil); rp.status != http.StatusServiceUnavailable {
+			t.Errorf("without a store: %d %s", rp.status, rp.body)
+		}
+	})
+
+	t.Run("Usage", func(t *testing.T) {
+		for attempt, spend := range []struct {
+			in, out int64
+			cost    float64
+		}{{100, 10, 0.5}, {20, 2, 0.25}} {
+			if _, err := e.pool.Exec(ctx, `INSERT INTO task_runs (task_id, attempt, idempotency_key, status, tokens_in, tokens_out, cost, started_at)
+				VALUES ($1, $2, $3, 'running', $4, $5, $6, now())`, first, attempt+1, uuid.NewString(), spend.in, spend.out, spend.cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var u api.Usage
+		e.get(t, "/v1/projects/"+project.String()+"/usage?days=7", tok, &u)
+		today := time.Now().UTC().Format(time.DateOnly)
+		if u.DaysRequested != 7 || len(u.Days) != 1 || u.Days[0].Day != today || u.Days[0].Runs != 2 || u.Days[0].Tasks != 1 ||
+			u.Total.TokensIn != 120 || u.Total.TokensOut != 12 || u.Total.CostUSD != 0.75 {
+			t.Errorf("usage = %+v", u)
+		}
+		if rp := e.call(t, http.MethodGet, "/v1/projects/"+project.String()+"/usage?days=400", tok, "", nil); rp.status != http.StatusBadRequest {
+			t.Errorf("days=400: %d", rp.status)
+		}
+	})
+}

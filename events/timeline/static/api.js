@@ -1,0 +1,57 @@
+// The agentworker /v1 API as the console uses it: bearer-token requests,
+// errors turned into exceptions that carry the server's message, and
+// EventSource URLs (EventSource cannot send headers, so the token goes in
+// the access_token parameter).
+
+export class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+export class Client {
+  constructor(token) {
+    this.token = token;
+  }
+
+  async request(method, path, body) {
+    const headers = { Authorization: `Bearer ${this.token}` };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await resp.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      data = null;
+    }
+    if (!resp.ok) {
+      const err = data && data.error;
+      const code = typeof err === "object" && err ? err.code : typeof err === "string" ? err : "";
+      const msg = typeof err === "object" && err ? err.message : text.trim() || resp.statusText;
+      throw new APIError(resp.status, code, `${method} ${path}: ${resp.status} ${msg}`);
+    }
+    return data;
+  }
+
+  get(path) {
+    return this.request("GET", path);
+  }
+
+  post(path, body = {}) {
+    return this.request("POST", path, body);
+  }
+
+  eventsURL(path, after) {
+    const q = new URLSearchParams({ access_token: this.token });
+    if (after) q.set("after", after);
+    return `${path}?${q}`;
+  }
+}
+
+// enc encodes one path segment; path encodes a project file path segment by
+// segment, keeping its slashes.
+export const enc = encodeURIComponent;
+export const filePath = (p) => p.split("/").map(enc).join("/");

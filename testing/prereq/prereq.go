@@ -1,0 +1,28 @@
+// Package prereq decides what a test does when a tool it needs is missing
+// (the minio binary, Chromium, …): every such tool is installed by the
+// README's test command, ./scripts/test, so a plain `go test ./...` skips
+// the test with one line naming that command, and CI (CI=true), where the
+// command has installed it, fails instead: a tool missing there is a broken
+// setup, never a silent skip.
+package prereq
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Command is the README's test command, which installs every tool a test
+// needs.
+const Command = "./scripts/test"
+
+// Missing ends the test because tool is not installed; err says where it
+// was looked for. It skips, or fails when CI=true.
+func Missing(t testing.TB, tool string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not installed (%v): run %s, which installs it", tool, err, Command)
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s; CI=true, so not skipping", msg)
+	}
+	t.Skip(msg)
+}
