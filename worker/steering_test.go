@@ -251,7 +251,7 @@ func TestLeaseTakeover(t *testing.T) {
 	kill := time.Now()
 	_, task := h.waitDone(t, id)
 	var taken time.Time
-	if err := h.pool.QueryRow(ctx, `SELECT started_at FROM task_runs WHERE task_id = $1 AND attempt = 2`, id).Scan(&taken); err != nil {
+	if err := h.pool.QueryRow(ctx, `SELECT max(started_at) FROM task_runs WHERE task_id = $1`, id).Scan(&taken); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("kill → second replica claimed the task: %s (lease %s)", taken.Sub(kill), lease)
@@ -261,7 +261,9 @@ func TestLeaseTakeover(t *testing.T) {
 	if d := taken.Sub(kill); d > lease+3*time.Second {
 		t.Errorf("takeover took %s, want within lease + 3 s", d)
 	}
-	if got := h.runStatuses(t, id); got != "interrupted,succeeded" {
+	// On a starved machine the victim's renewal can miss its 2 s lease
+	// before the kill; a takeover then happens earlier, never twice at once.
+	if got := h.runStatuses(t, id); got != "interrupted,succeeded" && got != "interrupted,interrupted,succeeded" {
 		t.Errorf("runs = %s", got)
 	}
 	var worker string
