@@ -371,7 +371,7 @@ func TestCreateTask(t *testing.T) {
 	}
 
 	rp := e.call(t, "POST", submit, tok, `{"type":"chat","prompt":"hello","input":{"k":1}}`, nil)
-	var task api.TaskResponse
+	var task api.TaskView
 	if err := json.Unmarshal(rp.body, &task); err != nil || rp.status != http.StatusCreated {
 		t.Fatalf("submit: %d %s (%v)", rp.status, rp.body, err)
 	}

@@ -21,8 +21,9 @@ import (
 // with its result and error, what a build changed, the project's files,
 // and its spend.
 
-// TaskView is a task as the read routes show it. The list leaves out
-// input, result and error (summary and error_message say what they hold).
+// TaskView is a task as the API shows it (created, read, listed). The list
+// leaves out input, result and error (summary and error_message say what
+// they hold).
 type TaskView struct {
 	ID           uuid.UUID       `json:"id"`
 	ProjectID    uuid.UUID       `json:"project_id"`
@@ -112,23 +113,29 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	writeJSON(w, http.StatusOK, viewOf(t, iterations))
+	return nil
+}
+
+// viewOf is the view of a task read whole.
+func viewOf(t agentsql.Task, iterations int) TaskView {
 	v := TaskView{ID: t.ID, ProjectID: t.ProjectID, Type: string(t.Type), Status: string(t.Status), Prompt: t.Prompt,
 		Model: t.Model, Attempt: t.Attempt, Iterations: iterations, TokensIn: t.TokensIn, TokensOut: t.TokensOut,
 		CostUSD: t.Cost, Input: t.Input, Result: t.Result, Error: t.Error, Version: t.Version,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
-	var summary struct {
+	var result struct {
 		Summary string `json:"summary"`
+	}
+	if json.Unmarshal(t.Result, &result) == nil {
+		v.Summary = result.Summary
+	}
+	var taskErr struct {
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(t.Result, &summary) == nil {
-		v.Summary = summary.Summary
+	if json.Unmarshal(t.Error, &taskErr) == nil {
+		v.ErrorMessage = taskErr.Message
 	}
-	summary.Message = ""
-	if json.Unmarshal(t.Error, &summary) == nil {
-		v.ErrorMessage = summary.Message
-	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return v
 }
 
 // Change is one file of GET /v1/tasks/{id}/changes.

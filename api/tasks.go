@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/auth"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -18,16 +15,6 @@ type TaskRequest struct {
 	Type   string          `json:"type"`
 	Prompt string          `json:"prompt"`
 	Input  json.RawMessage `json:"input,omitempty"`
-}
-
-// TaskResponse is the task created by POST /v1/projects/{id}/tasks.
-type TaskResponse struct {
-	ID        uuid.UUID `json:"id"`
-	ProjectID uuid.UUID `json:"project_id"`
-	Type      string    `json:"type"`
-	Status    string    `json:"status"`
-	Prompt    string    `json:"prompt"`
-	CreatedAt time.Time `json:"created_at"`
 }
 
 const (
@@ -61,8 +48,7 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/v1/tasks/"+task.ID.String()+"/events")
-	writeJSON(w, http.StatusCreated, TaskResponse{ID: task.ID, ProjectID: task.ProjectID, Type: string(task.Type),
-		Status: string(task.Status), Prompt: task.Prompt, CreatedAt: task.CreatedAt})
+	writeJSON(w, http.StatusCreated, viewOf(task, 0))
 	return nil
 }
 

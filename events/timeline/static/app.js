@@ -213,7 +213,7 @@ $("task-form").addEventListener("submit", (e) => {
   guarded(async () => {
     const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value });
     $("prompt").value = "";
-    tasks.upsert({ iterations: 0, cost_usd: 0, tokens_in: 0, tokens_out: 0, version: 0, ...t });
+    tasks.upsert(t);
     renderTasks();
     select(t.id);
   });
