@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentworker/agentworker/api"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -30,15 +31,8 @@ func (e *env) insertBuild(t *testing.T, project uuid.UUID, status agentsql.Statu
 	}
 	// Inserted queued, held (running: the change set's writes are fenced
 	// by the holder), then moved to status.
-	var id uuid.UUID
-	if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'change a.txt') RETURNING id`,
-		project).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	fence := agentsql.Fence{TaskID: id}
-	if err := tx.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, id).Scan(&fence.Epoch); err != nil {
-		t.Fatal(err)
-	}
+	fence := dbtest.HeldBuild(t, tx, project, "change a.txt")
+	id := fence.TaskID
 	if _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
 		t.Fatal(err)
 	}

@@ -26,13 +26,8 @@ func build(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.
 	withoutPickup(t, pool, func(tx pgx.Tx) {
 		// Inserted queued, held (running: the change set's writes are
 		// fenced by the holder), then moved to status.
-		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'p') RETURNING id`, project).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		fence := agentsql.Fence{TaskID: id}
-		if err := tx.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, id).Scan(&fence.Epoch); err != nil {
-			t.Fatal(err)
-		}
+		fence := dbtest.HeldBuild(t, tx, project, "p")
+		id = fence.TaskID
 		if _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +37,7 @@ func build(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.
 			}
 		}
 		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2, finished_at = $3, result = '{"iterations": 3, "summary": "done"}' WHERE id = $1`,
-			id, status, fin); err != nil && status != agentsql.StatusRunning {
+			id, status, fin); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {

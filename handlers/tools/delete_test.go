@@ -8,7 +8,6 @@ import (
 
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/tools"
-	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -27,15 +26,7 @@ func TestDeleteFile(t *testing.T) {
 		{name: "ChangeSet", open: func(t *testing.T, base storage.Store, projectID uuid.UUID) storage.Store {
 			t.Helper()
 			pool := dbtest.New(t)
-			var taskID uuid.UUID
-			if err := pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'x') RETURNING id`, projectID).Scan(&taskID); err != nil {
-				t.Fatalf("insert build task: %v", err)
-			}
-			// The set's writes are fenced by the holder of a running task.
-			fence := agentsql.Fence{TaskID: taskID}
-			if err := pool.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, taskID).Scan(&fence.Epoch); err != nil {
-				t.Fatalf("hold build task: %v", err)
-			}
+			fence := dbtest.HeldBuild(t, pool, projectID, "x")
 			set, _, err := changeset.Open(t.Context(), pool, base, fence, projectID)
 			if err != nil {
 				t.Fatalf("open change set: %v", err)

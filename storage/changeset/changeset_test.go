@@ -34,14 +34,9 @@ func setup(t *testing.T, files map[string]string) *fixture {
 	f := &fixture{pool: dbtest.New(t), store: s3test.NewStore(t)}
 	projectID := uuid.New()
 	f.project = projectID.String()
-	if err := f.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'x') RETURNING id`, projectID).Scan(&f.taskID); err != nil {
-		t.Fatal(err)
-	}
 	// The set's writes are fenced by the holder of a running task.
-	f.fence.TaskID = f.taskID
-	if err := f.pool.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, f.taskID).Scan(&f.fence.Epoch); err != nil {
-		t.Fatal(err)
-	}
+	f.fence = dbtest.HeldBuild(t, f.pool, projectID, "x")
+	f.taskID = f.fence.TaskID
 	for p, c := range files {
 		if _, err := f.store.Write(t.Context(), f.project, p, []byte(c)); err != nil {
 			t.Fatal(err)
@@ -83,15 +78,7 @@ func TestConformance(t *testing.T) {
 			projectID := uuid.New()
 			storagetest.Run(t, func(t *testing.T) storage.Store {
 				t.Helper()
-				var taskID uuid.UUID
-				if err := pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'x') RETURNING id`, projectID).Scan(&taskID); err != nil {
-					t.Fatalf("insert build task: %v", err)
-				}
-				// The set's writes are fenced by the holder of a running task.
-				fence := agentsql.Fence{TaskID: taskID}
-				if err := pool.QueryRow(t.Context(), `UPDATE ai_tasks SET status = 'running' WHERE id = $1 RETURNING fence`, taskID).Scan(&fence.Epoch); err != nil {
-					t.Fatalf("hold build task: %v", err)
-				}
+				fence := dbtest.HeldBuild(t, pool, projectID, "x")
 				set, _, err := changeset.Open(t.Context(), pool, b.newBase(t), fence, projectID)
 				if err != nil {
 					t.Fatalf("open change set: %v", err)
