@@ -729,7 +729,7 @@ func TestIsolationCreatesRoles(t *testing.T) {
 	t.Parallel()
 	cluster, err := localpg.Start(t.Context(), localpg.Config{})
 	if errors.Is(err, localpg.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("localpg: %v (./scripts/test installs PostgreSQL)", err)
+		t.Skipf("localpg: %v: install the postgresql package", err)
 	}
 	if err != nil {
 		t.Fatalf("start a private cluster: %v", err)

@@ -30,6 +30,7 @@ import (
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
 	"github.com/agentworker/agentworker/testing/poll"
+	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -357,8 +358,8 @@ type privateMinio struct {
 func startPrivateMinio(t *testing.T) *privateMinio {
 	t.Helper()
 	bin, err := localminio.FindBinary()
-	if errors.Is(err, localminio.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip("minio is not installed: run ./scripts/test to install it")
+	if errors.Is(err, localminio.ErrNotInstalled) {
+		prereq.Missing(t, "MinIO", err)
 	}
 	if err != nil {
 		t.Fatal(err)
