@@ -45,6 +45,39 @@ type edit struct {
 	text string
 }
 
+// LineEdit is one line of an edit script as LineDiff returns it: Op is ' '
+// (kept), '-' (removed) or '+' (added); Text keeps its line ending; Old and
+// New are the 0-based lines of the old and the new text where it stands.
+type LineEdit struct {
+	Op       byte
+	Text     string
+	Old, New int
+}
+
+// LineDiff is the edit script Unified shows, turning lines a into b (as
+// SplitLines gives them): Myers' shortest one, within maxEdits.
+func LineDiff(a, b []string) []LineEdit {
+	script := lineDiff(a, b)
+	out := make([]LineEdit, len(script))
+	i, j := 0, 0
+	for k, e := range script {
+		out[k] = LineEdit{Op: e.op, Text: e.text, Old: i, New: j}
+		switch e.op {
+		case ' ':
+			i, j = i+1, j+1
+		case '-':
+			i++
+		case '+':
+			j++
+		}
+	}
+	return out
+}
+
+// SplitLines splits text into lines, each with its "\n" (the last may lack
+// it); "" has none.
+func SplitLines(s string) []string { return splitLines(s) }
+
 // splitLines splits text into lines, each with its "\n" (the last may lack
 // it); "" has none.
 func splitLines(s string) []string {

@@ -435,7 +435,7 @@ func fits(old, nw []byte, sel Selection) bool {
 	if sel.MaxChanged > 0 {
 		changed := 0
 		for _, o := range script(lines(string(old)), lines(string(nw))) {
-			if o.kind != '=' {
+			if o.Op != ' ' {
 				changed++
 			}
 		}

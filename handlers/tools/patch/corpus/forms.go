@@ -99,7 +99,7 @@ func unique(s []op, old []string, hs []hunk, anchors bool) []anchoredHunk {
 		next := len(s) // the first change of the next hunk
 		if i+1 < len(hs) {
 			next = hs[i+1].from
-			for next < len(s) && s[next].kind == '=' {
+			for next < len(s) && s[next].Op == ' ' {
 				next++
 			}
 		}
@@ -138,23 +138,23 @@ func unique(s []op, old []string, hs []hunk, anchors bool) []anchoredHunk {
 // oldFrom is the old line the script index i stands at.
 func oldFrom(s []op, i int) int {
 	if i < len(s) {
-		return s[i].old
+		return s[i].Old
 	}
 	if len(s) == 0 {
 		return 0
 	}
 	last := s[len(s)-1]
-	if last.kind == '+' {
-		return last.old
+	if last.Op == '+' {
+		return last.Old
 	}
-	return last.old + 1
+	return last.Old + 1
 }
 
 func oldBlock(s []op, bodies []string, h hunk) []string {
 	var block []string
 	for _, o := range s[h.from:h.to] {
-		if o.kind != '+' {
-			block = append(block, bodies[o.old])
+		if o.Op != '+' {
+			block = append(block, bodies[o.Old])
 		}
 	}
 	return block
@@ -241,15 +241,12 @@ func unified(path string, s []op, hs []hunk, driftFn func(string, int) string, b
 			fmt.Fprintf(&b, "@@ -%s +%s @@\n", rangeOf(os, on), rangeOf(ns, nn))
 		}
 		for _, o := range s[h.from:h.to] {
-			text := o.text
-			if o.kind == '=' && driftFn != nil {
+			text := o.Text
+			if o.Op == ' ' && driftFn != nil {
 				text = driftFn(text, k)
 				k++
 			}
-			op := o.kind
-			if op == '=' {
-				op = ' '
-			}
+			op := o.Op
 			b.WriteByte(op)
 			b.WriteString(text)
 			if !strings.HasSuffix(text, "\n") {
@@ -279,12 +276,9 @@ func v4a(path string, s []op, hs []anchoredHunk) string {
 			b.WriteString("@@\n")
 		}
 		for _, o := range s[h.from:h.to] {
-			op := o.kind
-			if op == '=' {
-				op = ' '
-			}
+			op := o.Op
 			b.WriteByte(op)
-			b.WriteString(strings.TrimRight(o.text, "\r\n"))
+			b.WriteString(strings.TrimRight(o.Text, "\r\n"))
 			b.WriteByte('\n')
 		}
 		if h.to == len(s) {
