@@ -33,7 +33,7 @@ func (e *env) insertBuild(t *testing.T, project uuid.UUID, status agentsql.Statu
 	// by the holder), then moved to status.
 	fence := dbtest.HeldBuild(t, tx, project, "change a.txt")
 	id := fence.TaskID
-	if _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
+	if _, _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
 		t.Fatal(err)
 	}
 	for _, en := range entries {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -23,8 +24,8 @@ func TestRecorderFenceAndTransactions(t *testing.T) {
 	ctx := t.Context()
 	task := newTask(t, pool, "build")
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		task, _, err = agentsql.ClaimTask(ctx, tx, task.ID, 1, "test")
+		c, err := agentsql.ClaimTask(ctx, tx, task.ID, 1, "test", time.Minute)
+		task = c.Task
 		return err
 	})
 	if err != nil {

@@ -40,6 +40,9 @@ type taskRun struct {
 	// baseWS and baseRuns the project as it was, for failing checks.
 	ws, baseWS *sandbox.Workspace
 	baseRuns   map[string]sandbox.Outcome
+	// pauseRead is the pause request the last checkpoint read, for the
+	// iteration boundary right after it; nil: read it there.
+	pauseRead *bool
 }
 
 // check runs the static checks over the files the change set writes (and
@@ -94,6 +97,7 @@ func (b *taskRun) checkBeforeFinish(ctx context.Context) (string, error) {
 func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
 	maxAttempts := b.r.cfg.MaxRepairAttempts
 	for {
+		b.pauseRead = nil // checks may have run since the last checkpoint read it
 		final, out, err := b.lp.run(ctx, messages)
 		messages = out
 		if err == nil && b.cs != nil && !b.lp.finishChecked {

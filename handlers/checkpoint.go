@@ -93,15 +93,18 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 		return err
 	}
 	spend := b.lp.unrecorded()
+	var pause bool
 	if err := b.rec.InTx(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
 		if _, err := b.rec.EmitIn(ctx, tx); err != nil {
 			return err
 		}
-		return agentsql.SaveCheckpoint(ctx, tx, b.at.fence(b.task), cp, spend)
+		pause, err = agentsql.SaveCheckpoint(ctx, tx, b.at.fence(b.task), cp, spend)
+		return err
 	}); err != nil {
 		return err
 	}
 	b.lp.markRecorded()
+	b.pauseRead = &pause
 	return nil
 }
 func (b *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.Message, error) {

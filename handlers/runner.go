@@ -173,6 +173,9 @@ type Attempt struct {
 	Number      int
 	MaxAttempts int
 	WorkerID    string
+	// NoCheckpoint: the claim saw that the task has no checkpoint, so the
+	// attempt does not look for one (the zero value looks).
+	NoCheckpoint bool
 }
 
 // fence is the attempt's hold on its task.
@@ -290,9 +293,15 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	b := &taskRun{r: r, task: task, at: at, rec: rec, store: r.deps.Store}
 	// A checkpoint means an earlier attempt got somewhere: continue from it
 	// (and keep its change set) instead of starting over.
-	cp, resumed, err := agentsql.LoadCheckpoint(ctx, r.deps.Pool, task.ID)
-	if err != nil {
-		return r.fail(ctx, rec, log, task, at, nil, nil, err)
+	var (
+		cp      agentsql.Checkpoint
+		resumed bool
+		err     error
+	)
+	if !at.NoCheckpoint {
+		if cp, resumed, err = agentsql.LoadCheckpoint(ctx, r.deps.Pool, task.ID); err != nil {
+			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+		}
 	}
 	if spec.taskType == "build" {
 		cs, status, err := changeset.Open(ctx, r.deps.Pool, r.deps.Store, at.fence(task), task.ProjectID)
@@ -308,8 +317,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			// The conversation continues from the checkpoint: so do its changes.
 			reset = cs.Rewind
 		}
-		if err := reset(ctx); err != nil {
-			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+		if !cs.Fresh() {
+			if err := reset(ctx); err != nil {
+				return r.fail(ctx, rec, log, task, at, nil, nil, err)
+			}
 		}
 		b.cs, b.store = cs, cs
 		b.openWorkspace()

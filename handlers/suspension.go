@@ -59,11 +59,18 @@ func budgetSuspension(which, msg string, atCeiling bool) *Suspension {
 		Message: msg + hint}
 }
 
-// beforeIteration stops the loop when a pause was requested.
+// beforeIteration stops the loop when a pause was requested. The
+// checkpoint that ended the previous iteration read the request already;
+// otherwise (the first iteration, a plan step) it is read here.
 func (b *taskRun) beforeIteration(ctx context.Context) error {
-	requested, err := agentsql.PauseRequested(ctx, b.r.deps.Pool, b.task.ID)
-	if err != nil {
-		return err
+	var requested bool
+	if b.pauseRead != nil {
+		requested, b.pauseRead = *b.pauseRead, nil
+	} else {
+		var err error
+		if requested, err = agentsql.PauseRequested(ctx, b.r.deps.Pool, b.task.ID); err != nil {
+			return err
+		}
 	}
 	if requested {
 		return &Suspension{Status: agentsql.StatusPaused, Code: CodePaused, Message: "paused at an iteration boundary on request"}
@@ -112,7 +119,7 @@ func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, mess
 		if _, err := b.rec.EmitIn(wctx, tx); err != nil {
 			return err
 		}
-		if err := agentsql.SaveCheckpoint(wctx, tx, b.at.fence(b.task), cp, agentsql.Spend{}); err != nil {
+		if _, err := agentsql.SaveCheckpoint(wctx, tx, b.at.fence(b.task), cp, agentsql.Spend{}); err != nil {
 			return err
 		}
 		meta := map[string]any{"code": s.Code}

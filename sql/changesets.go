@@ -39,24 +39,26 @@ type ChangeEntry struct {
 }
 
 // OpenChangeSet creates the change set of the build task held by f, or
-// returns the status of the one that exists (a retried attempt).
-func OpenChangeSet(ctx context.Context, db DBTX, f Fence, projectID uuid.UUID) (string, error) {
-	var status *string
-	err := db.QueryRow(ctx, `WITH `+fenceCTE+`, ins AS (
+// returns the status of the one that exists (a retried attempt). created
+// says this call made it: a new set has no entries and no decisions yet.
+func OpenChangeSet(ctx context.Context, db DBTX, f Fence, projectID uuid.UUID) (status string, created bool, err error) {
+	var st *string
+	err = db.QueryRow(ctx, `WITH `+fenceCTE+`, ins AS (
 			INSERT INTO change_sets (task_id, project_id) SELECT $1, $3 FROM fence
 			ON CONFLICT (task_id) DO NOTHING RETURNING status)
-		SELECT (SELECT status FROM ins UNION ALL SELECT status FROM change_sets WHERE task_id = $1 LIMIT 1)
-		FROM fence`, f.TaskID, f.Epoch, projectID).Scan(&status)
+		SELECT (SELECT status FROM ins UNION ALL SELECT status FROM change_sets WHERE task_id = $1 LIMIT 1),
+			EXISTS (SELECT 1 FROM ins)
+		FROM fence`, f.TaskID, f.Epoch, projectID).Scan(&st, &created)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("open change set of task %s: %w", f.TaskID, ErrFenced)
+		return "", false, fmt.Errorf("open change set of task %s: %w", f.TaskID, ErrFenced)
 	}
 	if err != nil {
-		return "", fmt.Errorf("open change set of task %s: %w", f.TaskID, err)
+		return "", false, fmt.Errorf("open change set of task %s: %w", f.TaskID, err)
 	}
-	if status == nil {
-		return "", fmt.Errorf("open change set of task %s: not created", f.TaskID)
+	if st == nil {
+		return "", false, fmt.Errorf("open change set of task %s: not created", f.TaskID)
 	}
-	return *status, nil
+	return *st, created, nil
 }
 
 // ResetChangeSet empties the change set (and the recorded decisions) of

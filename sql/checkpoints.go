@@ -31,26 +31,43 @@ type Spend struct {
 
 // SaveCheckpoint writes the checkpoint of the task held by f, records the
 // change set as it stands (RewindChangeSet puts it back), and adds spend
-// to the task and its current run, in db (the transaction of the
-// iteration's events). It returns ErrFenced when f no longer holds the
-// task: a stale attempt never overwrites the checkpoint of the one that
-// took over.
-func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend Spend) error {
-	if _, err := fenced(ctx, db, f, `w AS (INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
-		SELECT $1, $3, $4, $5, $6 FROM fence
-		ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
-			messages = excluded.messages, state = excluded.state, updated_at = now()
-		RETURNING 1)`, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State)); err != nil {
-		return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
+// to the task and its current run, in one statement in db (the
+// transaction of the iteration's events). It returns whether a pause was
+// requested, read under the same row lock: the loop's next iteration
+// boundary needs no query of its own. It returns ErrFenced when f no
+// longer holds the task: a stale attempt never overwrites the checkpoint
+// of the one that took over.
+func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend Spend) (pauseRequested bool, err error) {
+	var held bool
+	// The spend's update of the task row is the fence: it locks the row
+	// while the holder holds it. Data-modifying CTEs all run, read or not.
+	// Only entries changed since the last checkpoint are copied.
+	err = db.QueryRow(ctx, `WITH fence AS (
+			UPDATE ai_tasks SET tokens_in = tokens_in + $7, tokens_out = tokens_out + $8, cost = cost + $9
+			WHERE id = $1 AND fence = $2 AND status = 'running'
+			RETURNING attempt, pause_requested),
+		w AS (INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
+			SELECT $1, $3, $4, $5, $6 FROM fence
+			ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
+				messages = excluded.messages, state = excluded.state, updated_at = now()
+			RETURNING 1),
+		entries AS (UPDATE change_set_entries SET cp = true, cp_op = op, cp_content = content, cp_from_path = from_path
+			WHERE task_id = $1 AND EXISTS (SELECT 1 FROM fence)
+			AND (NOT cp OR cp_op IS DISTINCT FROM op OR cp_from_path IS DISTINCT FROM from_path
+				OR cp_content IS DISTINCT FROM content)
+			RETURNING 1),
+		r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + $7, tokens_out = r.tokens_out + $8, cost = r.cost + $9
+			FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ($7 <> 0 OR $8 <> 0 OR $9 <> 0) RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false)`,
+		f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
+		spend.TokensIn, spend.TokensOut, spend.Cost).Scan(&held, &pauseRequested)
+	if err != nil {
+		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
 	}
-	// Under the task row lock the insert took: only entries changed since
-	// the last checkpoint are copied.
-	if _, err := db.Exec(ctx, `UPDATE change_set_entries SET cp = true, cp_op = op, cp_content = content, cp_from_path = from_path
-		WHERE task_id = $1 AND (NOT cp OR cp_op IS DISTINCT FROM op OR cp_from_path IS DISTINCT FROM from_path
-			OR cp_content IS DISTINCT FROM content)`, f.TaskID); err != nil {
-		return fmt.Errorf("checkpoint the change set of task %s: %w", f.TaskID, err)
+	if !held {
+		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, ErrFenced)
 	}
-	return AddRunUsage(ctx, db, f, spend)
+	return pauseRequested, nil
 }
 
 // LoadCheckpoint returns a task's checkpoint; ok is false when it has none

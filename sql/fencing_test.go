@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -21,12 +22,9 @@ func claimed(t *testing.T, pool *pgxpool.Pool) (agentsql.Task, agentsql.Fence) {
 		t.Fatal(err)
 	}
 	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-		var err error
-		task, _, err = agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "test")
-		if err != nil {
-			return err
-		}
-		return agentsql.AcquireLease(t.Context(), tx, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, "test", 30e9)
+		c, err := agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "test", 30*time.Second)
+		task = c.Task
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +54,8 @@ func TestStaleFenceRefusesEveryWrite(t *testing.T) {
 		},
 		"ClaimedAgain": func(t *testing.T, task agentsql.Task) {
 			err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-				_, ok, err := agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "other")
-				if !ok {
+				c, err := agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "other", 30*time.Second)
+				if !c.Claimed {
 					t.Error("the same job could not claim the task again")
 				}
 				return err
@@ -71,7 +69,7 @@ func TestStaleFenceRefusesEveryWrite(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			task, f := claimed(t, pool)
-			if _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
+			if _, _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
 				t.Fatal(err)
 			}
 			if err := agentsql.PutChangeEntry(ctx, pool, f, agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("a")}); err != nil {
@@ -97,8 +95,9 @@ func TestStaleFenceRefusesEveryWrite(t *testing.T) {
 					return agentsql.FinishChangeSet(ctx, pool, f, agentsql.ChangeSetDiscarded, false)
 				},
 				"checkpoint": func() error {
-					return agentsql.SaveCheckpoint(ctx, pool, f, agentsql.Checkpoint{TaskID: task.ID, Attempt: 1, Iteration: 1,
+					_, err := agentsql.SaveCheckpoint(ctx, pool, f, agentsql.Checkpoint{TaskID: task.ID, Attempt: 1, Iteration: 1,
 						Messages: json.RawMessage(`[]`), State: json.RawMessage(`{}`)}, agentsql.Spend{})
+					return err
 				},
 				"decision": func() error {
 					_, err := agentsql.RecordDecision(ctx, pool, f, "d1", agentsql.DecisionAccepted, nil)
@@ -147,7 +146,7 @@ func TestCancelRefusedWhileApplying(t *testing.T) {
 	pool := dbtest.New(t)
 	ctx := t.Context()
 	task, f := claimed(t, pool)
-	if _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
+	if _, _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
 		t.Fatal(err)
 	}
 	if err := agentsql.MarkChangeSetApplying(ctx, pool, f, json.RawMessage(`{}`), nil); err != nil {

@@ -28,7 +28,7 @@ func build(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.
 		// fenced by the holder), then moved to status.
 		fence := dbtest.HeldBuild(t, tx, project, "p")
 		id = fence.TaskID
-		if _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
+		if _, _, err := agentsql.OpenChangeSet(t.Context(), tx, fence, project); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range entries {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -130,8 +131,8 @@ func TestClaimIsIdempotent(t *testing.T) {
 		var got agentsql.Task
 		var ok bool
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			got, ok, err = agentsql.ClaimTask(ctx, tx, task.ID, jobID, "test")
+			c, err := agentsql.ClaimTask(ctx, tx, task.ID, jobID, "test", time.Minute)
+			got, ok = c.Task, c.Claimed
 			return err
 		})
 		if err != nil {

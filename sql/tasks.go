@@ -121,10 +121,15 @@ const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, 
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
-	err := row.Scan(&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
-		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
-		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt)
+	err := row.Scan(taskDest(&t)...)
 	return t, err
+}
+
+// taskDest is the scan destination of taskColumns.
+func taskDest(t *Task) []any {
+	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
+		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
+		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt}
 }
 
 // NewTask is what an app supplies to create a task.
@@ -164,55 +169,36 @@ func GetTask(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
 	return t, nil
 }
 
+// Claim is what ClaimTask found and did.
+type Claim struct {
+	Task Task
+	// Claimed: the task was claimable by this job and is now running
+	// under a new fence epoch (Task.Fence), leased to the claimer.
+	Claimed bool
+	// Checkpointed: the task has a checkpoint an earlier attempt saved.
+	Checkpointed bool
+}
+
 // ClaimTask locks the task row and, when the task is claimable by this job,
-// moves it to running and opens a task_runs row for the attempt. A task is
-// claimable when queued, or running under this very job (River retrying it
-// after a crash). Otherwise claimed is false and nothing changes, so a
-// duplicate job is harmless. Every claim starts a new fence epoch
-// (t.Fence): whatever held the task before can write nothing more.
-func ClaimTask(ctx context.Context, tx pgx.Tx, id uuid.UUID, jobID int64, workerID string) (t Task, claimed bool, err error) {
-	t, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM ai_tasks WHERE id = $1 FOR UPDATE`, id))
+// moves it to running, leases it to workerID for lease and opens a
+// task_runs row for the attempt, in one round trip
+// (agentworker_claim_task). A task is claimable when queued, or running
+// under this very job (River retrying it after a crash). Otherwise Claimed
+// is false and nothing changes, so a duplicate job is harmless. Every
+// claim starts a new fence epoch: whatever held the task before can write
+// nothing more.
+func ClaimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration) (Claim, error) {
+	var c Claim
+	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, `+taskColumns+`
+		FROM agentworker_claim_task($1, $2, $3, $4) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
+		id, jobID, workerID, lease).Scan(append([]any{&c.Claimed, &c.Checkpointed}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Task{}, false, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
+		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}
 	if err != nil {
-		return Task{}, false, fmt.Errorf("claim task %s: %w", id, err)
+		return Claim{}, fmt.Errorf("claim task %s for job %d: %w", id, jobID, err)
 	}
-	sameJob := t.RiverJobID != nil && *t.RiverJobID == jobID
-	if t.Status != StatusQueued && !(t.Status == StatusRunning && sameJob) {
-		return t, false, nil
-	}
-	// The guard trigger moves the fence of a task that starts running; a
-	// task running under this job already is fenced here.
-	t, err = scanTask(tx.QueryRow(ctx, `UPDATE ai_tasks SET status = 'running', attempt = attempt + 1,
-		fence = CASE WHEN status = 'running' THEN fence + 1 ELSE fence END, river_job_id = $2, started_at = coalesce(started_at, now()), finished_at = NULL,
-		updated_at = now(), version = version + 1
-		WHERE id = $1 RETURNING `+taskColumns, id, jobID))
-	if err != nil {
-		return Task{}, false, fmt.Errorf("claim task %s: mark running: %w", id, err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE task_runs SET status = 'interrupted', finished_at = now()
-		WHERE task_id = $1 AND status = 'running'`, id); err != nil {
-		return Task{}, false, fmt.Errorf("claim task %s: close interrupted runs: %w", id, err)
-	}
-	// A run waiting for its retry goes on as this attempt (retry_scheduled
-	// -> running); otherwise the attempt opens a run of its own.
-	key := fmt.Sprintf("%s/%d", id, t.Attempt)
-	tag, err := tx.Exec(ctx, `UPDATE task_runs SET status = 'running', attempt = $2, idempotency_key = $3,
-		river_job_id = $4, worker_id = $5, started_at = now(), finished_at = NULL
-		WHERE task_id = $1 AND status = 'retry_scheduled'`, id, t.Attempt, key, jobID, workerID)
-	if err != nil {
-		return Task{}, false, fmt.Errorf("claim task %s: resume run waiting for its retry: %w", id, err)
-	}
-	if tag.RowsAffected() > 0 {
-		return t, true, nil
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO task_runs (task_id, attempt, idempotency_key, river_job_id, worker_id, status, started_at)
-		VALUES ($1, $2, $3, $4, $5, 'running', now())`,
-		id, t.Attempt, key, jobID, workerID); err != nil {
-		return Task{}, false, fmt.Errorf("claim task %s: open run %d: %w", id, t.Attempt, err)
-	}
-	return t, true, nil
+	return c, nil
 }
 
 // Outcome is how an attempt ended, written by FinishTask.
@@ -236,34 +222,32 @@ type Outcome struct {
 // transaction: once the task left running, its fence refuses every write.
 func FinishTask(ctx context.Context, tx pgx.Tx, f Fence, o Outcome) (Task, error) {
 	id := f.TaskID
-	var from Status
-	err := tx.QueryRow(ctx, `SELECT status FROM ai_tasks WHERE id = $1 AND fence = $2 AND status = 'running' FOR UPDATE`,
-		id, f.Epoch).Scan(&from)
+	// Only a running task is finished: a holder whose task left running
+	// was fenced, whatever status it is in now.
+	if !CanTransition(StatusRunning, o.Status) {
+		return Task{}, fmt.Errorf("finish task %s: %s -> %s: %w", id, StatusRunning, o.Status, ErrIllegalTransition)
+	}
+	// One statement: the task, then its run (usage is added: checkpoints
+	// counted the earlier iterations already).
+	t, err := scanTask(tx.QueryRow(ctx, `WITH t AS (
+			UPDATE ai_tasks SET status = $2, result = coalesce($3, result),
+				error = $4, tokens_in = tokens_in + $5, tokens_out = tokens_out + $6, cost = cost + $7,
+				model = coalesce(nullif($8, ''), model),
+				finished_at = CASE WHEN $9 THEN now() END, updated_at = now(), version = version + 1
+			WHERE id = $1 AND fence = $10 AND status = 'running'
+			RETURNING *),
+		r AS (
+			UPDATE task_runs r SET status = $11, tokens_in = r.tokens_in + $5, tokens_out = r.tokens_out + $6, cost = r.cost + $7,
+				error_code = nullif($12, ''), error_message = nullif($13, ''), finished_at = now()
+			FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt)
+		SELECT `+taskColumns+` FROM t`,
+		id, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model,
+		o.Status.Terminal(), f.Epoch, o.RunStatus, o.ErrorCode, Text(o.ErrorMsg)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, ErrFenced)
 	}
 	if err != nil {
-		return Task{}, fmt.Errorf("finish task %s: %w", id, err)
-	}
-	if !CanTransition(from, o.Status) {
-		return Task{}, fmt.Errorf("finish task %s: %s -> %s: %w", id, from, o.Status, ErrIllegalTransition)
-	}
-	finished := o.Status.Terminal()
-	t, err := scanTask(tx.QueryRow(ctx, `UPDATE ai_tasks SET status = $2, result = coalesce($3, result),
-		error = $4, tokens_in = tokens_in + $5, tokens_out = tokens_out + $6, cost = cost + $7,
-		model = coalesce(nullif($8, ''), model),
-		finished_at = CASE WHEN $9 THEN now() END, updated_at = now(), version = version + 1
-		WHERE id = $1 RETURNING `+taskColumns,
-		id, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model, finished))
-	if err != nil {
 		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, err)
-	}
-	// Usage is added: checkpoints counted the earlier iterations already.
-	if _, err := tx.Exec(ctx, `UPDATE task_runs SET status = $3, tokens_in = tokens_in + $4, tokens_out = tokens_out + $5, cost = cost + $6,
-		error_code = nullif($7, ''), error_message = nullif($8, ''), finished_at = now()
-		WHERE task_id = $1 AND attempt = $2`,
-		id, t.Attempt, o.RunStatus, o.TokensIn, o.TokensOut, o.Cost, o.ErrorCode, Text(o.ErrorMsg)); err != nil {
-		return Task{}, fmt.Errorf("finish task %s: close run %d: %w", id, t.Attempt, err)
 	}
 	return t, nil
 }

@@ -297,14 +297,15 @@ type taskWorker struct {
 func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	s := w.svc
 	log := s.cfg.Logger.With(slog.String("task_id", job.Args.TaskID.String()), slog.Int64("job_id", job.ID))
-	task, claimed, err := s.claim(ctx, job)
+	c, err := s.claim(ctx, job)
 	if errors.Is(err, agentsql.ErrTaskNotFound) {
 		return river.JobCancel(err)
 	}
 	if err != nil {
 		return err
 	}
-	if !claimed {
+	task := c.Task
+	if !c.Claimed {
 		log.DebugContext(ctx, "task not claimable; nothing to do", slog.String("status", string(task.Status)))
 		return nil
 	}
@@ -324,7 +325,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	// The task's own retry budget decides, whatever job carries it: a
 	// retry waits with its job snoozed, not as a River retry.
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Fence: task.Fence, Number: task.Retries + 1,
-		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID})
+		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID, NoCheckpoint: !c.Checkpointed})
 	if s.cfg.Runs != nil {
 		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)
 	}
@@ -409,24 +410,22 @@ func (s *Service) sweepLeases(ctx context.Context) {
 	}
 }
 
-// claim runs the claim stage: lock the row, take it if claimable, and write
-// the stage and lifecycle events in the same transaction.
-func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql.Task, bool, error) {
+// claim runs the claim stage: lock the row, take it and its lease if
+// claimable, and write the stage and lifecycle events in the same
+// transaction.
+func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql.Claim, error) {
 	var (
-		task    agentsql.Task
-		claimed bool
-		rec     *events.Recorder
+		c   agentsql.Claim
+		rec *events.Recorder
 	)
 	defer func() { rec.Committed() }()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		task, claimed, err = agentsql.ClaimTask(ctx, tx, job.Args.TaskID, job.ID, s.cfg.ID)
-		if err != nil || !claimed {
+		c, err = agentsql.ClaimTask(ctx, tx, job.Args.TaskID, job.ID, s.cfg.ID, s.cfg.Lease)
+		if err != nil || !c.Claimed {
 			return err
 		}
-		if err := agentsql.AcquireLease(ctx, tx, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, s.cfg.ID, s.cfg.Lease); err != nil {
-			return err
-		}
+		task := c.Task
 		rec = events.NewRecorder(tx, task.ID, task.ProjectID, events.WithFence(task.Fence), events.WithAnnouncer(s.cfg.Announcer))
 		_, err = rec.Emit(ctx,
 			events.Progress{Kind: events.KindStageEnter, Stage: handlers.StageClaim},
@@ -436,9 +435,9 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		return err
 	})
 	if err != nil {
-		return agentsql.Task{}, false, fmt.Errorf("claim task %s for job %d: %w", job.Args.TaskID, job.ID, err)
+		return agentsql.Claim{}, fmt.Errorf("claim task %s for job %d: %w", job.Args.TaskID, job.ID, err)
 	}
-	return task, claimed, nil
+	return c, nil
 }
 
 type reconcileArgs struct{}

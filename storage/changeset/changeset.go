@@ -46,33 +46,49 @@ type Set struct {
 
 	mu   sync.Mutex
 	seen map[string]string // path → base version the agent last read
-	// staged mirrors this task's change_set_entries between writes: the Set
-	// is their only writer while its attempt runs, so reads (every Read,
-	// Stat and List of the build) need not query them each time. A write
-	// drops the mirror; the next read loads it again.
-	staged []agentsql.ChangeEntry // in ord order; nil: not loaded
-	// writing makes concurrent WriteIf calls check and stage one at a time
-	// (a plain Write does not wait for it; a build runs its tools in turn).
+	// staged mirrors this task's change_set_entries: the Set is their only
+	// writer while its attempt runs, so neither reads (every Read, Stat and
+	// List of the build) nor writes query them. A successful write updates
+	// the mirror; a failed one drops it and the next read loads it again.
+	staged  []agentsql.ChangeEntry // in ord order; nil: not loaded
+	gen     uint64                 // counts changes of staged: a load that raced one is not kept
+	created bool                   // this Open made the set
+	// writing makes writes check and stage one at a time, so each sees the
+	// mirror as the one before left it.
 	writing sync.Mutex
 }
 
 // Open opens (or, for a retried attempt, reopens) the change set of the
 // build task held by f and returns it with its status (sql.ChangeSetOpen, ...).
 func Open(ctx context.Context, pool *pgxpool.Pool, base storage.Store, f agentsql.Fence, projectID uuid.UUID) (*Set, string, error) {
-	status, err := agentsql.OpenChangeSet(ctx, pool, f, projectID)
+	status, created, err := agentsql.OpenChangeSet(ctx, pool, f, projectID)
 	if err != nil {
 		return nil, "", err
 	}
-	return &Set{pool: pool, base: base, taskID: f.TaskID, fence: f, projectID: projectID.String(), seen: map[string]string{}}, status, nil
+	s := &Set{pool: pool, base: base, taskID: f.TaskID, fence: f, projectID: projectID.String(), seen: map[string]string{}, created: created}
+	if created {
+		s.staged = []agentsql.ChangeEntry{}
+	}
+	return s, status, nil
 }
+
+// Fresh reports whether Open created the set: a new set has no entries,
+// decisions or checkpointed state, so there is nothing to reset or rewind.
+func (s *Set) Fresh() bool { return s.created }
 
 // Reset empties the change set, for a build that starts over.
 func (s *Set) Reset(ctx context.Context) error {
 	s.mu.Lock()
 	s.seen = map[string]string{}
-	s.staged = nil
 	s.mu.Unlock()
-	return agentsql.ResetChangeSet(ctx, s.pool, s.fence)
+	s.changed()
+	if err := agentsql.ResetChangeSet(ctx, s.pool, s.fence); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.staged, s.gen = []agentsql.ChangeEntry{}, s.gen+1
+	s.mu.Unlock()
+	return nil
 }
 
 // Rewind puts the change set back to what the task's last checkpoint
@@ -80,15 +96,15 @@ func (s *Set) Reset(ctx context.Context) error {
 func (s *Set) Rewind(ctx context.Context) error {
 	s.mu.Lock()
 	s.seen = map[string]string{}
-	s.staged = nil
 	s.mu.Unlock()
+	s.changed()
 	return agentsql.RewindChangeSet(ctx, s.pool, s.fence)
 }
 
 // Entries returns the pending changes in the order they were first made.
 func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 	s.mu.Lock()
-	staged := s.staged
+	staged, gen := s.staged, s.gen
 	s.mu.Unlock()
 	if staged == nil {
 		loaded, err := agentsql.ListChangeEntries(ctx, s.pool, s.taskID)
@@ -97,17 +113,60 @@ func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 		}
 		staged = append([]agentsql.ChangeEntry{}, loaded...) // non-nil: loaded
 		s.mu.Lock()
-		s.staged = staged
+		if s.gen == gen {
+			s.staged = staged
+		}
 		s.mu.Unlock()
 	}
 	return append([]agentsql.ChangeEntry(nil), staged...), nil
 }
 
-// changed drops the mirror of the entries after a write.
+// changed drops the mirror of the entries: after a failed write, or one
+// that changed more than the mirror knows; the next read loads it.
 func (s *Set) changed() {
 	s.mu.Lock()
-	s.staged = nil
+	s.staged, s.gen = nil, s.gen+1
 	s.mu.Unlock()
+}
+
+// put mirrors a staged entry after its statement succeeded: an existing
+// entry keeps its base version, order and prior; a new one comes last.
+func (s *Set) put(e agentsql.ChangeEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.staged == nil {
+		return
+	}
+	staged := append([]agentsql.ChangeEntry(nil), s.staged...)
+	s.staged, s.gen = staged, s.gen+1
+	for i := range staged {
+		if staged[i].Path == e.Path {
+			staged[i].Op, staged[i].Content, staged[i].FromPath, staged[i].Applied = e.Op, e.Content, e.FromPath, false
+			return
+		}
+	}
+	e.Ord = 1
+	if n := len(staged); n > 0 {
+		e.Ord = staged[n-1].Ord + 1
+	}
+	e.Applied, e.Prior = false, agentsql.Prior{Path: e.Path}
+	s.staged = append(staged, e)
+}
+
+// drop mirrors the removal of a path's entry.
+func (s *Set) drop(p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.staged == nil {
+		return
+	}
+	staged := make([]agentsql.ChangeEntry, 0, len(s.staged))
+	for _, e := range s.staged {
+		if e.Path != p {
+			staged = append(staged, e)
+		}
+	}
+	s.staged, s.gen = staged, s.gen+1
 }
 
 // Discard drops the pending changes; the project stays as it was.
@@ -129,6 +188,11 @@ func (s *Set) check(projectID string) error {
 }
 
 func (s *Set) entry(ctx context.Context, p string) (agentsql.ChangeEntry, bool, error) {
+	// Served from the mirror, a call still honours its context, as every
+	// store does.
+	if err := ctx.Err(); err != nil {
+		return agentsql.ChangeEntry{}, false, fmt.Errorf("%q: %w", p, err)
+	}
 	entries, err := s.Entries(ctx)
 	if err != nil {
 		return agentsql.ChangeEntry{}, false, err
@@ -244,8 +308,16 @@ func (s *Set) Write(ctx context.Context, projectID, p string, content []byte) (s
 	if err != nil {
 		return storage.FileInfo{}, err
 	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	return s.stageWrite(ctx, clean, content)
+}
+
+// stageWrite stages content at a clean path; the caller holds s.writing.
+func (s *Set) stageWrite(ctx context.Context, clean string, content []byte) (storage.FileInfo, error) {
 	e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeWrite, Content: content}
 	if err := s.stage(ctx, s.pool, &e); err != nil {
+		s.changed()
 		return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, err)
 	}
 	return stagedInfo(e), nil
@@ -276,7 +348,7 @@ func (s *Set) WriteIf(ctx context.Context, projectID, p string, content []byte, 
 		}
 		return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, &storage.ConflictError{Path: clean, Exists: true, Current: content, ETag: info.ETag})
 	}
-	return s.Write(ctx, projectID, clean, content)
+	return s.stageWrite(ctx, clean, content)
 }
 
 // Delete implements storage.Store: it stages the deletion.
@@ -285,12 +357,19 @@ func (s *Set) Delete(ctx context.Context, projectID, p string) error {
 	if err != nil {
 		return err
 	}
-	return s.del(ctx, s.pool, clean)
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	if err := s.del(ctx, s.pool, clean); err != nil {
+		s.changed()
+		return err
+	}
+	return nil
 }
 
+// del stages the deletion of a clean path; the caller holds s.writing and
+// drops the mirror if it fails.
 func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
-	defer s.changed()
-	prev, ok, err := agentsql.GetChangeEntry(ctx, db, s.taskID, clean)
+	prev, ok, err := s.entry(ctx, clean)
 	if err != nil {
 		return err
 	}
@@ -300,7 +379,11 @@ func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
 			return fmt.Errorf("delete %q: %w", clean, storage.ErrNotFound)
 		case prev.BaseETag == "":
 			// Created in this build: deleting it cancels the change.
-			return agentsql.DropChangeEntry(ctx, db, s.fence, clean)
+			if err := agentsql.DropChangeEntry(ctx, db, s.fence, clean); err != nil {
+				return err
+			}
+			s.drop(clean)
+			return nil
 		}
 	} else if _, err := s.base.Stat(ctx, s.projectID, clean); err != nil {
 		// Untouched by this build and missing from the base (ErrNotFound):
@@ -325,6 +408,8 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 	if err != nil {
 		return err
 	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
 	content, _, err := s.Read(ctx, projectID, cfrom)
 	if err != nil {
 		return fmt.Errorf("move %q: %w", cfrom, err)
@@ -341,28 +426,30 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 	} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("move to %q: %w", cto, err)
 	}
-	defer s.changed() // also when the transaction rolls back
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		e := agentsql.ChangeEntry{Path: cto, Op: agentsql.ChangeWrite, Content: content, FromPath: cfrom}
 		if err := s.stage(ctx, tx, &e); err != nil {
 			return fmt.Errorf("move to %q: %w", cto, err)
 		}
 		return s.del(ctx, tx, cfrom)
 	})
+	if err != nil {
+		s.changed() // the transaction rolled back what the mirror took in
+	}
+	return err
 }
 
 // stage records e, setting its base version for a path the build has not
 // touched yet, and refusing the change when the file changed since the
 // agent read it.
 func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEntry) error {
-	defer s.changed()
-	prev, ok, err := agentsql.GetChangeEntry(ctx, db, s.taskID, e.Path)
+	prev, ok, err := s.entry(ctx, e.Path)
 	if err != nil {
 		return err
 	}
 	if ok {
 		e.BaseETag = prev.BaseETag
-		return agentsql.PutChangeEntry(ctx, db, s.fence, *e)
+		return s.putEntry(ctx, db, *e)
 	}
 	info, err := s.base.Stat(ctx, s.projectID, e.Path)
 	switch {
@@ -379,7 +466,16 @@ func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEnt
 	if read && seen != e.BaseETag {
 		return s.conflict(ctx, e.Path)
 	}
-	return agentsql.PutChangeEntry(ctx, db, s.fence, *e)
+	return s.putEntry(ctx, db, *e)
+}
+
+// putEntry writes e to change_set_entries and, once written, to the mirror.
+func (s *Set) putEntry(ctx context.Context, db agentsql.DBTX, e agentsql.ChangeEntry) error {
+	if err := agentsql.PutChangeEntry(ctx, db, s.fence, e); err != nil {
+		return err
+	}
+	s.put(e)
+	return nil
 }
 
 // conflict builds the ConflictError of a path from its current base state,
@@ -515,8 +611,11 @@ func (s *Set) holds(ctx context.Context, e agentsql.ChangeEntry) (bool, error) {
 // base version; a target that already holds the staged content (written
 // before a crash) counts as written. The caller has just made a fenced
 // statement; each entry's mark is the fenced go-ahead for the next write.
+// The last entry is not marked: no write follows it, and the caller's
+// FinishChangeSet ends the set (after a crash before that, [Set.Resume]
+// finds the entry's state already in the store).
 func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
-	for _, e := range entries {
+	for i, e := range entries {
 		switch e.Op {
 		case agentsql.ChangeWrite:
 			_, err := s.base.WriteIf(ctx, s.projectID, e.Path, e.Content, e.BaseETag)
@@ -536,6 +635,9 @@ func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
 			if err := s.base.Delete(ctx, s.projectID, e.Path); err != nil && !errors.Is(err, storage.ErrNotFound) {
 				return fmt.Errorf("apply delete of %q: %w", e.Path, err)
 			}
+		}
+		if i == len(entries)-1 {
+			break
 		}
 		if err := agentsql.MarkChangeEntryApplied(ctx, s.pool, s.fence, e.Path); err != nil {
 			return err

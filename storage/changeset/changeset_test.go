@@ -437,7 +437,7 @@ func TestRewindToTheCheckpoint(t *testing.T) {
 	if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("one\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := agentsql.SaveCheckpoint(ctx, f.pool, f.fence, agentsql.Checkpoint{TaskID: f.taskID, Attempt: 1, Iteration: 1,
+	if _, err := agentsql.SaveCheckpoint(ctx, f.pool, f.fence, agentsql.Checkpoint{TaskID: f.taskID, Attempt: 1, Iteration: 1,
 		Messages: []byte(`[]`), State: []byte(`{}`)}, agentsql.Spend{}); err != nil {
 		t.Fatal(err)
 	}
@@ -523,4 +523,69 @@ func TestTakeoverMidApplyStopsTheStaleHolder(t *testing.T) {
 			t.Errorf("%s after the new holder resumed = %q", p, got)
 		}
 	}
+}
+
+// TestMirrorKeptInStep: the Set answers reads from its own copy of the
+// entries, updated by each write instead of read back. After every kind of
+// write, successful or refused, the copy must equal the table.
+func TestMirrorKeptInStep(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"base.txt": "base\n", "gone.txt": "gone\n", "src.txt": "src\n"})
+	ctx := t.Context()
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"write new", func() error { _, err := f.set.Write(ctx, f.project, "a.txt", []byte("a1")); return err }},
+		{"write base file", func() error { _, err := f.set.Write(ctx, f.project, "base.txt", []byte("b1")); return err }},
+		{"rewrite new", func() error { _, err := f.set.Write(ctx, f.project, "a.txt", []byte("a2")); return err }},
+		{"delete base file", func() error { return f.set.Delete(ctx, f.project, "gone.txt") }},
+		{"delete created file", func() error { return f.set.Delete(ctx, f.project, "a.txt") }},
+		{"delete missing file (refused)", func() error {
+			if err := f.set.Delete(ctx, f.project, "nope.txt"); !errors.Is(err, storage.ErrNotFound) {
+				return fmt.Errorf("delete of a missing file = %v, want ErrNotFound", err)
+			}
+			return nil
+		}},
+		{"move", func() error { return f.set.Move(ctx, f.project, "src.txt", "dst.txt", false) }},
+		{"move onto existing (refused)", func() error {
+			if err := f.set.Move(ctx, f.project, "base.txt", "dst.txt", false); !errors.Is(err, storage.ErrExists) {
+				return fmt.Errorf("move onto an existing file = %v, want ErrExists", err)
+			}
+			return nil
+		}},
+		{"conditional write, stale version (refused)", func() error {
+			if _, err := f.set.WriteIf(ctx, f.project, "base.txt", []byte("b2"), "stale"); !errors.Is(err, storage.ErrConflict) {
+				return fmt.Errorf("write over a stale version = %v, want ErrConflict", err)
+			}
+			return nil
+		}},
+		{"write back a deleted file", func() error { _, err := f.set.Write(ctx, f.project, "gone.txt", []byte("back")); return err }},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		mirror, err := f.set.Entries(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table, err := agentsql.ListChangeEntries(ctx, f.pool, f.taskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := describe(mirror), describe(table); got != want {
+			t.Fatalf("after %s the Set's entries are\n%s\nthe table holds\n%s", st.name, got, want)
+		}
+	}
+}
+
+// describe renders entries with every field a build reads.
+func describe(entries []agentsql.ChangeEntry) string {
+	var out string
+	for _, e := range entries {
+		out += fmt.Sprintf("%d %s %s %q from=%q base=%q applied=%t prior=%+v\n",
+			e.Ord, e.Path, e.Op, e.Content, e.FromPath, e.BaseETag, e.Applied, e.Prior)
+	}
+	return out
 }

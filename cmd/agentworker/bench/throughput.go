@@ -44,7 +44,7 @@ func runThroughput(ctx context.Context, opts Options, r *Report) error {
 }
 
 func oursThroughput(ctx context.Context, opts Options, n int) (float64, []int, error) {
-	db, err := newDatabase(ctx, opts.AdminURL, int32(opts.Concurrency+10))
+	db, err := newDatabase(ctx, opts.AdminURL, worker.PoolSize(opts.Concurrency))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -110,7 +110,7 @@ func (sameWritesArgs) Kind() string { return "bench_same_writes" }
 // jobs replaying our writes: the claim transaction, each event statement,
 // and the finishing transaction.
 func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (float64, error) {
-	db, err := newDatabase(ctx, opts.AdminURL, int32(opts.Concurrency+10))
+	db, err := newDatabase(ctx, opts.AdminURL, worker.PoolSize(opts.Concurrency))
 	if err != nil {
 		return 0, err
 	}
@@ -202,11 +202,11 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 		return agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{TaskID: taskID, ProjectID: projectID, Events: evs, AfterCommit: true})
 	}
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		task, ok, err := agentsql.ClaimTask(ctx, tx, taskID, jobID, "bench")
-		if err != nil || !ok {
-			return fmt.Errorf("claim %s (claimed %t): %w", taskID, ok, err)
+		c, err := agentsql.ClaimTask(ctx, tx, taskID, jobID, "bench", time.Minute)
+		if err != nil || !c.Claimed {
+			return fmt.Errorf("claim %s (claimed %t): %w", taskID, c.Claimed, err)
 		}
-		projectID, fence.Epoch = task.ProjectID, task.Fence
+		projectID, fence.Epoch = c.Task.ProjectID, c.Task.Fence
 		_, err = insert(tx, batch(groups[0]))
 		return err
 	})
