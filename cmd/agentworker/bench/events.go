@@ -96,12 +96,19 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 		task uuid.UUID
 		seq  int
 	}
-	// A notification names tasks, not events: it delivers every event of
-	// its task whose write had returned when it arrived (done).
+	// A notification names tasks, not events: the listener reads each
+	// named task's events after its cursor, as a follower does, and an
+	// event is received when that read returns it. (Counting only events
+	// whose writer had returned when the notification arrived would push
+	// an event announced before its Emit returned to the task's next
+	// notification, 100 ms later.)
 	var mu sync.Mutex
 	sent := map[key]time.Time{}
-	done := map[uuid.UUID][]key{}
 	var receipts []time.Duration
+	cursor := map[uuid.UUID]int{}
+	for i, id := range ids {
+		cursor[id] = lastSeq[i]
+	}
 
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
@@ -141,20 +148,31 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 				listenDone <- fmt.Errorf("listener got %d of %d notifications: %w", got, total, err)
 				return
 			}
-			at := time.Now()
 			var a agentsql.Announcement
 			if json.Unmarshal([]byte(n.Payload), &a) != nil {
 				continue
 			}
-			mu.Lock()
 			for _, t := range a.Tasks {
-				for _, k := range done[t] {
-					receipts = append(receipts, at.Sub(sent[k]))
-					got++
+				cur, ours := cursor[t]
+				if !ours {
+					continue
 				}
-				delete(done, t)
+				rows, err := agentsql.TaskEventsAfter(lctx, db.pool, t, cur, 1000)
+				if err != nil {
+					listenDone <- fmt.Errorf("listener read task %s: %w", t, err)
+					return
+				}
+				at := time.Now()
+				mu.Lock()
+				for _, e := range rows {
+					if t0, ok := sent[key{t, *e.Seq}]; ok {
+						receipts = append(receipts, at.Sub(t0))
+						got++
+					}
+					cursor[t] = *e.Seq
+				}
+				mu.Unlock()
 			}
-			mu.Unlock()
 		}
 		listenDone <- nil
 	}()
@@ -176,9 +194,6 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 				if _, err := recs[i].Emit(gctx, ev); err != nil {
 					return err
 				}
-				mu.Lock()
-				done[ids[i]] = append(done[ids[i]], key{ids[i], seq})
-				mu.Unlock()
 			}
 			return nil
 		})
