@@ -47,3 +47,59 @@ func TestCheckpointAddsSpendAndReadsPause(t *testing.T) {
 			in, out, cost, rin, rout, rcost, iteration)
 	}
 }
+
+// TestFencedBatchTakesItsSeqs: a holder's batch takes consecutive seqs in
+// its own statement (one update of the task row), and the mark that tells
+// the row trigger to keep them ends with the statement: a plain insert
+// later in the same transaction still gets its seq from the trigger, even
+// one that supplies a seq of its own.
+func TestFencedBatchTakesItsSeqs(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task, f := claimed(t, pool)
+	plain := []agentsql.NewEvent{{Type: "log", Payload: json.RawMessage(`{"message":"plain"}`)}}
+	if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, plain); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	batch := make([]agentsql.NewEvent, 3)
+	for i := range batch {
+		batch[i] = agentsql.NewEvent{Type: "log", Payload: json.RawMessage(`{"message":"held"}`)}
+	}
+	rows, err := agentsql.InsertEventBatch(ctx, tx, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
+		Fence: &f.Epoch, Events: batch, AfterCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int
+	for _, r := range rows {
+		seqs = append(seqs, *r.Seq)
+	}
+	if len(seqs) != 3 || seqs[0] != 2 || seqs[1] != 3 || seqs[2] != 4 {
+		t.Fatalf("batch seqs = %v, want [2 3 4]", seqs)
+	}
+	var seq int
+	if err := tx.QueryRow(ctx, `INSERT INTO agent_events (task_id, project_id, seq, type, payload)
+		VALUES ($1, $2, 999, 'log', '{}') RETURNING seq`, task.ID, task.ProjectID).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if seq != 5 {
+		t.Fatalf("a plain insert after the batch got seq %d, want 5 from the trigger", seq)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var last, count int
+	if err := pool.QueryRow(ctx, `SELECT t.last_seq, (SELECT count(DISTINCT seq) FROM agent_events WHERE task_id = t.id)
+		FROM ai_tasks t WHERE t.id = $1`, task.ID).Scan(&last, &count); err != nil {
+		t.Fatal(err)
+	}
+	if last != 5 || count != 5 {
+		t.Errorf("last_seq %d with %d distinct seqs, want 5 and 5", last, count)
+	}
+}
