@@ -98,19 +98,6 @@ func scanEntry(row pgx.Row) (ChangeEntry, error) {
 	return e, err
 }
 
-// GetChangeEntry returns the pending entry of a path; ok is false when the
-// change set does not touch it.
-func GetChangeEntry(ctx context.Context, db DBTX, taskID uuid.UUID, path string) (e ChangeEntry, ok bool, err error) {
-	e, err = scanEntry(db.QueryRow(ctx, `SELECT `+entryColumns+` FROM change_set_entries WHERE task_id = $1 AND path = $2`, taskID, path))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ChangeEntry{}, false, nil
-	}
-	if err != nil {
-		return ChangeEntry{}, false, fmt.Errorf("get change of %q in task %s: %w", path, taskID, err)
-	}
-	return e, true, nil
-}
-
 // ListChangeEntries returns a task's change set in the order of first change.
 func ListChangeEntries(ctx context.Context, db DBTX, taskID uuid.UUID) ([]ChangeEntry, error) {
 	rows, err := db.Query(ctx, `SELECT `+entryColumns+` FROM change_set_entries WHERE task_id = $1 ORDER BY ord`, taskID)

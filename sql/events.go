@@ -97,34 +97,33 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 	if b.Key != uuid.Nil {
 		key = &b.Key
 	}
-	query := `WITH fence AS (
-			SELECT 1 FROM ai_tasks WHERE id = $1 AND fence = $5 AND status = 'running' FOR NO KEY UPDATE)
-		INSERT INTO agent_events (task_id, project_id, type, payload, batch)
-		SELECT $1, $2, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $6::uuid END
+	// A writer that does not hold the task: the row trigger gives each
+	// event its seq under the task row lock.
+	query := `INSERT INTO agent_events (task_id, project_id, type, payload, batch)
+		SELECT $1, $2, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $5::uuid END
 		FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
-		WHERE ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
-		AND ($6::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $6))
-		AND CASE WHEN $7 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
+		WHERE ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
+		AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 		ORDER BY e.ord
 		RETURNING ` + eventColumns
-	args := []any{b.TaskID, b.ProjectID, types, payloads, b.Fence, key, b.AfterCommit}
+	args := []any{b.TaskID, b.ProjectID, types, payloads, key, b.AfterCommit}
 	if b.Fence != nil {
 		// The holder's batch takes its seqs here (migration 010): the
 		// update of the task row is the fence, the row lock and the seq
 		// counter at once, whatever the batch's size.
 		query = `WITH fence AS (
-				UPDATE ai_tasks SET last_seq = last_seq + $8
-				WHERE id = $1 AND fence = $5 AND status = 'running'
-				AND ($6::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $6))
+				UPDATE ai_tasks SET last_seq = last_seq + $7
+				WHERE id = $1 AND fence = $8 AND status = 'running'
+				AND ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
 				AND set_config('agentworker.seq', 'statement', true) IS NOT NULL
-				RETURNING last_seq - $8 AS base)
+				RETURNING last_seq - $7 AS base)
 			INSERT INTO agent_events (task_id, project_id, seq, type, payload, batch)
-			SELECT $1, $2, f.base + e.ord, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $6::uuid END
+			SELECT $1, $2, f.base + e.ord, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $5::uuid END
 			FROM fence f, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
-			WHERE CASE WHEN $7 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
+			WHERE CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 			ORDER BY e.ord
 			RETURNING ` + eventColumns
-		args = append(args, len(b.Events))
+		args = append(args, len(b.Events), *b.Fence)
 	}
 	rows, err := db.Query(ctx, query, args...)
 	if err != nil {

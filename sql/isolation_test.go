@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/prereq"
 )
 
 // apiRoles are the roles PostgREST and Supabase switch to per request.
@@ -728,8 +728,8 @@ func TestIsolationSupabaseDefaultPrivileges(t *testing.T) {
 func TestIsolationCreatesRoles(t *testing.T) {
 	t.Parallel()
 	cluster, err := localpg.Start(t.Context(), localpg.Config{})
-	if errors.Is(err, localpg.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("localpg: %v: install the postgresql package", err)
+	if errors.Is(err, localpg.ErrNotInstalled) {
+		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
 	}
 	if err != nil {
 		t.Fatalf("start a private cluster: %v", err)

@@ -10,20 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// AcquireLease gives the task held by f a lease of d for owner. Called in
-// the claim transaction.
-func AcquireLease(ctx context.Context, db DBTX, f Fence, owner string, d time.Duration) error {
-	tag, err := db.Exec(ctx, `UPDATE ai_tasks SET lease_owner = $3, lease_expires_at = now() + $4::interval
-		WHERE id = $1 AND fence = $2 AND status = 'running'`, f.TaskID, f.Epoch, owner, d)
-	if err != nil {
-		return fmt.Errorf("lease task %s to %s: %w", f.TaskID, owner, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("lease task %s to %s: %w", f.TaskID, owner, ErrFenced)
-	}
-	return nil
-}
-
 // RenewLease extends the lease of the task held by f. It returns ErrFenced
 // when the task was taken over, cancelled or finished.
 func RenewLease(ctx context.Context, db DBTX, f Fence, d time.Duration) error {

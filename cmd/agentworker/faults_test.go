@@ -337,8 +337,8 @@ func (p *privatePG) crash(t *testing.T) {
 func (p *privatePG) restart(t *testing.T) {
 	t.Helper()
 	c, err := localpg.Start(t.Context(), localpg.Config{Dir: p.dir, Port: p.port})
-	if errors.Is(err, localpg.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip("postgresql server binaries (initdb, postgres) are not installed: install the postgresql package")
+	if errors.Is(err, localpg.ErrNotInstalled) {
+		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
 	}
 	if err != nil {
 		t.Fatal(err)

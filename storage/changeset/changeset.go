@@ -103,6 +103,17 @@ func (s *Set) Rewind(ctx context.Context) error {
 
 // Entries returns the pending changes in the order they were first made.
 func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
+	staged, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append([]agentsql.ChangeEntry(nil), staged...), nil
+}
+
+// snapshot returns the mirror, loading it if needed. A published mirror is
+// never changed in place (put and drop build a new one), so the caller may
+// read it without the lock but must not modify it.
+func (s *Set) snapshot(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 	s.mu.Lock()
 	staged, gen := s.staged, s.gen
 	s.mu.Unlock()
@@ -118,7 +129,7 @@ func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 		}
 		s.mu.Unlock()
 	}
-	return append([]agentsql.ChangeEntry(nil), staged...), nil
+	return staged, nil
 }
 
 // changed drops the mirror of the entries: after a failed write, or one
@@ -193,7 +204,7 @@ func (s *Set) entry(ctx context.Context, p string) (agentsql.ChangeEntry, bool, 
 	if err := ctx.Err(); err != nil {
 		return agentsql.ChangeEntry{}, false, fmt.Errorf("%q: %w", p, err)
 	}
-	entries, err := s.Entries(ctx)
+	entries, err := s.snapshot(ctx)
 	if err != nil {
 		return agentsql.ChangeEntry{}, false, err
 	}
@@ -264,7 +275,7 @@ func (s *Set) List(ctx context.Context, projectID, dir string) ([]storage.FileIn
 	if err != nil {
 		return nil, err
 	}
-	entries, err := s.Entries(ctx)
+	entries, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -385,13 +396,19 @@ func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
 			s.drop(clean)
 			return nil
 		}
-	} else if _, err := s.base.Stat(ctx, s.projectID, clean); err != nil {
+		e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete, BaseETag: prev.BaseETag}
+		if err := s.putEntry(ctx, db, e); err != nil {
+			return fmt.Errorf("delete %q: %w", clean, err)
+		}
+		return nil
+	}
+	info, err := s.base.Stat(ctx, s.projectID, clean)
+	if err != nil {
 		// Untouched by this build and missing from the base (ErrNotFound):
 		// there is nothing to delete, and no delete to stage.
 		return fmt.Errorf("delete %q: %w", clean, err)
 	}
-	e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete}
-	if err := s.stage(ctx, db, &e); err != nil {
+	if err := s.stageFirst(ctx, db, agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete, BaseETag: info.ETag}); err != nil {
 		return fmt.Errorf("delete %q: %w", clean, err)
 	}
 	return nil
@@ -460,13 +477,20 @@ func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEnt
 	default:
 		e.BaseETag = info.ETag
 	}
+	return s.stageFirst(ctx, db, *e)
+}
+
+// stageFirst stages the first change of a path, made against its base
+// version e.BaseETag, refusing it when that is not the version the agent
+// last read.
+func (s *Set) stageFirst(ctx context.Context, db agentsql.DBTX, e agentsql.ChangeEntry) error {
 	s.mu.Lock()
 	seen, read := s.seen[e.Path]
 	s.mu.Unlock()
 	if read && seen != e.BaseETag {
 		return s.conflict(ctx, e.Path)
 	}
-	return s.putEntry(ctx, db, *e)
+	return s.putEntry(ctx, db, e)
 }
 
 // putEntry writes e to change_set_entries and, once written, to the mirror.

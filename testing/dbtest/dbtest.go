@@ -46,6 +46,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 )
@@ -114,8 +115,8 @@ func sharedServer(t testing.TB) *server {
 	switch {
 	case shared.err == nil && shared.srv == nil:
 		t.Fatal("dbtest: New called after Main finished the tests")
-	case errors.Is(shared.err, errNoServer) && os.Getenv("CI") != "true":
-		t.Skipf("dbtest: %v", shared.err)
+	case errors.Is(shared.err, errNoServer):
+		prereq.MissingFromMachine(t, "PostgreSQL (a server to reach or its binaries)", "install the postgresql package", shared.err)
 	case shared.err != nil:
 		t.Fatalf("dbtest: %v", shared.err)
 	}

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/testing/prereq"
 )
 
@@ -161,11 +161,11 @@ func checkVersion(ctx context.Context, bin string) error {
 var errExited = errors.New("postgrest exited while starting")
 
 func start(ctx context.Context, bin string, cfg Config, logPath string) (*Server, error) {
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	adminPort, err := freePort()
+	adminPort, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -298,16 +298,6 @@ func AuthenticatorURL(t testing.TB, databaseURL string) string {
 	}
 	u.User = url.User("authenticator")
 	return u.String()
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // withoutPGRST drops PGRST_* variables, which would change how PostgREST runs.

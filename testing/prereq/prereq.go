@@ -20,7 +20,20 @@ const Command = "./scripts/test"
 // was looked for. It skips, or fails when CI=true.
 func Missing(t testing.TB, tool string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("%s is not installed (%v): run %s, which installs it", tool, err, Command)
+	missing(t, tool, "run "+Command+", which installs it", err)
+}
+
+// MissingFromMachine is Missing for a tool the test command does not
+// install because the machine is expected to have it (the PostgreSQL server
+// binaries): install says how to get it.
+func MissingFromMachine(t testing.TB, tool, install string, err error) {
+	t.Helper()
+	missing(t, tool, install, err)
+}
+
+func missing(t testing.TB, tool, install string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not installed (%v): %s", tool, err, install)
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("%s; CI=true, so not skipping", msg)
 	}

@@ -18,17 +18,21 @@ func TestMissing(t *testing.T) {
 		t.Skip("the child runs TestMissingTool only")
 	}
 	t.Parallel()
+	const scripted, machine = "frobnicator is not installed (not on PATH): run ./scripts/test, which installs it",
+		"frobnicator is not installed (not on PATH): apt-get install frobnicator"
 	for _, tc := range []struct {
-		name, ci string
-		fails    bool
-		want     string
+		name, test, ci string
+		fails          bool
+		want, line     string
 	}{
-		{"Developer", "", false, "--- SKIP: TestMissingTool"},
-		{"CI", "true", true, "--- FAIL: TestMissingTool"},
+		{"Developer", "TestMissingTool", "", false, "--- SKIP: TestMissingTool", scripted},
+		{"CI", "TestMissingTool", "true", true, "--- FAIL: TestMissingTool", scripted},
+		{"DeveloperMachineTool", "TestMissingMachineTool", "", false, "--- SKIP: TestMissingMachineTool", machine},
+		{"CIMachineTool", "TestMissingMachineTool", "true", true, "--- FAIL: TestMissingMachineTool", machine},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestMissingTool$", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run=^"+tc.test+"$", "-test.v")
 			cmd.Env = append(os.Environ(), "PREREQ_CHILD=1", "CI="+tc.ci)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
@@ -36,7 +40,7 @@ func TestMissing(t *testing.T) {
 				t.Fatalf("child test: %v, want failed = %t\n%s", err, tc.fails, out)
 			}
 			text := string(out)
-			if !strings.Contains(text, tc.want) || !strings.Contains(text, "frobnicator is not installed (not on PATH): run ./scripts/test, which installs it") {
+			if !strings.Contains(text, tc.want) || !strings.Contains(text, tc.line) {
 				t.Errorf("child output lacks %q and the install line:\n%s", tc.want, text)
 			}
 		})
@@ -49,4 +53,12 @@ func TestMissingTool(t *testing.T) {
 	}
 	prereq.Missing(t, "frobnicator", errors.New("not on PATH"))
 	t.Error("Missing returned")
+}
+
+func TestMissingMachineTool(t *testing.T) {
+	if os.Getenv("PREREQ_CHILD") != "1" {
+		t.Skip("run by TestMissing in a child process")
+	}
+	prereq.MissingFromMachine(t, "frobnicator", "apt-get install frobnicator", errors.New("not on PATH"))
+	t.Error("MissingFromMachine returned")
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agentworker/agentworker/llm"
@@ -62,18 +60,11 @@ func serveRSS(ctx context.Context, opts Options, modelURL string, n int) (float6
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, opts.Binary, "serve")
-	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+db.url, "STORAGE_DIR="+dir, "OPENAI_BASE_URL="+modelURL, "OPENAI_API_KEY=bench",
-		"LLM_MODEL=bench", "WORKER_CONCURRENCY=100", "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=error", "S3_ENDPOINT=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s serve: %w", opts.Binary, err)
+	cmd, stop, err := startServe(ctx, opts, db, dir, modelURL, 100)
+	if err != nil {
+		return 0, err
 	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
+	defer stop()
 	// Wait until the worker is up: River registers its client in river_client
 	// or the leader table; simplest is to run one task through first.
 	for i := range n {

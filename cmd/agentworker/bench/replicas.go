@@ -71,18 +71,11 @@ func replicaRun(ctx context.Context, opts Options, modelURL string, k, n int) (R
 	defer os.RemoveAll(dir)
 	var pids []int
 	for range k {
-		cmd := exec.CommandContext(ctx, opts.Binary, "serve")
-		cmd.Env = append(os.Environ(),
-			"DATABASE_URL="+db.url, "STORAGE_DIR="+dir, "OPENAI_BASE_URL="+modelURL, "OPENAI_API_KEY=bench",
-			"LLM_MODEL=bench", "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=error", "S3_ENDPOINT=", "WORKER_CONCURRENCY="+strconv.Itoa(worker.DefaultConcurrency))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return run, fmt.Errorf("start %s serve: %w", opts.Binary, err)
+		cmd, stop, err := startServe(ctx, opts, db, dir, modelURL, worker.DefaultConcurrency)
+		if err != nil {
+			return run, err
 		}
-		defer func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		}()
+		defer stop()
 		pids = append(pids, cmd.Process.Pid)
 	}
 	// Warm-up: one task per replica, so every process is up and connected.
@@ -215,4 +208,22 @@ func ticksOf(pids []int) int64 {
 		sum += u + st
 	}
 	return sum
+}
+
+// startServe starts `agentworker serve` on db, with the project files in
+// dir and the scripted model at modelURL; stop ends it (SIGTERM, wait).
+func startServe(ctx context.Context, opts Options, db *database, dir, modelURL string, concurrency int) (*exec.Cmd, func(), error) {
+	cmd := exec.CommandContext(ctx, opts.Binary, "serve")
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+db.url, "STORAGE_DIR="+dir, "OPENAI_BASE_URL="+modelURL, "OPENAI_API_KEY=bench",
+		"LLM_MODEL=bench", "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=error", "S3_ENDPOINT=",
+		"WORKER_CONCURRENCY="+strconv.Itoa(concurrency))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s serve: %w", opts.Binary, err)
+	}
+	return cmd, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}, nil
 }

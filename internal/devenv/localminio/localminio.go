@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/storage"
 )
 
@@ -192,14 +192,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // start runs one attempt: it starts minio on free ports and waits until it is
 // live. On failure no process is left running.
 func (s *Server) start(ctx context.Context, bin string) error {
-	addr, err := freeAddr()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
-	consoleAddr, err := freeAddr()
+	consolePort, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
+	addr, consoleAddr := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", consolePort)
 	s.cfg = storage.S3Config{
 		Endpoint:  addr,
 		AccessKey: "localminio" + randomHex(6),
@@ -397,19 +398,6 @@ func sweepStale(logger *slog.Logger) {
 		}
 		logger.Info("removed stale minio directory", "dir", dir, "pid", pid)
 	}
-}
-
-// freeAddr returns a 127.0.0.1 address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port on 127.0.0.1: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("find a free port on 127.0.0.1: %w", err)
-	}
-	return addr, nil
 }
 
 // withoutMinioEnv drops MINIO_* variables, which would change how the

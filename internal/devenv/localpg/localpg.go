@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -39,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -177,7 +177,7 @@ func (c *Cluster) start(ctx context.Context, binDir string, port int, cred *sysc
 
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = loopback.FreePort(); err != nil {
 			return err
 		}
 	}
@@ -458,16 +458,6 @@ func prepareDir(dataDir, tempDir string, cred *syscall.Credential) error {
 		return fmt.Errorf("hand %s over to OS user %q: %w", root, osUser, err)
 	}
 	return nil
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // removeStaleTempDirs removes the temporary directories of Start calls in

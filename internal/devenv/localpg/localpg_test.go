@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
@@ -30,8 +31,8 @@ func start(t *testing.T, cfg Config) *Cluster {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	}
 	c, err := Start(t.Context(), cfg)
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("localpg: %v", err)
+	if errors.Is(err, ErrNotInstalled) {
+		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
 	}
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -154,8 +155,8 @@ func TestStartReportsLog(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 
 	c, err := Start(t.Context(), Config{Port: port})
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("localpg: %v", err)
+	if errors.Is(err, ErrNotInstalled) {
+		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
 	}
 	if err == nil {
 		c.Stop(context.Background())
