@@ -571,8 +571,13 @@ func TestConsoleTokenExpiry(t *testing.T) {
 	chromium(t)
 	c := newConsole(t, consoleModel())
 	ctx := browse(t, 60*time.Second)
-	run(t, ctx, "open with a token that expires in 3 s",
-		chromedp.Navigate(c.pageWith(c.tokenFor(t, 3*time.Second))),
+	// The token is signed as the page is opened, not when the steps are
+	// built: on a loaded machine the browser may take seconds to get there,
+	// and a token already expired is refused outright (401), not ended.
+	run(t, ctx, "open with a token that expires in 10 s",
+		func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			return chromedp.Navigate(c.pageWith(c.tokenFor(t, 10*time.Second)))(ctx, tg)
+		},
 		visible(`body[data-project-conn="live"]`),
 		visible(`body[data-project-conn="expired"]`),
 		until(`document.getElementById("message").textContent.includes("token expired")`),
