@@ -77,15 +77,17 @@ func TestGenerateImageFailureIsAToolErrorTheModelActsOn(t *testing.T) {
 }
 
 // A fast tool's tool_start is written with its result, in one statement; a
-// slow one's is written while it runs, so a timeline shows it running.
+// slow one's is written while it runs, so a timeline shows it running. The
+// delay is a second here, not the default 50 ms, so that list_files on a
+// loaded machine still counts as fast.
 func TestToolStartWrittenWhileASlowToolRuns(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []scripted.Reply{
 		call("list_files", m{}),
 		call("generate_image", m{"prompt": "a slow fox", "path": "public/logo.png"}),
 		call("finish", m{"summary": "added public/logo.png"}),
-	}, handlers.Config{}, nil, llmtest.Images(func(*scripted.ImageRequest) scripted.Reply {
-		return scripted.Reply{Delay: 300 * time.Millisecond}
+	}, handlers.Config{ToolStartDelay: time.Second}, nil, llmtest.Images(func(*scripted.ImageRequest) scripted.Reply {
+		return scripted.Reply{Delay: 3 * time.Second}
 	}))
 	id := h.insert(t, "build", "add a logo", nil)
 	evs, _ := h.wait(t, id)

@@ -50,6 +50,7 @@ type loop struct {
 	toolChoice         llm.ToolChoice
 	maxIterations      int
 	maxToolFailures    int
+	toolStartDelay     time.Duration // Config.ToolStartDelay
 	stream             bool
 	taskID             string
 	iterations         int
@@ -222,10 +223,6 @@ func errorOf(res tools.Result) string {
 	}
 	return res.Summary
 }
-
-// toolStartDelay is how long a tool runs before its tool_start event is
-// written on its own.
-const toolStartDelay = 50 * time.Millisecond
 
 // run drives the conversation until the model finishes (a reply without
 // tool calls, or the finish tool), and returns the final text. A
@@ -589,11 +586,11 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 		args, _ = json.Marshal(map[string]string{"raw": call.Arguments})
 	}
 	// tool_start is written only if the tool is still running after
-	// toolStartDelay: a fast tool's start and result land in one statement,
+	// l.toolStartDelay: a fast tool's start and result land in one statement,
 	// a slow one (a search over a large project, an image) shows as running.
 	l.rec.Add(events.Progress{Kind: events.KindToolStart, ToolName: call.Name, ToolArgs: args, Iteration: l.iterations})
 	flushed := make(chan error, 1)
-	timer := time.AfterFunc(toolStartDelay, func() {
+	timer := time.AfterFunc(l.toolStartDelay, func() {
 		_, err := l.rec.Flush(ctx)
 		flushed <- err
 	})

@@ -105,6 +105,10 @@ type Config struct {
 	// RetryBackoff is the wait before the first retry of a transient
 	// failure; it doubles with each retry, up to a minute. Defaults to 1 second.
 	RetryBackoff time.Duration
+	// ToolStartDelay is how long a tool runs before its tool_start event is
+	// written on its own: a faster tool's start and result land in one
+	// statement, a slower one shows as running. Defaults to 50 ms.
+	ToolStartDelay time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -140,6 +144,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = time.Second
+	}
+	if c.ToolStartDelay <= 0 {
+		c.ToolStartDelay = 50 * time.Millisecond
 	}
 	return c
 }
@@ -376,7 +383,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Workspace: b.ws},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
-			budget: pol.budget, ceiling: pol.ceiling, price: price,
+			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,
 		}
 		b.lp = lp
 		lp.before, lp.alert = b.beforeIteration, b.alert

@@ -165,6 +165,39 @@ func TaskEventsAfter(ctx context.Context, db DBTX, taskID uuid.UUID, afterSeq, l
 	return out, nil
 }
 
+// TaskCursor is a position in one task's timeline: the last seq read.
+type TaskCursor struct {
+	Task     uuid.UUID
+	AfterSeq int
+}
+
+// TasksEventsAfter reads the events of several tasks after their cursors in
+// one statement: at most limit per task, ordered by task (as given) then
+// seq. A task that gets limit rows may have more.
+func TasksEventsAfter(ctx context.Context, db DBTX, cursors []TaskCursor, limit int) ([]EventRow, error) {
+	if len(cursors) == 0 {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, len(cursors))
+	after := make([]int32, len(cursors))
+	for i, c := range cursors {
+		ids[i], after[i] = c.Task, int32(c.AfterSeq)
+	}
+	rows, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at
+		FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS c(task_id, after_seq, n)
+		CROSS JOIN LATERAL (SELECT `+eventColumns+` FROM agent_events
+			WHERE task_id = c.task_id AND seq > c.after_seq ORDER BY seq LIMIT $3) e
+		ORDER BY c.n, e.seq`, ids, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
+	}
+	return out, nil
+}
+
 // ProjectCursor is a position in a project's event stream: the event with
 // the greatest (Xid, ID) delivered so far. The zero value is the start.
 type ProjectCursor struct {

@@ -3,6 +3,7 @@ package sql_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -217,5 +218,62 @@ func TestEventSeqPerTask(t *testing.T) {
 	_, err = agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, []agentsql.NewEvent{{Type: "progress_bar", Payload: []byte(`{}`)}})
 	if err == nil {
 		t.Fatal("an unknown event type was accepted")
+	}
+}
+
+func TestTasksEventsAfter(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	var tasks [3]agentsql.Task
+	for i, n := range []int{5, 2, 0} {
+		task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks[i] = task
+		evs := make([]agentsql.NewEvent, n)
+		for k := range evs {
+			evs[k] = agentsql.NewEvent{Type: "log", Payload: []byte(`{"level":"info","message":"x"}`)}
+		}
+		if n > 0 {
+			if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, evs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	type got struct {
+		task int
+		seq  int
+	}
+	cases := []struct {
+		name    string
+		cursors []agentsql.TaskCursor
+		limit   int
+		want    []got
+	}{
+		{"none", nil, 10, nil},
+		{"in the order given, then seq", []agentsql.TaskCursor{{Task: tasks[1].ID}, {Task: tasks[0].ID, AfterSeq: 3}},
+			10, []got{{1, 1}, {1, 2}, {0, 4}, {0, 5}}},
+		{"limit per task", []agentsql.TaskCursor{{Task: tasks[0].ID}, {Task: tasks[1].ID}},
+			2, []got{{0, 1}, {0, 2}, {1, 1}, {1, 2}}},
+		{"nothing new or no events", []agentsql.TaskCursor{{Task: tasks[0].ID, AfterSeq: 5}, {Task: tasks[2].ID}, {Task: uuid.New()}},
+			10, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := agentsql.TasksEventsAfter(ctx, pool, tc.cursors, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var have []got
+			for _, r := range rows {
+				i := slices.IndexFunc(tasks[:], func(task agentsql.Task) bool { return task.ID == *r.TaskID })
+				have = append(have, got{i, *r.Seq})
+			}
+			if !slices.Equal(have, tc.want) {
+				t.Fatalf("got %v, want %v", have, tc.want)
+			}
+		})
 	}
 }

@@ -19,6 +19,13 @@ import (
 // the subscribers an event concerns, however many clients are connected.
 // Notifications only wake: subscribers read the events from their own
 // cursor, so a dropped notification costs latency, never an event.
+//
+// For task subscriptions the Hub also reads: once it knows how far a task's
+// subscribers have read (Subscription.Seen), an announcement of the task
+// makes it read the new events once, for every announced task in one query,
+// and hand the rows to each subscriber, instead of every stream querying on
+// its own wake-up. A subscriber that finds a gap in what it was handed (it
+// was behind, or its buffer overflowed) reads the table itself.
 type Hub struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
@@ -26,9 +33,20 @@ type Hub struct {
 	mu       sync.Mutex
 	byTask   map[uuid.UUID]map[*Subscription]struct{}
 	byProj   map[uuid.UUID]map[*Subscription]struct{}
+	read     map[uuid.UUID]int      // task → the seq its subscribers have read up to, once known
+	want     map[uuid.UUID]struct{} // announced tasks the reader has yet to read
+	wantC    chan struct{}
 	done     chan struct{}
 	doneOnce sync.Once
 }
+
+// hubReadLimit is the most events of one task the Hub reads per query; a
+// task that had more is read again at once.
+const hubReadLimit = 500
+
+// subscriptionBuffer is the most rows a subscription holds for its stream;
+// past it they are dropped and the stream reads the table itself.
+const subscriptionBuffer = 2 * hubReadLimit
 
 // NewHub returns a Hub listening through a connection taken from pool (and
 // not returned to it). Call Run to start it. logger defaults to slog.Default.
@@ -40,22 +58,55 @@ func NewHub(pool *pgxpool.Pool, logger *slog.Logger) *Hub {
 		pool: pool, log: logger,
 		byTask: map[uuid.UUID]map[*Subscription]struct{}{},
 		byProj: map[uuid.UUID]map[*Subscription]struct{}{},
+		read:   map[uuid.UUID]int{},
+		want:   map[uuid.UUID]struct{}{},
+		wantC:  make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
 }
 
-// Subscription is a wake-up signal for the events of one task or project.
+// Subscription is a wake-up signal for the events of one task or project,
+// and for a task, the events the Hub read for it.
 type Subscription struct {
 	hub     *Hub
 	task    uuid.UUID
 	project uuid.UUID
 	c       chan struct{}
+
+	mu       sync.Mutex
+	rows     []agentsql.EventRow // read by the hub, not yet taken
+	mustRead bool                // woken without rows, or rows were dropped
 }
 
 // C receives a value after an event of the subscription's task or project
 // was committed (coalesced: one value may stand for many events), and after
 // the hub (re)connects.
 func (s *Subscription) C() <-chan struct{} { return s.c }
+
+// Take returns the events the Hub read for a task subscription since the
+// last Take, in seq order, and whether the subscriber must read the table
+// itself (the Hub did not read for it, or dropped rows).
+func (s *Subscription) Take() (rows []agentsql.EventRow, mustRead bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rows, mustRead = s.rows, s.mustRead
+	s.rows, s.mustRead = nil, false
+	return rows, mustRead
+}
+
+// Seen tells the Hub that a task subscriber has read its events up to seq
+// from the table, so the Hub can read on from there for all of them.
+func (s *Subscription) Seen(seq int) {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, subscribed := h.byTask[s.task]; !subscribed {
+		return
+	}
+	if cur, known := h.read[s.task]; !known || seq > cur {
+		h.read[s.task] = seq
+	}
+}
 
 // Close ends the subscription.
 func (s *Subscription) Close() {
@@ -66,6 +117,8 @@ func (s *Subscription) Close() {
 		delete(h.byTask[s.task], s)
 		if len(h.byTask[s.task]) == 0 {
 			delete(h.byTask, s.task)
+			delete(h.read, s.task)
+			delete(h.want, s.task)
 		}
 	} else {
 		delete(h.byProj[s.project], s)
@@ -105,13 +158,21 @@ func wake(s *Subscription) {
 	}
 }
 
+// wakeToRead wakes s to read the table itself.
+func wakeToRead(s *Subscription) {
+	s.mu.Lock()
+	s.mustRead = true
+	s.mu.Unlock()
+	wake(s)
+}
+
 func (h *Hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, m := range []map[uuid.UUID]map[*Subscription]struct{}{h.byTask, h.byProj} {
 		for _, subs := range m {
 			for s := range subs {
-				wake(s)
+				wakeToRead(s)
 			}
 		}
 	}
@@ -124,15 +185,112 @@ func (h *Hub) dispatch(payload string) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	queued := false
 	for _, t := range key.Tasks {
-		for s := range h.byTask[t] {
-			wake(s)
+		subs := h.byTask[t]
+		if len(subs) == 0 {
+			continue
+		}
+		if _, known := h.read[t]; known {
+			h.want[t] = struct{}{}
+			queued = true
+			continue
+		}
+		for s := range subs {
+			wakeToRead(s)
 		}
 	}
 	for _, p := range key.Projects {
 		for s := range h.byProj[p] {
 			wake(s)
 		}
+	}
+	if queued {
+		select {
+		case h.wantC <- struct{}{}:
+		default: // the reader is already due
+		}
+	}
+}
+
+// readLoop reads the announced tasks' new events, all of them in one query
+// per round, until ctx is done. Announcements that arrive during a read
+// are merged into the next round.
+func (h *Hub) readLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.wantC:
+		}
+		for h.readRound(ctx) {
+		}
+	}
+}
+
+// readRound reads what is wanted, and reports whether a task is left to
+// read at once (it had more than hubReadLimit new events).
+func (h *Hub) readRound(ctx context.Context) (again bool) {
+	h.mu.Lock()
+	cursors := make([]agentsql.TaskCursor, 0, len(h.want))
+	for t := range h.want {
+		if seq, known := h.read[t]; known {
+			cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: seq})
+		}
+	}
+	clear(h.want)
+	h.mu.Unlock()
+	if len(cursors) == 0 {
+		return false
+	}
+	rows, err := agentsql.TasksEventsAfter(ctx, h.pool, cursors, hubReadLimit)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.WarnContext(ctx, "sse hub: read announced events; streams read their own", slog.String("err", err.Error()))
+		}
+		for _, c := range cursors {
+			for s := range h.byTask[c.Task] {
+				wakeToRead(s)
+			}
+		}
+		return false
+	}
+	for len(rows) > 0 {
+		t := *rows[0].TaskID
+		n := 1
+		for n < len(rows) && *rows[n].TaskID == t {
+			n++
+		}
+		h.deliver(t, rows[:n])
+		if n == hubReadLimit {
+			h.want[t] = struct{}{}
+			again = true
+		}
+		rows = rows[n:]
+	}
+	return again
+}
+
+// deliver hands a task's rows (in seq order) to its subscribers; h.mu is held.
+func (h *Hub) deliver(task uuid.UUID, rows []agentsql.EventRow) {
+	subs := h.byTask[task]
+	if len(subs) == 0 {
+		return // every subscriber left during the read
+	}
+	if last := *rows[len(rows)-1].Seq; last > h.read[task] {
+		h.read[task] = last
+	}
+	for s := range subs {
+		s.mu.Lock()
+		if len(s.rows)+len(rows) > subscriptionBuffer {
+			s.rows, s.mustRead = nil, true
+		} else {
+			s.rows = append(s.rows, rows...)
+		}
+		s.mu.Unlock()
+		wake(s)
 	}
 }
 
@@ -147,6 +305,12 @@ const (
 // Done.
 func (h *Hub) Run(ctx context.Context) error {
 	defer h.doneOnce.Do(func() { close(h.done) })
+	readerDone := make(chan struct{})
+	defer func() { <-readerDone }()
+	go func() {
+		defer close(readerDone)
+		h.readLoop(ctx)
+	}()
 	backoff := hubMinBackoff
 	for {
 		err := h.listen(ctx)

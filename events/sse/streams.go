@@ -128,7 +128,26 @@ func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	sub := s.hub.SubscribeTask(taskID)
 	defer sub.Close()
-	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error) (bool, error) {
+	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error, recheck bool) (bool, error) {
+		// The hub's rows first: while they continue the cursor, the table
+		// need not be read.
+		rows, mustRead := sub.Take()
+		for _, row := range rows {
+			if *row.Seq <= after {
+				continue // read from the table already
+			}
+			if *row.Seq != after+1 {
+				mustRead = true // a gap: this stream was behind the hub
+				break
+			}
+			if err := write(strconv.Itoa(*row.Seq), events.FromRow(row)); err != nil {
+				return false, err
+			}
+			after = *row.Seq
+		}
+		if !mustRead && !recheck {
+			return false, nil
+		}
 		for {
 			rows, err := agentsql.TaskEventsAfter(ctx, s.pool, taskID, after, s.cfg.Batch)
 			if err != nil {
@@ -142,6 +161,7 @@ func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
 				after = ev.Seq
 			}
 			if len(rows) < s.cfg.Batch {
+				sub.Seen(after)
 				return false, nil
 			}
 		}
@@ -198,7 +218,7 @@ func (s *Streams) ProjectEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	sub := s.hub.SubscribeProject(projectID)
 	defer sub.Close()
-	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error) (bool, error) {
+	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error, _ bool) (bool, error) {
 		for {
 			rows, held, err := agentsql.ProjectEventsAfter(ctx, s.pool, projectID, cur, s.cfg.Batch)
 			if err != nil {
@@ -219,8 +239,9 @@ func (s *Streams) ProjectEvents(w http.ResponseWriter, r *http.Request) error {
 }
 
 // catchUp writes the events after the stream's cursor and reports whether
-// some are held back (to be reread soon).
-type catchUp func(ctx context.Context, write func(id string, ev events.Event) error) (held bool, err error)
+// some are held back (to be reread soon). recheck says the wake-up came from
+// the stream's timer, not the hub: the stream must read the table.
+type catchUp func(ctx context.Context, write func(id string, ev events.Event) error, recheck bool) (held bool, err error)
 
 // stream runs one SSE response: headers, then catch-up on every wake-up,
 // recheck or held-event timer, with heartbeats, until the client leaves,
@@ -268,6 +289,7 @@ func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscripti
 	recheck := time.NewTimer(0)
 	defer recheck.Stop()
 	for {
+		timer := false
 		select {
 		case <-ctx.Done():
 			return
@@ -280,8 +302,9 @@ func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscripti
 			continue
 		case <-sub.C():
 		case <-recheck.C:
+			timer = true
 		}
-		held, err := catch(ctx, write)
+		held, err := catch(ctx, write, timer)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.cfg.Logger.WarnContext(ctx, "sse stream ended", slog.String("path", r.URL.Path), slog.String("err", err.Error()))

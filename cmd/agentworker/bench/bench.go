@@ -75,6 +75,7 @@ type Report struct {
 	EventsWrittenPerS float64     `json:"events_written_per_s"`
 	EventReceiptMS    Percentiles `json:"event_receipt_ms"`
 	SSEReceiptMS      Percentiles `json:"sse_receipt_ms"`
+	EventWriteMS      Percentiles `json:"event_write_ms"`
 
 	ContextBuildMS struct {
 		Files200  float64 `json:"files_200"`

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,15 +97,15 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 		task uuid.UUID
 		seq  int
 	}
-	// A notification names tasks, not events: the listener reads each
-	// named task's events after its cursor, as a follower does, and an
+	// A notification names tasks, not events: the listener reads the named
+	// tasks' events after their cursors, as a follower does, and an
 	// event is received when that read returns it. (Counting only events
 	// whose writer had returned when the notification arrived would push
 	// an event announced before its Emit returned to the task's next
 	// notification, 100 ms later.)
 	var mu sync.Mutex
 	sent := map[key]time.Time{}
-	var receipts []time.Duration
+	var receipts, writes []time.Duration
 	cursor := map[uuid.UUID]int{}
 	for i, id := range ids {
 		cursor[id] = lastSeq[i]
@@ -125,15 +126,18 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	// The same events through the SSE gateway: one task stream per task.
 	var sseMu sync.Mutex
 	var sseReceipts []time.Duration
-	sseDone, stopSSE, err := sseSubscribers(lctx, opts, db, ids, total, func(task uuid.UUID, seq int, at time.Time) {
+	var sseSeen [tasks]atomic.Int64 // the last seq each task stream delivered
+	sseDone, stopSSE, err := sseSubscribers(lctx, opts, db, ids, lastSeq[:], total, func(task int, seq int, at time.Time) bool {
+		sseSeen[task].Store(int64(seq))
 		mu.Lock()
-		t0, ok := sent[key{task, seq}]
+		t0, ok := sent[key{ids[task], seq}]
 		mu.Unlock()
 		if ok {
 			sseMu.Lock()
 			sseReceipts = append(sseReceipts, at.Sub(t0))
 			sseMu.Unlock()
 		}
+		return ok
 	})
 	if err != nil {
 		return err
@@ -152,54 +156,97 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 			if json.Unmarshal([]byte(n.Payload), &a) != nil {
 				continue
 			}
+			// One read for every named task, as the SSE hub does.
+			var cursors []agentsql.TaskCursor
+			mu.Lock()
 			for _, t := range a.Tasks {
-				cur, ours := cursor[t]
-				if !ours {
-					continue
+				if cur, ours := cursor[t]; ours {
+					cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: cur})
 				}
-				rows, err := agentsql.TaskEventsAfter(lctx, db.pool, t, cur, 1000)
-				if err != nil {
-					listenDone <- fmt.Errorf("listener read task %s: %w", t, err)
-					return
-				}
-				at := time.Now()
-				mu.Lock()
-				for _, e := range rows {
-					if t0, ok := sent[key{t, *e.Seq}]; ok {
-						receipts = append(receipts, at.Sub(t0))
-						got++
-					}
-					cursor[t] = *e.Seq
-				}
-				mu.Unlock()
 			}
+			mu.Unlock()
+			rows, err := agentsql.TasksEventsAfter(lctx, db.pool, cursors, 1000)
+			if err != nil {
+				listenDone <- fmt.Errorf("listener read %d tasks: %w", len(cursors), err)
+				return
+			}
+			at := time.Now()
+			mu.Lock()
+			for _, e := range rows {
+				if t0, ok := sent[key{*e.TaskID, *e.Seq}]; ok {
+					receipts = append(receipts, at.Sub(t0))
+					got++
+				}
+				cursor[*e.TaskID] = *e.Seq
+			}
+			mu.Unlock()
 		}
 		listenDone <- nil
 	}()
 
-	time.Sleep(500 * time.Millisecond) // let the 100 streams connect before the clock starts
-	g, gctx = errgroup.WithContext(ctx)
-	start := time.Now()
-	perTask := total / tasks
-	for i := range ids {
-		g.Go(func() error {
-			offset := time.Duration(i) * time.Second / 10 / tasks
-			for k := range perTask {
-				due := start.Add(offset + time.Duration(k)*100*time.Millisecond)
-				time.Sleep(time.Until(due)) // pacing the writers, not waiting for a result
-				seq := lastSeq[i] + k + 1
-				mu.Lock()
-				sent[key{ids[i], seq}] = time.Now()
-				mu.Unlock()
-				if _, err := recs[i].Emit(gctx, ev); err != nil {
-					return err
+	// paced writes rounds events per task at 10/s each, staggered: 1,000/s
+	// in all. Timed rounds record when each event was sent.
+	paced := func(rounds int, timed bool) error {
+		g, gctx := errgroup.WithContext(ctx)
+		start := time.Now()
+		for i := range ids {
+			g.Go(func() error {
+				offset := time.Duration(i) * time.Second / 10 / tasks
+				for k := range rounds {
+					due := start.Add(offset + time.Duration(k)*100*time.Millisecond)
+					time.Sleep(time.Until(due)) // pacing the writers, not waiting for a result
+					w0 := time.Now()
+					if timed {
+						mu.Lock()
+						sent[key{ids[i], lastSeq[i] + k + 1}] = w0
+						mu.Unlock()
+					}
+					if _, err := recs[i].Emit(gctx, ev); err != nil {
+						return err
+					}
+					if timed {
+						mu.Lock()
+						writes = append(writes, time.Since(w0))
+						mu.Unlock()
+					}
 				}
-			}
-			return nil
-		})
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return fmt.Errorf("paced writers: %w", err)
+		}
+		for i := range lastSeq {
+			lastSeq[i] += rounds
+		}
+		return nil
 	}
-	if err := g.Wait(); err != nil {
-		return fmt.Errorf("paced writers: %w", err)
+	// Warm-up, untimed: one second at the same rate, until the listener and
+	// every stream have it all, so the clock starts in the steady state:
+	// every stream connected, every pool connection open with its
+	// statements prepared (on a loaded machine that setup takes longer than
+	// any fixed sleep, and it is not receipt).
+	if err := paced(10, false); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	caughtUp := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, id := range ids {
+			if cursor[id] < lastSeq[i] || sseSeen[i].Load() < int64(lastSeq[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for !caughtUp() {
+		if lctx.Err() != nil {
+			return fmt.Errorf("warm-up: the listener and the streams did not get every event: %w", lctx.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := paced(total/tasks, true); err != nil {
+		return err
 	}
 	if err := <-listenDone; err != nil {
 		return err
@@ -209,16 +256,18 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	}
 	r.EventReceiptMS = percentiles(receipts)
 	r.SSEReceiptMS = percentiles(sseReceipts)
+	r.EventWriteMS = percentiles(writes)
 	r.note("event receipt: %d events at 1,000/s over %d tasks, written as the worker does (commit, then the process's Announcer notifies, coalesced); LISTEN: one connection; SSE: %d task streams through the gateway (one shared LISTEN hub)",
 		len(receipts), tasks, tasks)
 	return nil
 }
 
 // sseSubscribers serves the SSE gateway on loopback and follows one task
-// stream per task, calling got for each event received. done yields once
-// total events arrived (or the first error).
-func sseSubscribers(ctx context.Context, opts Options, db *database, tasks []uuid.UUID, total int,
-	got func(task uuid.UUID, seq int, at time.Time)) (<-chan error, func(), error) {
+// stream per task from its seq in after, calling got for each event
+// received. done yields once got has counted total events (or the first
+// error).
+func sseSubscribers(ctx context.Context, opts Options, db *database, tasks []uuid.UUID, after []int, total int,
+	got func(task int, seq int, at time.Time) (counted bool)) (<-chan error, func(), error) {
 	secret := make([]byte, 24)
 	_, _ = rand.Read(secret)
 	verifier, err := auth.NewVerifier(hex.EncodeToString(secret), nil)
@@ -248,14 +297,13 @@ func sseSubscribers(ctx context.Context, opts Options, db *database, tasks []uui
 	finish := func(err error) { once.Do(func() { done <- err }) }
 	client := &sse.Client{Token: token, HTTPClient: &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: len(tasks)}}}
 	var wg sync.WaitGroup
-	for _, id := range tasks {
+	for i, id := range tasks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			url := fmt.Sprintf("http://%s/v1/tasks/%s/events", ln.Addr(), id)
-			err := client.Follow(hctx, url, "", func(m sse.Message) error {
-				got(id, m.Event.Seq, time.Now())
-				if count.Add(1) == int64(total) {
+			err := client.Follow(hctx, url, strconv.Itoa(after[i]), func(m sse.Message) error {
+				if got(i, m.Event.Seq, time.Now()) && count.Add(1) == int64(total) {
 					finish(nil)
 				}
 				return nil

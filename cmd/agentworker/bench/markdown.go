@@ -21,6 +21,7 @@ func (r Report) Markdown() string {
 	row("events written (per s)", fmt.Sprintf("%.0f", r.EventsWrittenPerS), "", "")
 	row("write → LISTEN receipt (ms)", pc(r.EventReceiptMS), "", "p99 < 20")
 	row("write → SSE receipt (ms)", pc(r.SSEReceiptMS), "", "p99 < 20")
+	row("of which the write itself (ms)", pc(r.EventWriteMS), "", "")
 	row("context build, 200 / 2,000 files (ms)", fmt.Sprintf("%.1f / %.1f", r.ContextBuildMS.Files200, r.ContextBuildMS.Files2000), "", "2,000 files < 500")
 	row("read_file (ms)", pc(r.ToolCallMS.Read), "", "p99 < 50")
 	row("search_files (ms)", pc(r.ToolCallMS.Search), "", "p99 < 50")
