@@ -228,20 +228,29 @@ func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) (
 	return out, nil
 }
 
-// write writes one batch.
-func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Event, error) {
+// eventBatch encodes one batch for the database.
+func (r *Recorder) eventBatch(b batch) (agentsql.EventBatch, error) {
 	evs := make([]agentsql.NewEvent, len(b.ps))
 	for i, p := range b.ps {
 		p = r.stamp(p)
 		body, err := json.Marshal(p)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s event for task %s: %w", p.EventType(), r.taskID, err)
+			return agentsql.EventBatch{}, fmt.Errorf("encode %s event for task %s: %w", p.EventType(), r.taskID, err)
 		}
 		// Secrets never reach the timeline, whatever the payload carries.
 		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
-	rows, err := agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{
-		TaskID: r.taskID, ProjectID: r.projectID, Fence: r.fence, Key: b.key, Events: evs, AfterCommit: r.announcer != nil})
+	return agentsql.EventBatch{TaskID: r.taskID, ProjectID: r.projectID, Fence: r.fence, Key: b.key, Events: evs,
+		AfterCommit: r.announcer != nil}, nil
+}
+
+// write writes one batch.
+func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Event, error) {
+	eb, err := r.eventBatch(b)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := agentsql.InsertEventBatch(ctx, db, eb)
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +268,12 @@ func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Even
 			r.announcer.Announce(r.taskID, r.projectID)
 		}
 	}
+	return r.written(b, rows), nil
+}
+
+// written reports a batch's payloads to the observer and returns its rows
+// as events.
+func (r *Recorder) written(b batch, rows []agentsql.EventRow) []Event {
 	if r.observer != nil {
 		for _, p := range b.ps {
 			r.observer.Observe(p)
@@ -267,6 +282,78 @@ func (r *Recorder) write(ctx context.Context, db agentsql.DBTX, b batch) ([]Even
 	out := make([]Event, len(rows))
 	for i, row := range rows {
 		out[i] = FromRow(row)
+	}
+	return out
+}
+
+// Pipeliner is where InPipeline sends its round trip and asks what became
+// of a batch that wrote nothing: a pool, or a connection.
+type Pipeliner interface {
+	agentsql.Batcher
+	agentsql.DBTX
+}
+
+// InPipeline writes the queued payloads, then ps, in one round trip with
+// the statements queue adds (sql.Pipeline): one implicit transaction, the
+// events first, so they are in before a statement that ends the task. It
+// is InTx without BEGIN and COMMIT, for writes whose arguments do not
+// depend on each other's results. Should the pipeline not commit, or its
+// outcome be unknown, its batches are queued again, with their idempotency
+// keys, for the next write; once it committed, they are announced.
+func (r *Recorder) InPipeline(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, ps ...Payload) ([]Event, error) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	ps = r.takeBuffered(ps)
+	r.mu.Lock()
+	if err := r.fencedAt; err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	todo := r.unsure
+	r.unsure = nil
+	r.mu.Unlock()
+	if len(ps) > 0 {
+		todo = append(todo, batch{key: uuid.New(), ps: ps})
+	}
+	out, err := r.pipeline(ctx, db, todo, queue)
+	if err != nil {
+		r.mu.Lock()
+		r.unsure = append(todo, r.unsure...)
+		if errors.Is(err, agentsql.ErrFenced) {
+			r.fencedAt = err
+		}
+		r.mu.Unlock()
+		return nil, err
+	}
+	if r.announcer != nil && len(todo) > 0 {
+		r.announcer.Announce(r.taskID, r.projectID)
+	}
+	return out, nil
+}
+
+func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, queue func(p *agentsql.Pipeline) error) ([]Event, error) {
+	var p agentsql.Pipeline
+	outcomes := make([]func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error), len(todo))
+	for i, b := range todo {
+		eb, err := r.eventBatch(b)
+		if err != nil {
+			return nil, err
+		}
+		outcomes[i] = agentsql.QueueEventBatch(&p, eb)
+	}
+	if err := queue(&p); err != nil {
+		return nil, err
+	}
+	if err := p.Run(ctx, db); err != nil {
+		return nil, err
+	}
+	var out []Event
+	for i, b := range todo {
+		rows, err := outcomes[i](ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r.written(b, rows)...)
 	}
 	return out, nil
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -86,7 +84,8 @@ func (b *taskRun) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, er
 }
 
 // checkpoint saves the conversation after an iteration, with the
-// iteration's queued events and its spend, in one transaction.
+// iteration's queued events and its spend, in one round trip and one
+// transaction.
 func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error {
 	cp, err := b.checkpointRow(messages)
 	if err != nil {
@@ -94,12 +93,9 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 	}
 	spend := b.lp.unrecorded()
 	var pause bool
-	if err := b.rec.InTx(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
-		if _, err := b.rec.EmitIn(ctx, tx); err != nil {
-			return err
-		}
-		pause, err = agentsql.SaveCheckpoint(ctx, tx, b.at.fence(b.task), cp, spend)
-		return err
+	if _, err := b.rec.InPipeline(ctx, b.r.deps.Pool, func(p *agentsql.Pipeline) error {
+		agentsql.QueueSaveCheckpoint(p, b.at.fence(b.task), cp, spend, &pause)
+		return nil
 	}); err != nil {
 		return err
 	}

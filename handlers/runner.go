@@ -549,38 +549,35 @@ func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task, at Attempt) *eve
 }
 
 // finishSucceeded moves the task to succeeded with its closing events, in
-// one transaction. spend is the usage not yet counted by checkpoints.
+// one round trip and one transaction. spend is the usage not yet counted
+// by checkpoints.
 func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
-	var rec *events.Recorder
-	defer func() { rec.Committed() }()
-	return pgx.BeginFunc(ctx, r.deps.Pool, func(tx pgx.Tx) error {
-		// The events come first: once the task left running, its fence
-		// refuses them. Cleanup is recorded before the terminal event so
-		// a follower that stops there has seen every stage.
-		evs := []events.Payload{events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}}
+	// The events come first: once the task left running, its fence
+	// refuses them. Cleanup is recorded before the terminal event so a
+	// follower that stops there has seen every stage.
+	evs := []events.Payload{events.Progress{Kind: events.KindStageEnter, Stage: StageWriteResult}}
+	if hasSet {
+		evs = append(evs, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("change set applied: %d file change(s)", applied),
+			Metadata: map[string]any{"applied": applied}})
+	}
+	evs = append(evs,
+		events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
+		events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
+		events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
+		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
+	)
+	_, err := r.recorder(r.deps.Pool, task, at).InPipeline(ctx, r.deps.Pool, func(p *agentsql.Pipeline) error {
 		if hasSet {
-			if err := agentsql.FinishChangeSet(ctx, tx, at.fence(task), agentsql.ChangeSetApplied, false); err != nil {
+			if err := agentsql.QueueFinishChangeSet(p, at.fence(task), agentsql.ChangeSetApplied, false); err != nil {
 				return err
 			}
-			evs = append(evs, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("change set applied: %d file change(s)", applied),
-				Metadata: map[string]any{"applied": applied}})
 		}
-		evs = append(evs,
-			events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
-			events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
-			events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
-			events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
-		)
-		rec = r.recorder(tx, task, at)
-		if _, err := rec.Emit(ctx, evs...); err != nil {
-			return err
-		}
-		_, err := agentsql.FinishTask(ctx, tx, at.fence(task), agentsql.Outcome{
+		return agentsql.QueueFinishTask(p, at.fence(task), agentsql.Outcome{
 			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
 			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
 		})
-		return err
-	})
+	}, evs...)
+	return err
 }
 
 // fail records a failed attempt. A transient fault with tries left in the

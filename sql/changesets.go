@@ -209,20 +209,44 @@ func MarkChangeEntryApplied(ctx context.Context, db DBTX, f Fence, path string) 
 // needed); a set already applying is left alone unless rolledBack says its
 // apply was undone.
 func FinishChangeSet(ctx context.Context, db DBTX, f Fence, status string, rolledBack bool) error {
+	ctes, args, err := finishChangeSetStatement(f, status, rolledBack)
+	if err != nil {
+		return err
+	}
+	if _, err := fenced(ctx, db, f, ctes, args...); err != nil {
+		return fmt.Errorf("finish change set of task %s as %s: %w", f.TaskID, status, err)
+	}
+	return nil
+}
+
+// QueueFinishChangeSet queues FinishChangeSet's statement in p.
+func QueueFinishChangeSet(p *Pipeline, f Fence, status string, rolledBack bool) error {
+	ctes, args, err := finishChangeSetStatement(f, status, rolledBack)
+	if err != nil {
+		return err
+	}
+	queueFenced(p, f, ctes, func(_ int64, err error) error {
+		if err != nil {
+			return fmt.Errorf("finish change set of task %s as %s: %w", f.TaskID, status, err)
+		}
+		return nil
+	}, args...)
+	return nil
+}
+
+func finishChangeSetStatement(f Fence, status string, rolledBack bool) (string, []any, error) {
 	if status != ChangeSetApplied && status != ChangeSetDiscarded {
-		return fmt.Errorf("finish change set of task %s: status %q is not final", f.TaskID, status)
+		return "", nil, fmt.Errorf("finish change set of task %s: status %q is not final", f.TaskID, status)
 	}
 	// A set being applied is never discarded: it is finished by Resume,
 	// or rolled back after a conflict.
-	if _, err := fenced(ctx, db, f, `w AS (
+	return `w AS (
 			UPDATE change_sets SET status = $3, updated_at = now()
 			WHERE task_id = $1 AND (status = 'open' OR $3 = 'applied' OR (status = 'applying' AND $4))
 			AND EXISTS (SELECT 1 FROM fence) RETURNING status),
 		d AS (
-			DELETE FROM change_set_entries WHERE task_id = $1 AND $3 = 'discarded' AND EXISTS (SELECT 1 FROM w))`, status, rolledBack); err != nil {
-		return fmt.Errorf("finish change set of task %s as %s: %w", f.TaskID, status, err)
-	}
-	return nil
+			DELETE FROM change_set_entries WHERE task_id = $1 AND $3 = 'discarded' AND EXISTS (SELECT 1 FROM w))`,
+		[]any{status, rolledBack}, nil
 }
 
 // Decision outcomes of a plan-driven build step.

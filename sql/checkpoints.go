@@ -38,11 +38,39 @@ type Spend struct {
 // longer holds the task: a stale attempt never overwrites the checkpoint
 // of the one that took over.
 func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend Spend) (pauseRequested bool, err error) {
+	query, args := saveCheckpointStatement(f, cp, spend)
 	var held bool
+	if err := db.QueryRow(ctx, query, args...).Scan(&held, &pauseRequested); err != nil {
+		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
+	}
+	return pauseRequested, checkpointHeld(f, cp, held)
+}
+
+// QueueSaveCheckpoint queues SaveCheckpoint's statement in p; once p ran,
+// *pauseRequested holds its answer.
+func QueueSaveCheckpoint(p *Pipeline, f Fence, cp Checkpoint, spend Spend, pauseRequested *bool) {
+	query, args := saveCheckpointStatement(f, cp, spend)
+	p.batch.Queue(query, args...).QueryRow(func(row pgx.Row) error {
+		var held bool
+		if err := row.Scan(&held, pauseRequested); err != nil {
+			return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
+		}
+		return checkpointHeld(f, cp, held)
+	})
+}
+
+func checkpointHeld(f Fence, cp Checkpoint, held bool) error {
+	if !held {
+		return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, ErrFenced)
+	}
+	return nil
+}
+
+func saveCheckpointStatement(f Fence, cp Checkpoint, spend Spend) (string, []any) {
 	// The spend's update of the task row is the fence: it locks the row
 	// while the holder holds it. Data-modifying CTEs all run, read or not.
 	// Only entries changed since the last checkpoint are copied.
-	err = db.QueryRow(ctx, `WITH fence AS (
+	return `WITH fence AS (
 			UPDATE ai_tasks SET tokens_in = tokens_in + $7, tokens_out = tokens_out + $8, cost = cost + $9
 			WHERE id = $1 AND fence = $2 AND status = 'running'
 			RETURNING attempt, pause_requested),
@@ -59,15 +87,8 @@ func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend 
 		r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + $7, tokens_out = r.tokens_out + $8, cost = r.cost + $9
 			FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ($7 <> 0 OR $8 <> 0 OR $9 <> 0) RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false)`,
-		f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
-		spend.TokensIn, spend.TokensOut, spend.Cost).Scan(&held, &pauseRequested)
-	if err != nil {
-		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
-	}
-	if !held {
-		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, ErrFenced)
-	}
-	return pauseRequested, nil
+		[]any{f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
+			spend.TokensIn, spend.TokensOut, spend.Cost}
 }
 
 // LoadCheckpoint returns a task's checkpoint; ok is false when it has none

@@ -87,6 +87,39 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 	if len(b.Events) == 0 {
 		return nil, nil
 	}
+	query, args := eventBatchStatement(b)
+	rows, err := db.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
+	}
+	return eventBatchOutcome(ctx, db, b, out)
+}
+
+// QueueEventBatch queues InsertEventBatch's statement in p. Once p ran,
+// outcome returns what InsertEventBatch would have: the rows written, none
+// for a batch written before, or ErrFenced (it may ask db which).
+func QueueEventBatch(p *Pipeline, b EventBatch) (outcome func(ctx context.Context, db DBTX) ([]EventRow, error)) {
+	if len(b.Events) == 0 {
+		return func(context.Context, DBTX) ([]EventRow, error) { return nil, nil }
+	}
+	var out []EventRow
+	query, args := eventBatchStatement(b)
+	p.batch.Queue(query, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		if out, err = scanEvents(rows); err != nil {
+			return fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
+		}
+		return nil
+	})
+	return func(ctx context.Context, db DBTX) ([]EventRow, error) { return eventBatchOutcome(ctx, db, b, out) }
+}
+
+// eventBatchStatement is the statement writing b, and its arguments.
+func eventBatchStatement(b EventBatch) (string, []any) {
 	types := make([]string, len(b.Events))
 	payloads := make([]string, len(b.Events))
 	for i, e := range b.Events {
@@ -125,21 +158,20 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 			RETURNING ` + eventColumns
 		args = append(args, len(b.Events), *b.Fence)
 	}
-	rows, err := db.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
-	}
-	out, err := scanEvents(rows)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
-	}
+	return query, args
+}
+
+// eventBatchOutcome is what writing b returned: out, the rows written, or
+// when a fenced batch wrote none, nothing (it was written before) or
+// ErrFenced.
+func eventBatchOutcome(ctx context.Context, db DBTX, b EventBatch, out []EventRow) ([]EventRow, error) {
 	if len(out) > 0 || b.Fence == nil {
 		return out, nil
 	}
 	// Nothing written: the batch was written before, or the fence is stale.
-	if key != nil {
+	if b.Key != uuid.Nil {
 		var dup bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $2)`, b.TaskID, key).Scan(&dup); err != nil {
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $2)`, b.TaskID, b.Key).Scan(&dup); err != nil {
 			return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 		}
 		if dup {

@@ -104,11 +104,25 @@ const fenceCTE = `fence AS (SELECT 1 FROM ai_tasks WHERE id = $1 AND fence = $2 
 // row written, with f as $1 and $2 and args from $3. It returns the rows
 // written, or ErrFenced.
 func fenced(ctx context.Context, db DBTX, f Fence, ctes string, args ...any) (int64, error) {
+	return fencedResult(db.QueryRow(ctx, fencedStatement(ctes), append([]any{f.TaskID, f.Epoch}, args...)...))
+}
+
+// queueFenced queues fenced's statement in p; read gets its result.
+func queueFenced(p *Pipeline, f Fence, ctes string, read func(n int64, err error) error, args ...any) {
+	p.batch.Queue(fencedStatement(ctes), append([]any{f.TaskID, f.Epoch}, args...)...).QueryRow(func(row pgx.Row) error {
+		return read(fencedResult(row))
+	})
+}
+
+func fencedStatement(ctes string) string {
+	return `WITH ` + fenceCTE + `, ` + ctes + `
+		SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM w)`
+}
+
+func fencedResult(row pgx.Row) (int64, error) {
 	var held bool
 	var n int64
-	err := db.QueryRow(ctx, `WITH `+fenceCTE+`, `+ctes+`
-		SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM w)`, append([]any{f.TaskID, f.Epoch}, args...)...).Scan(&held, &n)
-	if err != nil {
+	if err := row.Scan(&held, &n); err != nil {
 		return 0, err
 	}
 	if !held {

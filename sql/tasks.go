@@ -221,15 +221,50 @@ type Outcome struct {
 // A holder writes its closing events before FinishTask, in its
 // transaction: once the task left running, its fence refuses every write.
 func FinishTask(ctx context.Context, tx pgx.Tx, f Fence, o Outcome) (Task, error) {
-	id := f.TaskID
+	query, args, err := finishTaskStatement(f, o)
+	if err != nil {
+		return Task{}, err
+	}
+	t, err := scanTask(tx.QueryRow(ctx, query, args...))
+	if err := finishTaskErr(f, o, err); err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+// QueueFinishTask queues FinishTask's statement in p, for a pipeline that
+// also writes the closing events. It refuses an illegal outcome at once.
+func QueueFinishTask(p *Pipeline, f Fence, o Outcome) error {
+	query, args, err := finishTaskStatement(f, o)
+	if err != nil {
+		return err
+	}
+	p.batch.Queue(query, args...).QueryRow(func(row pgx.Row) error {
+		_, err := scanTask(row)
+		return finishTaskErr(f, o, err)
+	})
+	return nil
+}
+
+func finishTaskErr(f Fence, o Outcome, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("finish task %s as %s: %w", f.TaskID, o.Status, ErrFenced)
+	}
+	if err != nil {
+		return fmt.Errorf("finish task %s as %s: %w", f.TaskID, o.Status, err)
+	}
+	return nil
+}
+
+func finishTaskStatement(f Fence, o Outcome) (string, []any, error) {
 	// Only a running task is finished: a holder whose task left running
 	// was fenced, whatever status it is in now.
 	if !CanTransition(StatusRunning, o.Status) {
-		return Task{}, fmt.Errorf("finish task %s: %s -> %s: %w", id, StatusRunning, o.Status, ErrIllegalTransition)
+		return "", nil, fmt.Errorf("finish task %s: %s -> %s: %w", f.TaskID, StatusRunning, o.Status, ErrIllegalTransition)
 	}
 	// One statement: the task, then its run (usage is added: checkpoints
 	// counted the earlier iterations already).
-	t, err := scanTask(tx.QueryRow(ctx, `WITH t AS (
+	return `WITH t AS (
 			UPDATE ai_tasks SET status = $2, result = coalesce($3, result),
 				error = $4, tokens_in = tokens_in + $5, tokens_out = tokens_out + $6, cost = cost + $7,
 				model = coalesce(nullif($8, ''), model),
@@ -240,16 +275,9 @@ func FinishTask(ctx context.Context, tx pgx.Tx, f Fence, o Outcome) (Task, error
 			UPDATE task_runs r SET status = $11, tokens_in = r.tokens_in + $5, tokens_out = r.tokens_out + $6, cost = r.cost + $7,
 				error_code = nullif($12, ''), error_message = nullif($13, ''), finished_at = now()
 			FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt)
-		SELECT `+taskColumns+` FROM t`,
-		id, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model,
-		o.Status.Terminal(), f.Epoch, o.RunStatus, o.ErrorCode, Text(o.ErrorMsg)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, ErrFenced)
-	}
-	if err != nil {
-		return Task{}, fmt.Errorf("finish task %s as %s: %w", id, o.Status, err)
-	}
-	return t, nil
+		SELECT ` + taskColumns + ` FROM t`,
+		[]any{f.TaskID, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model,
+			o.Status.Terminal(), f.Epoch, o.RunStatus, o.ErrorCode, Text(o.ErrorMsg)}, nil
 }
 
 func nullJSON(b json.RawMessage) any {

@@ -48,7 +48,7 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50,
 		"tool_call_ms.edit.p50": r.ToolCallMS.Edit.P50, "loop_overhead_ms": r.LoopOverheadMS,
 		"in_flight.median_ratio": r.InFlight.MedianRatio, "in_flight.statements_per_task": r.InFlight.StatementsPerTask,
-		"in_flight.commits_per_task": r.InFlight.CommitsPerTask, "in_flight.event_receipt_ms.p99": r.InFlight.EventReceiptMS.P99,
+		"in_flight.commits_per_task": r.InFlight.CommitsPerTask, "in_flight.round_trips_per_task": r.InFlight.RoundTripsPerTask, "in_flight.event_receipt_ms.p99": r.InFlight.EventReceiptMS.P99,
 		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
 	} {
 		if v <= 0 {

@@ -20,12 +20,13 @@ import (
 // Notifications only wake: subscribers read the events from their own
 // cursor, so a dropped notification costs latency, never an event.
 //
-// For task subscriptions the Hub also reads: once it knows how far a task's
-// subscribers have read (Subscription.Seen), an announcement of the task
-// makes it read the new events once, for every announced task in one query,
-// and hand the rows to each subscriber, instead of every stream querying on
-// its own wake-up. A subscriber that finds a gap in what it was handed (it
-// was behind, or its buffer overflowed) reads the table itself.
+// For task subscriptions the Hub also reads: once a subscriber has said how
+// far it has read (Subscription.Seen), an announcement of its task makes the
+// Hub read the task's new events after the least position of its
+// subscribers, once for every announced task in one query, and hand the
+// rows to each, instead of every stream querying on its own wake-up. A
+// subscriber that has not said, or that finds a gap in what it was handed
+// (its buffer overflowed), reads the table itself.
 type Hub struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
@@ -33,7 +34,6 @@ type Hub struct {
 	mu       sync.Mutex
 	byTask   map[uuid.UUID]map[*Subscription]struct{}
 	byProj   map[uuid.UUID]map[*Subscription]struct{}
-	read     map[uuid.UUID]int      // task → the seq its subscribers have read up to, once known
 	want     map[uuid.UUID]struct{} // announced tasks the reader has yet to read
 	wantC    chan struct{}
 	done     chan struct{}
@@ -58,7 +58,6 @@ func NewHub(pool *pgxpool.Pool, logger *slog.Logger) *Hub {
 		pool: pool, log: logger,
 		byTask: map[uuid.UUID]map[*Subscription]struct{}{},
 		byProj: map[uuid.UUID]map[*Subscription]struct{}{},
-		read:   map[uuid.UUID]int{},
 		want:   map[uuid.UUID]struct{}{},
 		wantC:  make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -72,6 +71,11 @@ type Subscription struct {
 	task    uuid.UUID
 	project uuid.UUID
 	c       chan struct{}
+
+	// pos is the seq the subscriber has read up to, as far as the hub
+	// knows (known: it said, or was handed rows since); guarded by hub.mu.
+	pos   int
+	known bool
 
 	mu       sync.Mutex
 	rows     []agentsql.EventRow // read by the hub, not yet taken
@@ -95,16 +99,13 @@ func (s *Subscription) Take() (rows []agentsql.EventRow, mustRead bool) {
 }
 
 // Seen tells the Hub that a task subscriber has read its events up to seq
-// from the table, so the Hub can read on from there for all of them.
+// from the table: from then on the Hub reads its task's new events for it.
 func (s *Subscription) Seen(seq int) {
 	h := s.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, subscribed := h.byTask[s.task]; !subscribed {
-		return
-	}
-	if cur, known := h.read[s.task]; !known || seq > cur {
-		h.read[s.task] = seq
+	if !s.known || seq > s.pos {
+		s.pos, s.known = seq, true
 	}
 }
 
@@ -117,7 +118,6 @@ func (s *Subscription) Close() {
 		delete(h.byTask[s.task], s)
 		if len(h.byTask[s.task]) == 0 {
 			delete(h.byTask, s.task)
-			delete(h.read, s.task)
 			delete(h.want, s.task)
 		}
 	} else {
@@ -187,17 +187,13 @@ func (h *Hub) dispatch(payload string) {
 	defer h.mu.Unlock()
 	queued := false
 	for _, t := range key.Tasks {
-		subs := h.byTask[t]
-		if len(subs) == 0 {
-			continue
-		}
-		if _, known := h.read[t]; known {
+		for s := range h.byTask[t] {
+			if !s.known {
+				wakeToRead(s)
+				continue
+			}
 			h.want[t] = struct{}{}
 			queued = true
-			continue
-		}
-		for s := range subs {
-			wakeToRead(s)
 		}
 	}
 	for _, p := range key.Projects {
@@ -234,8 +230,8 @@ func (h *Hub) readRound(ctx context.Context) (again bool) {
 	h.mu.Lock()
 	cursors := make([]agentsql.TaskCursor, 0, len(h.want))
 	for t := range h.want {
-		if seq, known := h.read[t]; known {
-			cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: seq})
+		if after, ok := h.least(t); ok {
+			cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: after})
 		}
 	}
 	clear(h.want)
@@ -273,16 +269,27 @@ func (h *Hub) readRound(ctx context.Context) (again bool) {
 	return again
 }
 
-// deliver hands a task's rows (in seq order) to its subscribers; h.mu is held.
+// least is the least position of a task's subscribers that said theirs;
+// h.mu is held.
+func (h *Hub) least(task uuid.UUID) (after int, ok bool) {
+	for s := range h.byTask[task] {
+		if s.known && (!ok || s.pos < after) {
+			after, ok = s.pos, true
+		}
+	}
+	return after, ok
+}
+
+// deliver hands a task's rows (in seq order) to its subscribers; h.mu is
+// held. One that subscribed during the read reads the table itself.
 func (h *Hub) deliver(task uuid.UUID, rows []agentsql.EventRow) {
-	subs := h.byTask[task]
-	if len(subs) == 0 {
-		return // every subscriber left during the read
-	}
-	if last := *rows[len(rows)-1].Seq; last > h.read[task] {
-		h.read[task] = last
-	}
-	for s := range subs {
+	last := *rows[len(rows)-1].Seq
+	for s := range h.byTask[task] {
+		if !s.known {
+			wakeToRead(s)
+			continue
+		}
+		s.pos = max(s.pos, last)
 		s.mu.Lock()
 		if len(s.rows)+len(rows) > subscriptionBuffer {
 			s.rows, s.mustRead = nil, true

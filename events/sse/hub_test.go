@@ -76,7 +76,16 @@ func TestHubReadsOnceForAllStreams(t *testing.T) {
 	db := dbtest.New(t)
 	pool, reads := countingPool(t, db)
 	hub := sse.NewHub(pool, slog.New(slog.DiscardHandler))
+	// With no rechecks, a notification sent before the hub listens would be
+	// lost for good: wait until it listens (it then wakes every subscriber).
+	probe := hub.SubscribeTask(uuid.New())
 	runHub(t, hub)
+	select {
+	case <-probe.C():
+		probe.Close()
+	case <-time.After(20 * time.Second):
+		t.Fatal("the hub did not listen within 20 s")
+	}
 	// No timed rechecks during the test: every read is a wake-up's.
 	streams := sse.NewStreams(pool, hub, sse.Config{Recheck: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
@@ -118,7 +127,7 @@ func TestHubReadsOnceForAllStreams(t *testing.T) {
 	client := &sse.Client{}
 	for _, id := range ids {
 		for range perTask {
-			s := stream{task: id, got: make(chan int, rounds+1)}
+			s := stream{task: id, got: make(chan int, rounds+2)}
 			all = append(all, s)
 			wg.Go(func() {
 				_ = client.Follow(ctx, srv.URL+"/v1/tasks/"+id.String()+"/events", "", func(m sse.Message) error {
@@ -140,16 +149,20 @@ func TestHubReadsOnceForAllStreams(t *testing.T) {
 			return 0
 		}
 	}
-	// Round 0 connects everyone: each stream's first read is its own.
-	emitRound(0)
-	for _, s := range all {
-		if seq := next(s); seq != 1 {
-			t.Fatalf("stream of task %s: first seq %d, want 1", s.task, seq)
+	// Rounds 0 and 1 connect everyone: each stream's first read is its
+	// own, and one that connected while round 0 was announced reads the
+	// table once more; once every stream has round 1, none is left to.
+	for round := range 2 {
+		emitRound(round)
+		for _, s := range all {
+			if seq := next(s); seq != round+1 {
+				t.Fatalf("stream of task %s: seq %d, want %d", s.task, seq, round+1)
+			}
 		}
 	}
 	streamReads, hubReads := reads.stream.Load(), reads.hub.Load()
 
-	for round := 1; round <= rounds; round++ {
+	for round := 2; round < 2+rounds; round++ {
 		emitRound(round)
 		for _, s := range all {
 			if seq := next(s); seq != round+1 {

@@ -288,8 +288,13 @@ func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscripti
 	defer heartbeat.Stop()
 	recheck := time.NewTimer(0)
 	defer recheck.Stop()
+	// The first catch-up reads the table whatever woke it: a hub wake-up
+	// can win the race with the timer at 0, whose firing the Reset below
+	// then discards.
+	first := true
 	for {
-		timer := false
+		timer := first
+		first = false
 		select {
 		case <-ctx.Done():
 			return

@@ -28,6 +28,7 @@ import (
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
@@ -505,8 +506,23 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Errorf("question shown = %q", question)
 	}
 	screenshot(t, ctx, "console-question")
+	// The lists are redrawn on every phase change of the project: an
+	// answer being typed survives one.
+	answerBox := `#task-inbox .inbox-item.question input.answer`
+	run(t, ctx, "start typing", keys(answerBox, "bl"))
+	if _, err := agentsql.InsertEvents(t.Context(), c.pool, uuid.MustParse(asker), c.project,
+		[]agentsql.NewEvent{{Type: "agent_phase", Payload: []byte(`{"phase":"coder","action":"enter","summary":"meanwhile"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "the page redraws", until(`[...document.querySelectorAll("#timeline *")].some(e => e.textContent.includes("meanwhile"))`),
+		chromedp.Sleep(500*time.Millisecond)) // the project's redraw is debounced by 200 ms
+	var typed string
+	eval(t, ctx, `document.querySelector('`+answerBox+`').value`, &typed)
+	if typed != "bl" {
+		t.Fatalf("the answer being typed is %q after a redraw, want %q", typed, "bl")
+	}
 	run(t, ctx, "answer it",
-		keys(`#task-inbox .inbox-item.question input.answer`, "blue"),
+		keys(answerBox, "ue"),
 		click(`#task-inbox .inbox-item.question button[type="submit"]`),
 		visible(row(asker, "succeeded")),
 		click(`#tab-files`),

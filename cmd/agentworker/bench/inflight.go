@@ -37,6 +37,7 @@ type InFlight struct {
 	// Per task, from the worker's pool (statements it sent, River's
 	// included) and pg_stat_database (commits).
 	StatementsPerTask float64 `json:"statements_per_task"`
+	RoundTripsPerTask float64 `json:"round_trips_per_task"`
 	CommitsPerTask    float64 `json:"commits_per_task"`
 	// EventReceiptMS is event written (its transaction's start, an upper
 	// bound) → a LISTEN connection told of its task, for the running tasks'
@@ -56,15 +57,28 @@ func fixedDelayModel(delay time.Duration) scripted.Responder {
 	})
 }
 
-// statementCounter counts the statements a pool sends.
-type statementCounter struct{ n atomic.Int64 }
+// statementCounter counts the statements a pool sends (n), those of a
+// pipeline included, and its round trips (a pipeline is one).
+type statementCounter struct{ n, trips atomic.Int64 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.trips.Add(1)
 	return ctx
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.n.Add(1)
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	n, delay := 1000, 5*time.Second
@@ -104,7 +118,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 		stopSampling()
 		return err
 	}
-	stmts0 := stmts.n.Load()
+	stmts0, trips0 := stmts.n.Load(), stmts.trips.Load()
 
 	t0 := time.Now()
 	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
@@ -127,7 +141,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 		}
 	}
 	elapsed := time.Since(t0)
-	stmtsRun := stmts.n.Load() - stmts0
+	stmtsRun, tripsRun := stmts.n.Load()-stmts0, stmts.trips.Load()-trips0
 	stopSampling()
 	lk, rc := <-locks, <-receipts
 	// pg_stat_database counts a backend's commits when it reports, at most
@@ -152,6 +166,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	f.P99Ratio = ratio(took[min(len(took)-1, len(took)*99/100)].Seconds(), ideal.Seconds())
 	f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax = lk.max, lk.mean, lk.notifyMax
 	f.StatementsPerTask = ratio(float64(stmtsRun), float64(n))
+	f.RoundTripsPerTask = ratio(float64(tripsRun), float64(n))
 	f.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
 	f.EventReceiptMS = percentiles(rc.lat)
 	f.EventsPerS = float64(len(rc.lat)) / elapsed.Seconds()

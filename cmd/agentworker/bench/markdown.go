@@ -32,7 +32,7 @@ func (r Report) Markdown() string {
 	row(fmt.Sprintf("%d tasks in flight, %.0f ms model: insert → done ÷ ideal", f.Tasks, f.ModelDelayMS),
 		fmt.Sprintf("median %.2f× / p99 %.2f×", f.MedianRatio, f.P99Ratio), "", "median ≤ 1.5× (goal 1.2×)")
 	row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
-	row("statements / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f", f.StatementsPerTask, f.CommitsPerTask), "", "")
+	row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
 	row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")
 	for _, run := range r.Replicas.Runs {
 		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres; commits)", run.Replicas, r.Replicas.Tasks),

@@ -488,13 +488,23 @@ async function loadInbox() {
   if (!res) return;
   inboxItems = res.items;
   $("inbox-count").textContent = inboxItems.length ? `(${inboxItems.length})` : "";
-  $("inbox").replaceChildren(...(inboxItems.length ? inboxItems.map(inboxItem) : [el("p", { class: "meta", textContent: "Nothing waits for you." })]));
+  if (inboxItems.length) renderItems($("inbox"), inboxItems);
+  else $("inbox").replaceChildren(el("p", { class: "meta", textContent: "Nothing waits for you." }));
   renderTaskInbox();
 }
 
 function renderTaskInbox() {
-  const mine = current ? inboxItems.filter((i) => i.task_id === current.id) : [];
-  $("task-inbox").replaceChildren(...mine.map(inboxItem));
+  renderItems($("task-inbox"), current ? inboxItems.filter((i) => i.task_id === current.id) : []);
+}
+
+// renderItems shows items in box, keeping the element of every item shown
+// already: the lists are redrawn on every phase change of the project, and
+// an answer being typed must survive that (an open item never changes).
+function renderItems(box, items) {
+  const shown = new Map([...box.children].filter((c) => c.dataset.id).map((c) => [c.dataset.id, c]));
+  const ids = items.map((i) => String(i.id));
+  if (ids.length === box.children.length && ids.every((id, k) => box.children[k].dataset.id === id)) return;
+  box.replaceChildren(...items.map((i) => shown.get(String(i.id)) || inboxItem(i)));
 }
 
 // inboxItem renders an open item: a question gets an answer box (answering

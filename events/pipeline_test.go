@@ -1,0 +1,204 @@
+package events_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/events"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+// claimed inserts a build task and claims it, as a worker does.
+func claimed(t *testing.T, pool *pgxpool.Pool) agentsql.Task {
+	t.Helper()
+	task := newTask(t, pool, "build")
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		c, err := agentsql.ClaimTask(t.Context(), tx, task.ID, 1, "test", time.Minute)
+		task = c.Task
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+// messages returns the log messages and phases of a task's timeline, in
+// seq order, checking the seqs have no gap.
+func messages(t *testing.T, pool *pgxpool.Pool, task agentsql.Task) []string {
+	t.Helper()
+	rows, err := agentsql.TaskEventsAfter(t.Context(), pool, task.ID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, r := range rows {
+		if *r.Seq != i+1 {
+			t.Errorf("seq %d at position %d", *r.Seq, i+1)
+		}
+		var p struct{ Message, Phase string }
+		_ = json.Unmarshal(r.Payload, &p)
+		out = append(out, p.Message+p.Phase)
+	}
+	return out
+}
+
+func checkpoint(task agentsql.Task, iteration int) agentsql.Checkpoint {
+	return agentsql.Checkpoint{TaskID: task.ID, Attempt: task.Attempt, Iteration: iteration,
+		Messages: json.RawMessage(`[]`), State: json.RawMessage(`{}`)}
+}
+
+func logged(msg string) events.Payload { return events.Log{Level: events.LevelInfo, Message: msg} }
+
+// checkpointWith sends msg and a checkpoint at iteration 1 of task as one
+// pipeline through db.
+func checkpointWith(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg string) error {
+	t.Helper()
+	var pause bool
+	_, err := rec.InPipeline(t.Context(), db, func(p *agentsql.Pipeline) error {
+		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &pause)
+		return nil
+	}, logged(msg))
+	return err
+}
+
+// lostReply sends pipelines through a pool, and after the first one has
+// committed, reports its reply lost, as a connection cut after the commit
+// would.
+type lostReply struct {
+	*pgxpool.Pool
+	lost bool
+}
+
+var errReplyLost = errors.New("connection reset after commit")
+
+func (l *lostReply) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return &lostResults{BatchResults: l.Pool.SendBatch(ctx, b), l: l}
+}
+
+type lostResults struct {
+	pgx.BatchResults
+	l *lostReply
+}
+
+func (r *lostResults) Close() error {
+	err := r.BatchResults.Close()
+	if err == nil && !r.l.lost {
+		r.l.lost = true
+		return errReplyLost
+	}
+	return err
+}
+
+// TestRecorderInPipeline: a pipeline's events and statements commit
+// together or not at all; events of one that did not commit, or whose reply
+// was lost, are written by the next write, once; once fenced, nothing is.
+func TestRecorderInPipeline(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+
+	t.Run("Commits", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		rec.Add(logged("queued"))
+		var pause bool
+		evs, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
+			agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{TokensIn: 7}, &pause)
+			return nil
+		}, logged("iteration 1"))
+		if err != nil || len(evs) != 2 || pause {
+			t.Fatalf("InPipeline = %d events, pause %v, %v; want 2, false, nil", len(evs), pause, err)
+		}
+		if cp, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || !ok || cp.Iteration != 1 {
+			t.Fatalf("checkpoint = %+v, %v, %v; want iteration 1", cp, ok, err)
+		}
+		// A pause request is read back by the pipeline's checkpoint.
+		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionPause, agentsql.ControlOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
+			agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 2), agentsql.Spend{}, &pause)
+			return nil
+		}); err != nil || !pause {
+			t.Fatalf("checkpoint after a pause request: pause %v, %v; want true", pause, err)
+		}
+		if got, err := agentsql.GetTask(ctx, pool, task.ID); err != nil || got.TokensIn != 7 {
+			t.Fatalf("task tokens_in = %d, %v; want the spend, 7", got.TokensIn, err)
+		}
+	})
+
+	t.Run("FailedStatementCommitsNothing", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		// Postgres refuses a NUL byte in text: the finish fails after the
+		// events' statement succeeded, and takes it with it.
+		_, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
+			return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
+		}, logged("closing"))
+		if err == nil {
+			t.Fatal("a pipeline with a failing statement succeeded")
+		}
+		t.Logf("pipeline failed: %v", err)
+		if got := messages(t, pool, task); len(got) != 0 {
+			t.Fatalf("after the failed pipeline the timeline holds %v; want nothing", got)
+		}
+		if got, err := agentsql.GetTask(ctx, pool, task.ID); err != nil || got.Status != agentsql.StatusRunning {
+			t.Fatalf("task = %s, %v; want still running", got.Status, err)
+		}
+		if evs, err := rec.Emit(ctx, logged("next")); err != nil || len(evs) != 2 {
+			t.Fatalf("next write = %d events, %v; want the failed one, then the new one", len(evs), err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "closing|next" {
+			t.Fatalf("timeline = %s, want closing|next", got)
+		}
+	})
+
+	t.Run("LostReplyWrittenOnce", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		if err := checkpointWith(t, rec, &lostReply{Pool: pool}, task, "iteration 1"); !errors.Is(err, errReplyLost) {
+			t.Fatalf("InPipeline = %v, want the lost reply", err)
+		}
+		if _, err := rec.Emit(ctx, logged("iteration 2")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|iteration 2" {
+			t.Fatalf("timeline = %s, want iteration 1|iteration 2 (the committed batch once)", got)
+		}
+	})
+
+	t.Run("Fenced", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkpointWith(t, rec, pool, task, "late"); !errors.Is(err, agentsql.ErrFenced) {
+			t.Fatalf("InPipeline after a cancel = %v, want ErrFenced", err)
+		}
+		if _, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || ok {
+			t.Fatalf("a fenced pipeline saved a checkpoint (%v, %v)", ok, err)
+		}
+		if _, err := rec.Emit(ctx, logged("later")); !errors.Is(err, agentsql.ErrFenced) {
+			t.Fatalf("write after the fenced pipeline = %v, want ErrFenced", err)
+		}
+		if got := messages(t, pool, task); len(got) == 0 || got[len(got)-1] != "cancelled" || strings.Contains(strings.Join(got, "|"), "late") {
+			t.Fatalf("timeline = %v: the cancel's terminal event must be the last, the late events absent", got)
+		}
+	})
+}
