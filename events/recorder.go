@@ -197,35 +197,48 @@ func (r *Recorder) takeBuffered(ps []Payload) []Payload {
 // insert writes the batches not known to be written, then ps as a new
 // batch; the caller holds writeMu.
 func (r *Recorder) insert(ctx context.Context, db agentsql.DBTX, ps []Payload) ([]Event, error) {
-	r.mu.Lock()
-	todo := r.unsure
-	r.unsure = nil
-	if err := r.fencedAt; err != nil {
-		r.mu.Unlock()
+	todo, err := r.due(ps)
+	if err != nil {
 		return nil, err
-	}
-	r.mu.Unlock()
-	if len(ps) > 0 {
-		todo = append(todo, batch{key: uuid.New(), ps: ps})
 	}
 	var out []Event
 	for i, b := range todo {
 		evs, err := r.write(ctx, db, b)
 		if err != nil {
-			// Keep them for the next write (the failure path records an
-			// error event): a timeline may be late, never missing events
-			// nor holding one twice.
-			r.mu.Lock()
-			r.unsure = append(todo[i:], r.unsure...)
-			if errors.Is(err, agentsql.ErrFenced) {
-				r.fencedAt = err
-			}
-			r.mu.Unlock()
+			r.keep(todo[i:], err)
 			return out, err
 		}
 		out = append(out, evs...)
 	}
 	return out, nil
+}
+
+// due takes the batches not known to be written, then ps as a new batch;
+// once the holder was fenced, it refuses. The caller holds writeMu.
+func (r *Recorder) due(ps []Payload) ([]batch, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	todo := r.unsure
+	r.unsure = nil
+	if err := r.fencedAt; err != nil {
+		return nil, err
+	}
+	if len(ps) > 0 {
+		todo = append(todo, batch{key: uuid.New(), ps: ps})
+	}
+	return todo, nil
+}
+
+// keep queues batches whose write failed, or may not have committed, for
+// the next write (the failure path records an error event): a timeline
+// may be late, never missing events nor holding one twice.
+func (r *Recorder) keep(bs []batch, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unsure = append(bs, r.unsure...)
+	if errors.Is(err, agentsql.ErrFenced) {
+		r.fencedAt = err
+	}
 }
 
 // eventBatch encodes one batch for the database.
@@ -303,26 +316,13 @@ type Pipeliner interface {
 func (r *Recorder) InPipeline(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, ps ...Payload) ([]Event, error) {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	ps = r.takeBuffered(ps)
-	r.mu.Lock()
-	if err := r.fencedAt; err != nil {
-		r.mu.Unlock()
+	todo, err := r.due(r.takeBuffered(ps))
+	if err != nil {
 		return nil, err
-	}
-	todo := r.unsure
-	r.unsure = nil
-	r.mu.Unlock()
-	if len(ps) > 0 {
-		todo = append(todo, batch{key: uuid.New(), ps: ps})
 	}
 	out, err := r.pipeline(ctx, db, todo, queue)
 	if err != nil {
-		r.mu.Lock()
-		r.unsure = append(todo, r.unsure...)
-		if errors.Is(err, agentsql.ErrFenced) {
-			r.fencedAt = err
-		}
-		r.mu.Unlock()
+		r.keep(todo, err)
 		return nil, err
 	}
 	if r.announcer != nil && len(todo) > 0 {

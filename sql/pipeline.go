@@ -27,9 +27,6 @@ type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// Len is the number of statements queued.
-func (p *Pipeline) Len() int { return p.batch.Len() }
-
 // Run sends the statements and reads their results; it returns the first
 // error, of a statement (nothing committed) or of a reader.
 func (p *Pipeline) Run(ctx context.Context, db Batcher) error {

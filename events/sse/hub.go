@@ -190,10 +190,10 @@ func (h *Hub) dispatch(payload string) {
 		for s := range h.byTask[t] {
 			if !s.known {
 				wakeToRead(s)
-				continue
+			} else if _, due := h.want[t]; !due {
+				h.want[t] = struct{}{}
+				queued = true
 			}
-			h.want[t] = struct{}{}
-			queued = true
 		}
 	}
 	for _, p := range key.Projects {
