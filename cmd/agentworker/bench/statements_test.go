@@ -105,6 +105,11 @@ func (l *statementLog) ours() []statement {
 		}
 		out = append(out, s)
 	}
+	// A transaction still open at the end, with nothing of ours in it, is
+	// River's completing the job (its commit may come after the log is read).
+	if len(out) > 0 && out[len(out)-1].sql == "begin" {
+		out = out[:len(out)-1]
+	}
 	return out
 }
 
