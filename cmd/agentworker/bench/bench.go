@@ -46,6 +46,11 @@ type Options struct {
 	Concurrency int
 	// Logger receives progress lines. Defaults to discarding.
 	Logger *slog.Logger
+
+	// toolStartDelay is the worker's handlers.Config.ToolStartDelay (zero:
+	// its default); the statement count sets it long, so that a tool slowed
+	// by a loaded machine does not write its tool_start on its own.
+	toolStartDelay time.Duration
 }
 
 // Percentiles of a latency distribution, in milliseconds.

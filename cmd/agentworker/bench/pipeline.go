@@ -112,7 +112,7 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 	}
 	ann := events.NewAnnouncer(db.pool, opts.Logger)
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: db.pool, Store: opts.Store, LLM: client, Logger: opts.Logger, Announcer: ann},
-		handlers.Config{MaxIterations: 50})
+		handlers.Config{MaxIterations: 50, ToolStartDelay: opts.toolStartDelay})
 	if err != nil {
 		_ = model.Close()
 		return nil, err

@@ -143,7 +143,7 @@ func TestStatementsPerBuildTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := &database{pool: pool, drop: func() {}}
-	p, err := startPipeline(ctx, withDefaults(Options{Store: store, Concurrency: 10}), db, fixedDelayModel(50*time.Millisecond), true)
+	p, err := startPipeline(ctx, withDefaults(Options{Store: store, Concurrency: 10, toolStartDelay: 10 * time.Second}), db, fixedDelayModel(50*time.Millisecond), true)
 	if err != nil {
 		t.Fatal(err)
 	}
