@@ -72,9 +72,11 @@ func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 	if !rep.Passed() {
 		level = events.LevelWarn
 	}
-	_, err = b.rec.Emit(ctx, events.Log{Level: level, Message: "static checks: " + firstLine(rep.String()),
+	// Queued: the finish's round trip writes it, or, when the checks
+	// refuse the finish, the next LLM call's.
+	b.rec.Add(events.Log{Level: level, Message: "static checks: " + firstLine(rep.String()),
 		Metadata: map[string]any{"checked": rep.Checked, "problems": rep.Problems, "preexisting": rep.Preexisting, "unchecked": rep.Unchecked}})
-	return rep, err
+	return rep, nil
 }
 
 // checkBeforeFinish is the loop's finish gate: a failing static check, then

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/internal/gate"
 	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -71,7 +72,10 @@ func (b *taskRun) projectChecks(ctx context.Context) (string, error) {
 		if _, ok := scripts[script]; !ok {
 			continue
 		}
-		out, err := b.ws.Run(ctx, script, b.r.deps.Sandbox.MaxTimeout())
+		// What is queued (the static checks' log) is written while the
+		// script runs rather than after it.
+		b.rec.FlushAsync(ctx)
+		out, err := gate.Wait(ctx, func() (sandbox.Outcome, error) { return b.ws.Run(ctx, script, b.r.deps.Sandbox.MaxTimeout()) })
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
@@ -134,7 +138,7 @@ func (b *taskRun) baseline(ctx context.Context, script string) (out sandbox.Outc
 	if b.baseWS == nil {
 		b.baseWS = b.r.deps.Sandbox.Workspace(b.task.ID.String()+"-base", b.r.deps.Store, b.task.ProjectID.String())
 	}
-	out, err = b.baseWS.Run(ctx, script, b.r.deps.Sandbox.MaxTimeout())
+	out, err = gate.Wait(ctx, func() (sandbox.Outcome, error) { return b.baseWS.Run(ctx, script, b.r.deps.Sandbox.MaxTimeout()) })
 	var se *sandbox.ScriptError
 	switch {
 	case errors.As(err, &se), errors.Is(err, sandbox.ErrNoPackageJSON):

@@ -11,6 +11,7 @@ import (
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/prompts"
 	"github.com/agentworker/agentworker/handlers/tools"
+	"github.com/agentworker/agentworker/internal/gate"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
@@ -546,7 +547,8 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 		}
 	}
 	start := time.Now()
-	resp, err := l.llm.Complete(ctx, req)
+	// The model call is a wait: the task gives up its turn to work.
+	resp, err := gate.Wait(ctx, func() (llm.Response, error) { return l.llm.Complete(ctx, req) })
 	if err != nil {
 		return llm.Response{}, err
 	}
@@ -596,10 +598,25 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	})
 	start := time.Now()
 	res, repeat := l.repeated(call)
-	if !repeat {
-		res = l.registry.Call(ctx, l.env, call.Name, call.Arguments)
+	stopped := false
+	var turnWait time.Duration // waiting for a turn to work again is not the tool's time
+	if repeat {
+		stopped = timer.Stop()
+	} else {
+		// A tool may wait long (a command, an image): without the turn.
+		// tool_start is due when the tool outlasts the delay, not when
+		// the turn comes back late.
+		var returned time.Time
+		if err := gate.Outside(ctx, func() {
+			res = l.registry.Call(ctx, l.env, call.Name, call.Arguments)
+			stopped = timer.Stop()
+			returned = time.Now()
+		}); err != nil {
+			return tools.Result{}, err
+		}
+		turnWait = time.Since(returned)
 	}
-	if !timer.Stop() {
+	if !stopped {
 		// The flush ran or is running: wait for it, so nothing written after
 		// it can take an earlier seq.
 		if err := <-flushed; err != nil {
@@ -616,7 +633,7 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 			res = tools.Fail("finish refused: the static checks of your changes failed (state: FIX)", refusal)
 		}
 	}
-	duration := time.Since(start).Milliseconds()
+	duration := (time.Since(start) - turnWait).Milliseconds()
 	success := res.Success
 	full := res.Output
 	if res.Full != "" {

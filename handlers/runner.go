@@ -445,12 +445,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
 		Usage: lp.usage, CostUSD: lp.cost, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
 		Checks: b.checks, RepairAttempts: b.repairs, Plan: plan}
-	// What is still queued precedes the result's events, written in their
-	// own transaction.
-	if _, err := rec.Flush(ctx); err != nil {
-		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
-	}
-	if err := r.writeResult(ctx, task, at, res, lp.unrecorded(), b.cs); err != nil {
+	// What is still queued (the last tool's result, the stages since) is
+	// written first in the finish's round trip, or by fail.
+	if err := r.writeResult(ctx, rec, task, at, res, lp.unrecorded(), b.cs); err != nil {
 		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
 	}
 	log.InfoContext(ctx, "task succeeded", slog.Int("iterations", lp.iterations), slog.Int64("tokens", lp.usage.TotalTokens))
@@ -485,7 +482,7 @@ func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task a
 // writeResult applies a build's change set and moves the task to
 // succeeded, writing the closing events in the same transaction, so a
 // reader never sees one without the other.
-func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt, res Result, spend agentsql.Spend, cs *changeset.Set) error {
+func (r *Runner) writeResult(ctx context.Context, rec *events.Recorder, task agentsql.Task, at Attempt, res Result, spend agentsql.Spend, cs *changeset.Set) error {
 	var applied []agentsql.ChangeEntry
 	if cs != nil {
 		entries, err := cs.Entries(ctx)
@@ -512,7 +509,7 @@ func (r *Runner) writeResult(ctx context.Context, task agentsql.Task, at Attempt
 		}
 		ctx = actx
 	}
-	return r.finishSucceeded(ctx, task, at, body, spend, res.Model, res.Summary, len(applied), cs != nil)
+	return r.finishSucceeded(ctx, rec, task, at, body, spend, res.Model, res.Summary, len(applied), cs != nil)
 }
 
 // resumeApply finishes a change set an earlier attempt began to apply.
@@ -536,7 +533,7 @@ func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slo
 	_ = json.Unmarshal(body, &res)
 	log.InfoContext(ctx, "finished applying the change set of an interrupted attempt", slog.Int("files", len(entries)))
 	// The usage was counted by the attempt that made the changes.
-	if err := r.finishSucceeded(actx, task, at, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
+	if err := r.finishSucceeded(actx, rec, task, at, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
 		return r.fail(ctx, rec, log, task, at, nil, nil, err)
 	}
 	return nil
@@ -549,9 +546,10 @@ func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task, at Attempt) *eve
 }
 
 // finishSucceeded moves the task to succeeded with its closing events, in
-// one round trip and one transaction. spend is the usage not yet counted
+// one round trip and one transaction: what rec still has queued, then the
+// closing events, then the statements. spend is the usage not yet counted
 // by checkpoints.
-func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
+func (r *Runner) finishSucceeded(ctx context.Context, rec *events.Recorder, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
 	// The events come first: once the task left running, its fence
 	// refuses them. Cleanup is recorded before the terminal event so a
 	// follower that stops there has seen every stage.
@@ -566,7 +564,7 @@ func (r *Runner) finishSucceeded(ctx context.Context, task agentsql.Task, at Att
 		events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
 		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
 	)
-	_, err := r.recorder(r.deps.Pool, task, at).InPipeline(ctx, r.deps.Pool, func(p *agentsql.Pipeline) error {
+	_, err := rec.InPipeline(ctx, r.deps.Pool, func(p *agentsql.Pipeline) error {
 		if hasSet {
 			if err := agentsql.QueueFinishChangeSet(p, at.fence(task), agentsql.ChangeSetApplied, false); err != nil {
 				return err

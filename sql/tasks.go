@@ -188,10 +188,27 @@ type Claim struct {
 // claim starts a new fence epoch: whatever held the task before can write
 // nothing more.
 func ClaimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration) (Claim, error) {
+	return claimTask(ctx, db, id, jobID, workerID, lease, nil)
+}
+
+// ClaimAndStart is ClaimTask that also writes a successful claim's events
+// (stage_enter claim, agent_phase started, stage_exit claim) in the same
+// statement, so a claim through a pool is one round trip and one commit.
+// afterCommit: the events are not notified in the transaction; the caller
+// announces them once it committed (events.Announcer).
+func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, afterCommit bool) (Claim, error) {
+	mode := "notify"
+	if afterCommit {
+		mode = "after_commit"
+	}
+	return claimTask(ctx, db, id, jobID, workerID, lease, &mode)
+}
+
+func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, startEvents *string) (Claim, error) {
 	var c Claim
 	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, `+taskColumns+`
-		FROM agentworker_claim_task($1, $2, $3, $4) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
-		id, jobID, workerID, lease).Scan(append([]any{&c.Claimed, &c.Checkpointed}, taskDest(&c.Task)...)...)
+		FROM agentworker_claim_task($1, $2, $3, $4, $5) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
+		id, jobID, workerID, lease, startEvents).Scan(append([]any{&c.Claimed, &c.Checkpointed}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -45,7 +46,43 @@ func TestConflictEndsTypedAndRetryStartsFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := h.insertTask(t, projectID, "build", "write a.txt")
-	_, task := h.waitDone(t, id)
+	all, task := h.waitDone(t, id)
+	// What the worker had queued when the apply failed (the static checks'
+	// log, the finish call's result, the stages since) is in the timeline,
+	// before the failure.
+	at := map[string]int{}
+	for i, e := range all {
+		p, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := ""
+		switch p := p.(type) {
+		case *events.Log:
+			if strings.HasPrefix(p.Message, "static checks") {
+				key = "static checks"
+			}
+		case *events.ToolCall:
+			key = "tool_call " + p.ToolName
+		case *events.Progress:
+			if p.Kind == events.KindStageExit {
+				key = "stage_exit " + p.Stage
+			}
+		case *events.Error:
+			key = "error"
+		}
+		if _, seen := at[key]; key != "" && !seen {
+			at[key] = i
+		}
+	}
+	for _, k := range []string{"static checks", "tool_call finish", "stage_exit agent_loop", "stage_exit final_response"} {
+		if i, ok := at[k]; !ok || i > at["error"] {
+			t.Errorf("%s: at %d (found %t), want before the error at %d", k, i, ok, at["error"])
+		}
+	}
+	if _, ok := at["error"]; !ok {
+		t.Errorf("no error event in the timeline of the failed attempt")
+	}
 	var te handlers.TaskError
 	if err := json.Unmarshal(task.Error, &te); err != nil || task.Status != agentsql.StatusFailed || te.Code != handlers.CodeConflict ||
 		!strings.Contains(te.Message, "a.txt") {

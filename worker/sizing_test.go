@@ -81,3 +81,50 @@ func TestPoolSizeFollowsConcurrency(t *testing.T) {
 		t.Errorf("default concurrency %d: an I/O-bound worker should run hundreds", c)
 	}
 }
+
+// A task gives up its turn to work while it waits on its model: with one
+// turn, three tasks' model calls are in flight at once. Were the turn held
+// across the call, the calls would come one after the other.
+func TestActiveLimitCountsWorkNotWaits(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	var (
+		mu      sync.Mutex
+		waiting int
+		most    int
+	)
+	together := make(chan struct{})
+	h := setup(t, setupOpts{concurrency: n, workerConfig: worker.Config{ActiveLimit: 1},
+		responder: scripted.Func(func(req *scripted.Request) scripted.Reply {
+			mu.Lock()
+			waiting++
+			most = max(most, waiting)
+			if waiting == n {
+				close(together)
+			}
+			mu.Unlock()
+			select {
+			case <-together:
+			case <-time.After(10 * time.Second):
+			}
+			mu.Lock()
+			waiting--
+			mu.Unlock()
+			return llmtest.Text("done")
+		})})
+	projectID := uuid.New()
+	var ids []uuid.UUID
+	for range n {
+		ids = append(ids, h.insertTask(t, projectID, "chat", "say done"))
+	}
+	for _, id := range ids {
+		if _, task := h.waitDone(t, id); task.Status != agentsql.StatusSucceeded {
+			t.Fatalf("task %s: status %s, error %s", id, task.Status, task.Error)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != n {
+		t.Fatalf("at most %d model calls were in flight at once with one turn to work, want %d", most, n)
+	}
+}

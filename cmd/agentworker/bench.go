@@ -31,7 +31,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 		cfg.LogLevel = "warn"
 	}
 	log := cfg.logger()
-	opts := bench.Options{Quick: *quick, Concurrency: cfg.WorkerConcurrency, Logger: log}
+	opts := bench.Options{Quick: *quick, Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Logger: log}
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
 	}

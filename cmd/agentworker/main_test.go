@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { dbtest.Main(m, s3test.LeakOption()) }
 func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"DATABASE_URL", "S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "S3_USE_SSL",
-		"STORAGE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL", "WORKER_CONCURRENCY", "MAX_ITERATIONS",
+		"STORAGE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL", "WORKER_CONCURRENCY", "WORKER_ACTIVE_LIMIT", "MAX_ITERATIONS",
 		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "METRICS_TOKEN", "LOG_LEVEL", "LOG_FORMAT", "RUN_COMMAND", "RUN_COMMAND_CONCURRENCY",
 		"RUN_COMMAND_MAX_TIMEOUT", "RUN_COMMAND_MAX_OUTPUT", "RUN_COMMAND_DIR", "RUN_COMMAND_CHECKS"} {
 		t.Setenv(k, "")
@@ -36,6 +36,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	}{
 		{map[string]string{"WORKER_CONCURRENCY": "many"}, "WORKER_CONCURRENCY"},
 		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY must be at least 1"},
+		{map[string]string{"WORKER_ACTIVE_LIMIT": "-1"}, "WORKER_ACTIVE_LIMIT must be 0 (32 per CPU) or more"},
 		{map[string]string{"MAX_ITERATIONS": "-1"}, "MAX_ITERATIONS"},
 		{map[string]string{"TASK_LEASE": "soon"}, "TASK_LEASE"},
 		{map[string]string{"S3_USE_SSL": "maybe"}, "S3_USE_SSL"},

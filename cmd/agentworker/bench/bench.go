@@ -44,6 +44,8 @@ type Options struct {
 	Only []string
 	// Concurrency is the worker's WORKER_CONCURRENCY. Defaults to 10.
 	Concurrency int
+	// ActiveLimit is the worker's WORKER_ACTIVE_LIMIT (zero: its default).
+	ActiveLimit int
 	// Logger receives progress lines. Defaults to discarding.
 	Logger *slog.Logger
 

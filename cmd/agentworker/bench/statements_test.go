@@ -24,11 +24,12 @@ type statementLog struct {
 	pipelines int
 }
 
-// statement is one statement sent; pipeline numbers those sent together
-// in one pipeline (pgx.Batch: one round trip), 0 for one sent alone.
+// statement is one statement sent on conn; pipeline numbers those sent
+// together in one pipeline (pgx.Batch: one round trip), 0 for one sent alone.
 type statement struct {
 	sql      string
 	pipeline int
+	conn     *pgx.Conn
 }
 
 func (s statement) String() string {
@@ -40,16 +41,16 @@ func (s statement) String() string {
 
 var spaces = regexp.MustCompile(`\s+`)
 
-func (l *statementLog) add(pipeline int, sql string) {
+func (l *statementLog) add(conn *pgx.Conn, pipeline int, sql string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.on {
-		l.sent = append(l.sent, statement{spaces.ReplaceAllString(strings.TrimSpace(sql), " "), pipeline})
+		l.sent = append(l.sent, statement{spaces.ReplaceAllString(strings.TrimSpace(sql), " "), pipeline, conn})
 	}
 }
 
-func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	l.add(0, d.SQL)
+func (l *statementLog) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.add(conn, 0, d.SQL)
 	return ctx
 }
 
@@ -64,9 +65,9 @@ func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 	return context.WithValue(ctx, pipelineKey{}, l.pipelines)
 }
 
-func (l *statementLog) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+func (l *statementLog) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
 	n, _ := ctx.Value(pipelineKey{}).(int)
-	l.add(n, d.SQL)
+	l.add(conn, n, d.SQL)
 }
 
 func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
@@ -86,31 +87,56 @@ func roundTrips(sent []statement) int {
 
 // ours drops River's own statements (they are named "-- name: …"), the
 // announcer's NOTIFY (one per process every few ms, shared by every task)
-// and the leader's periodic maintenance, which a task does not cause.
+// and the leader's periodic maintenance, which a task does not cause, and
+// the begin and commit of a transaction that held only those. Transactions
+// are told apart by connection: another connection's statements may come
+// between a River transaction's begin and commit.
 func (l *statementLog) ours() []statement {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []statement
+	dropped := map[int]bool{}
+	type openTx struct {
+		begin int // index in out
+		ours  bool
+	}
+	open := map[*pgx.Conn]*openTx{}
 	for _, s := range l.sent {
 		switch {
 		case strings.HasPrefix(s.sql, "-- name:"), strings.HasPrefix(s.sql, "SELECT pg_notify("),
 			strings.Contains(s.sql, "agentworker_flag_idle"), strings.Contains(s.sql, "agentworker_take_over_lapsed"),
 			strings.Contains(s.sql, "NOT EXISTS ( SELECT 1 FROM river_job j"):
 			continue
-		}
-		// A transaction left empty held only River's statements.
-		if s.sql == "commit" && len(out) > 0 && out[len(out)-1].sql == "begin" {
-			out = out[:len(out)-1]
-			continue
+		case s.sql == "begin":
+			open[s.conn] = &openTx{begin: len(out)}
+		case s.sql == "commit" || s.sql == "rollback":
+			tx := open[s.conn]
+			delete(open, s.conn)
+			if tx != nil && !tx.ours {
+				dropped[tx.begin] = true
+				continue
+			}
+		default:
+			if tx := open[s.conn]; tx != nil {
+				tx.ours = true
+			}
 		}
 		out = append(out, s)
 	}
 	// A transaction still open at the end, with nothing of ours in it, is
 	// River's completing the job (its commit may come after the log is read).
-	if len(out) > 0 && out[len(out)-1].sql == "begin" {
-		out = out[:len(out)-1]
+	for _, tx := range open {
+		if !tx.ours {
+			dropped[tx.begin] = true
+		}
 	}
-	return out
+	kept := out[:0]
+	for i, s := range out {
+		if !dropped[i] {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }
 
 // TestStatementsPerBuildTask holds the database work of one two-call build
@@ -121,11 +147,12 @@ func (l *statementLog) ours() []statement {
 // one pipeline are one round trip.
 func TestStatementsPerBuildTask(t *testing.T) {
 	t.Parallel()
-	// claim 4 (begin, claim, its events, commit), open the change set 1,
+	// claim 1 (the claim writes its events), open the change set 1,
 	// pause check 1, events 1, stage the write 1, checkpoint 2 (events,
-	// checkpoint: one round trip), events 3, mark applying 1, finish 3
-	// (events, change set, task: one round trip).
-	const budget, tripBudget = 17, 14
+	// checkpoint: one round trip), events 1 (before the second model
+	// call), mark applying 1, finish 3 (the events since, change set,
+	// task: one round trip).
+	const budget, tripBudget = 12, 9
 	ctx := t.Context()
 	log := &statementLog{}
 	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
@@ -181,5 +208,41 @@ func TestStatementsPerBuildTask(t *testing.T) {
 	} else {
 		t.Logf("one build task sent %d statements in %d round trips (budget %d in %d):\n%s",
 			len(got), trips, budget, tripBudget, strings.Join(list, "\n"))
+	}
+}
+
+// TestOursTellsTransactionsApartByConnection: a River transaction on one
+// connection around a task's statements on another is dropped; a task's
+// own transaction is kept, as is one still open with its statements.
+func TestOursTellsTransactionsApartByConnection(t *testing.T) {
+	t.Parallel()
+	river, task := new(pgx.Conn), new(pgx.Conn)
+	log := &statementLog{on: true}
+	for _, s := range []statement{
+		{sql: "begin", conn: river},
+		{sql: "SELECT 1 -- claim", conn: task},
+		{sql: "-- name: JobGetAvailable", conn: river},
+		{sql: "SELECT 2 -- events", conn: task},
+		{sql: "commit", conn: river},
+		{sql: "begin", conn: task},
+		{sql: "SELECT 3 -- in the task's transaction", conn: task},
+		{sql: "begin", conn: river},
+		{sql: "-- name: JobSetStateIfRunningMany", conn: river},
+		{sql: "commit", conn: task},
+		{sql: "rollback", conn: river},
+		{sql: "begin", conn: task},
+		{sql: "SELECT 4 -- still open", conn: task},
+		{sql: "begin", conn: river},
+	} {
+		log.add(s.conn, s.pipeline, s.sql)
+	}
+	var got []string
+	for _, s := range log.ours() {
+		got = append(got, s.sql)
+	}
+	want := []string{"SELECT 1 -- claim", "SELECT 2 -- events", "begin", "SELECT 3 -- in the task's transaction", "commit",
+		"begin", "SELECT 4 -- still open"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ours() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

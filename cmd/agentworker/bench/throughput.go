@@ -184,8 +184,8 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (fl
 }
 
 // replayWrites makes the database writes of one of our tasks, without the
-// LLM calls, tools or storage: claim (row lock, status, run row, first
-// events), each event statement, then finish (status, run, last events).
+// LLM calls, tools or storage: claim (row lock, status, run row, its
+// events, one statement), each event statement, then finish (status, run, last events).
 func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int64, groups []int) error {
 	payload := []byte(`{"kind":"stage_enter","stage":"bench","timestamp":"2026-01-01T00:00:00Z"}`)
 	batch := func(k int) []agentsql.NewEvent {
@@ -201,18 +201,12 @@ func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int
 	insert := func(db agentsql.DBTX, evs []agentsql.NewEvent) ([]agentsql.EventRow, error) {
 		return agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{TaskID: taskID, ProjectID: projectID, Events: evs, AfterCommit: true})
 	}
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		c, err := agentsql.ClaimTask(ctx, tx, taskID, jobID, "bench", time.Minute)
-		if err != nil || !c.Claimed {
-			return fmt.Errorf("claim %s (claimed %t): %w", taskID, c.Claimed, err)
-		}
-		projectID, fence.Epoch = c.Task.ProjectID, c.Task.Fence
-		_, err = insert(tx, batch(groups[0]))
-		return err
-	})
-	if err != nil {
-		return err
+	// The claim writes its own events (the first group), as the worker's does.
+	c, err := agentsql.ClaimAndStart(ctx, db.pool, taskID, jobID, "bench", time.Minute, true)
+	if err != nil || !c.Claimed {
+		return fmt.Errorf("claim %s (claimed %t): %w", taskID, c.Claimed, err)
 	}
+	projectID, fence.Epoch = c.Task.ProjectID, c.Task.Fence
 	for _, k := range groups[1 : len(groups)-1] {
 		if _, err := insert(db.pool, batch(k)); err != nil {
 			return err
