@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -63,6 +64,14 @@ const (
 // errExited reports a server that exited before it was live.
 var errExited = errors.New("minio exited while starting")
 
+// errPortTaken reports a server that could not listen on its port. MinIO
+// logs this and may stay up for long without serving, so it is read from
+// its log rather than waited out.
+var errPortTaken = errors.New("minio could not listen on its port")
+
+// listenFailure is what MinIO logs when its port is taken.
+var listenFailure = []byte("Unable to listen on")
+
 // Config configures Start. The zero value starts a throwaway server.
 type Config struct {
 	// Bin is the path of the minio binary.
@@ -83,15 +92,19 @@ type Config struct {
 	//
 	// Defaults to discarding them.
 	Logger *slog.Logger
+
+	// freePort picks the ports of each attempt; tests hand out a taken one.
+	freePort func() (int, error)
 }
 
 // Server is a running MinIO server started by Start.
 type Server struct {
-	cfg     storage.S3Config
-	dir     string
-	tempDir string // removed by Stop; empty when Config.Dir was given
-	logPath string
-	logger  *slog.Logger
+	cfg      storage.S3Config
+	dir      string
+	tempDir  string // removed by Stop; empty when Config.Dir was given
+	logPath  string
+	logger   *slog.Logger
+	freePort func() (int, error)
 
 	// Set by each start attempt; an attempt that fails has seen exited closed
 	// before the next one begins.
@@ -143,9 +156,12 @@ func FindBinary() (string, error) {
 // come up, the error carries the tail of its output. ctx bounds the start, not
 // the life of the server: call Stop.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	s := &Server{logger: cfg.Logger}
+	s := &Server{logger: cfg.Logger, freePort: cfg.freePort}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.freePort == nil {
+		s.freePort = loopback.FreePort
 	}
 	bin := cfg.Bin
 	if bin == "" {
@@ -176,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.logger.Info("minio ready", "endpoint", s.cfg.Endpoint, "dir", s.dir, "pid", s.cmd.Process.Pid)
 			return s, nil
 		}
-		if !errors.Is(err, errExited) || attempt == startAttempts {
+		if !(errors.Is(err, errExited) || errors.Is(err, errPortTaken)) || attempt == startAttempts {
 			err = fmt.Errorf("start minio %s in %s (attempt %d): %w", bin, s.dir, attempt, err)
 			if s.tempDir != "" {
 				if rmErr := os.RemoveAll(s.tempDir); rmErr != nil {
@@ -185,18 +201,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			}
 			return nil, err
 		}
-		s.logger.Warn("minio exited while starting; retrying on other ports", "dir", s.dir, "attempt", attempt)
+		s.logger.Warn("minio did not come up; retrying on other ports", "dir", s.dir, "attempt", attempt, "err", err)
 	}
 }
 
 // start runs one attempt: it starts minio on free ports and waits until it is
 // live. On failure no process is left running.
 func (s *Server) start(ctx context.Context, bin string) error {
-	port, err := loopback.FreePort()
+	port, err := s.freePort()
 	if err != nil {
 		return err
 	}
-	consolePort, err := loopback.FreePort()
+	consolePort, err := s.freePort()
 	if err != nil {
 		return err
 	}
@@ -211,6 +227,11 @@ func (s *Server) start(ctx context.Context, bin string) error {
 		return fmt.Errorf("open minio log: %w", err)
 	}
 	defer logFile.Close() // the child has its own descriptor
+	// This attempt's output starts here; earlier attempts' is above.
+	logStart, err := logFile.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("find the end of minio log: %w", err)
+	}
 
 	cmd := exec.Command(bin, "server", filepath.Join(s.dir, dataName),
 		"--address", addr, "--console-address", consoleAddr, "--quiet")
@@ -238,7 +259,8 @@ func (s *Server) start(ctx context.Context, bin string) error {
 			return fmt.Errorf("record minio pid: %w", err)
 		}
 	}
-	if err := waitReady(ctx, addr, s.exited); err != nil {
+	portTaken := func() bool { return s.logSince(logStart, listenFailure) }
+	if err := waitReady(ctx, addr, s.exited, portTaken); err != nil {
 		s.kill()
 		if s.tempDir != "" {
 			// Without its pid file, the directory is not swept by another
@@ -266,9 +288,9 @@ func (s *Server) supervise(cmd *exec.Cmd, started chan<- error) {
 
 // waitReady polls the liveness endpoint of the server at addr until it
 // answers 200 without the "offline" status header that MinIO sets while its
-// object layer is still initialising, the server exits, ctx is done, or
-// readyTimeout passes.
-func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
+// object layer is still initialising, the server exits or says its port is
+// taken, ctx is done, or readyTimeout passes.
+func waitReady(ctx context.Context, addr string, exited <-chan struct{}, portTaken func() bool) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	transport := &http.Transport{DisableKeepAlives: true}
@@ -281,6 +303,9 @@ func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
 		err := probe(ctx, client, url)
 		if err == nil {
 			return nil
+		}
+		if portTaken() {
+			return fmt.Errorf("%w: %s", errPortTaken, addr)
 		}
 		select {
 		case <-exited:
@@ -410,6 +435,17 @@ func withoutMinioEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// logSince reports whether the server's output from offset on holds text.
+func (s *Server) logSince(offset int64, text []byte) bool {
+	f, err := os.Open(s.logPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
+	return err == nil && bytes.Contains(b, text)
 }
 
 // logTail returns the end of the server's output, for error messages.

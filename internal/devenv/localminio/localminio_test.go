@@ -6,14 +6,18 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/prereq"
 )
@@ -251,5 +255,60 @@ func TestProcessAlive(t *testing.T) {
 	t.Parallel()
 	if !processAlive(os.Getpid()) {
 		t.Error("processAlive(own pid) = false")
+	}
+}
+
+// TestStartRetriesWhenItsPortIsTaken: MinIO refuses a port taken when it
+// starts; Start tries again on other ports.
+func TestStartRetriesWhenItsPortIsTaken(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	var picks atomic.Int32
+	freePort := func() (int, error) {
+		if picks.Add(1) == 1 {
+			return takenPort, nil
+		}
+		return loopback.FreePort()
+	}
+	s := start(t, Config{freePort: freePort})
+	if s.Config().Endpoint == taken.Addr().String() {
+		t.Fatalf("server endpoint %s is the taken port", s.Config().Endpoint)
+	}
+	roundTrip(t, s, "retried")
+}
+
+// TestStartDoesNotWaitOnAServerThatCannotListen: a port taken after MinIO
+// checked it but before it listens leaves MinIO up and logging "Unable to
+// listen on", never live. Start reads that from the log and tries other
+// ports at once, rather than waiting out the ready timeout each time.
+func TestStartDoesNotWaitOnAServerThatCannotListen(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	runs := filepath.Join(tmp, "runs")
+	bin := filepath.Join(tmp, "minio")
+	script := "#!/bin/sh\necho run >> " + runs + "\n" +
+		"echo 'Error: Unable to listen on `127.0.0.1:1`: bind: address already in use'\nexec sleep 600\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err := Start(t.Context(), Config{Bin: bin, Dir: filepath.Join(tmp, "dir")})
+	if !errors.Is(err, errPortTaken) {
+		t.Fatalf("Start = %v, want errPortTaken", err)
+	}
+	if elapsed := time.Since(began); elapsed >= readyTimeout {
+		t.Errorf("Start took %s: it waited out the ready timeout (%s)", elapsed, readyTimeout)
+	}
+	b, err := os.ReadFile(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("run")); n != startAttempts {
+		t.Errorf("the server was started %d times, want %d", n, startAttempts)
 	}
 }
