@@ -99,7 +99,6 @@ func (b *taskRun) checkBeforeFinish(ctx context.Context) (string, error) {
 func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
 	maxAttempts := b.r.cfg.MaxRepairAttempts
 	for {
-		b.pauseRead = nil // checks may have run since the last checkpoint read it
 		final, out, err := b.lp.run(ctx, messages)
 		messages = out
 		if err == nil && b.cs != nil && !b.lp.finishChecked {
@@ -159,6 +158,7 @@ func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 			return "", messages, err
 		}
 		messages = append(messages, llm.Message{Role: llm.RoleUser, Content: msg})
+		b.pauseRead = nil // checks may have run since the last checkpoint read it
 		b.lp.grant(b.r.cfg.RepairBudget)
 		if b.lp.after != nil {
 			// The repair message belongs to the conversation a later attempt continues.

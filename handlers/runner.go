@@ -183,6 +183,9 @@ type Attempt struct {
 	// NoCheckpoint: the claim saw that the task has no checkpoint, so the
 	// attempt does not look for one (the zero value looks).
 	NoCheckpoint bool
+	// PauseRequested is the pause request the claim read, which the first
+	// iteration boundary acts on; nil: that boundary reads it.
+	PauseRequested *bool
 }
 
 // fence is the attempt's hold on its task.
@@ -298,6 +301,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
 
 	b := &taskRun{r: r, task: task, at: at, rec: rec, store: r.deps.Store}
+	if p := at.PauseRequested; p != nil {
+		read := *p
+		b.pauseRead = &read
+	}
 	// A checkpoint means an earlier attempt got somewhere: continue from it
 	// (and keep its change set) instead of starting over.
 	var (

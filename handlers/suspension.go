@@ -59,9 +59,10 @@ func budgetSuspension(which, msg string, atCeiling bool) *Suspension {
 		Message: msg + hint}
 }
 
-// beforeIteration stops the loop when a pause was requested. The
-// checkpoint that ended the previous iteration read the request already;
-// otherwise (the first iteration, a plan step) it is read here.
+// beforeIteration stops the loop when a pause was requested. The claim (for
+// the first iteration) or the checkpoint that ended the previous iteration
+// read the request already; otherwise (a plan step, an attempt not started
+// by a claim) it is read here.
 func (b *taskRun) beforeIteration(ctx context.Context) error {
 	var requested bool
 	if b.pauseRead != nil {

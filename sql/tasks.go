@@ -177,6 +177,9 @@ type Claim struct {
 	Claimed bool
 	// Checkpointed: the task has a checkpoint an earlier attempt saved.
 	Checkpointed bool
+	// PauseRequested: a pause was requested when the task was claimed. The
+	// claim does not act on it; the first iteration boundary does.
+	PauseRequested bool
 }
 
 // ClaimTask locks the task row and, when the task is claimable by this job,
@@ -206,9 +209,9 @@ func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, work
 
 func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, startEvents *string) (Claim, error) {
 	var c Claim
-	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, `+taskColumns+`
+	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, k.pause_requested, `+taskColumns+`
 		FROM agentworker_claim_task($1, $2, $3, $4, $5) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
-		id, jobID, workerID, lease, startEvents).Scan(append([]any{&c.Claimed, &c.Checkpointed}, taskDest(&c.Task)...)...)
+		id, jobID, workerID, lease, startEvents).Scan(append([]any{&c.Claimed, &c.Checkpointed, &c.PauseRequested}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}

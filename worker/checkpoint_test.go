@@ -129,6 +129,26 @@ func TestPauseAtIterationBoundaryThenResume(t *testing.T) {
 	}
 }
 
+// A pause requested as the task is claimed (the request raced the claim)
+// stops it at its first iteration boundary, before any model call: the
+// claim reads the request and hands it to that boundary.
+func TestPauseRequestedAtClaimStopsBeforeTheFirstModelCall(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{responder: scripted.Queue(llmtest.Call("finish", map[string]string{"summary": "never asked"}))})
+	var id uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, pause_requested)
+		VALUES ($1, 'build', 'pause me', true) RETURNING id`, uuid.New()).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	if got := len(h.llm.Requests()); got != 0 {
+		t.Errorf("model calls = %d, want 0", got)
+	}
+	if got := h.runStatuses(t, id); got != "interrupted" {
+		t.Errorf("runs = %s, want interrupted", got)
+	}
+}
+
 func TestRequestInputRoundTrip(t *testing.T) {
 	t.Parallel()
 	h := setup(t, setupOpts{responder: scripted.Queue(

@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -80,6 +83,28 @@ func TestPoolSizeFollowsConcurrency(t *testing.T) {
 	if c := worker.DefaultConfig().Concurrency; c < 100 {
 		t.Errorf("default concurrency %d: an I/O-bound worker should run hundreds", c)
 	}
+}
+
+// A worker's pool opens its connections before the first task needs one,
+// so a burst of claims does not wait on Postgres starting backends.
+func TestSizePoolKeepsItsConnectionsOpen(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.SizePool(cfg, 1)
+	if cfg.MaxConns != worker.PoolSize(1) {
+		t.Errorf("MaxConns = %d, want PoolSize(1) = %d", cfg.MaxConns, worker.PoolSize(1))
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	poll.Until(t, "the pool to open its connections", 10*time.Second, func() bool {
+		return pool.Stat().IdleConns() == cfg.MaxConns
+	})
 }
 
 // A task gives up its turn to work while it waits on its model: with one

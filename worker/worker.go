@@ -128,6 +128,15 @@ func PoolSize(concurrency int) int32 {
 	return int32(min(max(10+concurrency/20, 10), 50))
 }
 
+// SizePool sizes the pool of a process running concurrency tasks:
+// PoolSize connections, all kept open. A burst of tasks would otherwise open
+// them just as every task claims at once, when Postgres is busiest, and each
+// new backend costs it a fork and a catalog warm-up.
+func SizePool(cfg *pgxpool.Config, concurrency int) {
+	cfg.MaxConns = PoolSize(concurrency)
+	cfg.MinConns = cfg.MaxConns
+}
+
 // DefaultConfig returns the configuration New uses for zero fields.
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
@@ -352,7 +361,8 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	// The task's own retry budget decides, whatever job carries it: a
 	// retry waits with its job snoozed, not as a River retry.
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Fence: task.Fence, Number: task.Retries + 1,
-		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID, NoCheckpoint: !c.Checkpointed})
+		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID, NoCheckpoint: !c.Checkpointed,
+		PauseRequested: &c.PauseRequested})
 	if s.cfg.Runs != nil {
 		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)
 	}

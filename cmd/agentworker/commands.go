@@ -32,7 +32,13 @@ import (
 
 const shutdownTimeout = 30 * time.Second
 
-func connect(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+// Pools: a one-shot command's, or a worker's (sized for its tasks, kept open).
+const (
+	oneShot   = false
+	runsTasks = true
+)
+
+func connect(ctx context.Context, cfg config, worksTasks bool) (*pgxpool.Pool, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("DATABASE_URL is not set (agentworker demo runs without one, on an embedded Postgres)")
 	}
@@ -41,7 +47,11 @@ func connect(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 		// pgx's parse errors can quote the URL, password included.
 		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL connection string")
 	}
-	pcfg.MaxConns = worker.PoolSize(cfg.WorkerConcurrency)
+	if worksTasks {
+		worker.SizePool(pcfg, cfg.WorkerConcurrency)
+	} else {
+		pcfg.MaxConns = worker.PoolSize(cfg.WorkerConcurrency)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database %s: %w", pcfg.ConnConfig.Host, err)
@@ -123,7 +133,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 
 func serve(ctx context.Context, cfg config) error {
 	log := cfg.logger()
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, runsTasks)
 	if err != nil {
 		return err
 	}
@@ -223,7 +233,7 @@ func healthMux(pool *pgxpool.Pool, st store) *http.ServeMux {
 }
 
 func migrate(ctx context.Context, cfg config, out io.Writer) error {
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, oneShot)
 	if err != nil {
 		return err
 	}
@@ -252,7 +262,7 @@ func submit(ctx context.Context, cfg config, args []string, out io.Writer) error
 			return fmt.Errorf("submit: --project %q is not a uuid: %w", *project, err)
 		}
 	}
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, oneShot)
 	if err != nil {
 		return err
 	}
@@ -283,7 +293,7 @@ func follow(ctx context.Context, cfg config, args []string, out io.Writer) error
 	if *gateway != "" {
 		return followSSE(ctx, strings.TrimSuffix(*gateway, "/"), *token, id, *after, out)
 	}
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, oneShot)
 	if err != nil {
 		return err
 	}

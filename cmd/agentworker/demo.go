@@ -59,7 +59,7 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "model: %s at %s\n", cfg.LLMModel, orDefault(cfg.OpenAIBaseURL, "api.openai.com"))
 	}
 
-	pool, err := connect(ctx, cfg)
+	pool, err := connect(ctx, cfg, runsTasks)
 	if err != nil {
 		return err
 	}

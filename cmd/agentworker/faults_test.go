@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/agentworker/agentworker/internal/devenv/localminio"
 	"github.com/agentworker/agentworker/internal/devenv/localpg"
+	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -296,7 +296,7 @@ type privatePG struct {
 
 func startPrivatePG(t *testing.T) *privatePG {
 	t.Helper()
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func startPrivateMinio(t *testing.T) *privateMinio {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func (m *privateMinio) kill(t *testing.T) {
 
 func (m *privateMinio) restart(t *testing.T) {
 	t.Helper()
-	console, err := freePort()
+	console, err := loopback.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,13 +405,4 @@ func (m *privateMinio) restart(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

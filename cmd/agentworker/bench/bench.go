@@ -23,6 +23,7 @@ import (
 	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/worker"
 )
 
 // Options configures a run.
@@ -186,12 +187,18 @@ type database struct {
 }
 
 func newDatabase(ctx context.Context, adminURL string, maxConns int32) (*database, error) {
-	return newDatabaseTraced(ctx, adminURL, maxConns, nil)
+	return newDatabaseTraced(ctx, adminURL, func(c *pgxpool.Config) { c.MaxConns = maxConns }, nil)
 }
 
-// newDatabaseTraced is newDatabase whose pool reports its statements to
-// tracer, when not nil.
-func newDatabaseTraced(ctx context.Context, adminURL string, maxConns int32, tracer pgx.QueryTracer) (*database, error) {
+// newWorkerDatabase is newDatabase with the pool serve gives a process
+// running concurrency tasks; its statements go to tracer, when not nil.
+func newWorkerDatabase(ctx context.Context, adminURL string, concurrency int, tracer pgx.QueryTracer) (*database, error) {
+	return newDatabaseTraced(ctx, adminURL, func(c *pgxpool.Config) { worker.SizePool(c, concurrency) }, tracer)
+}
+
+// newDatabaseTraced is newDatabase whose pool is sized by size and reports
+// its statements to tracer, when not nil.
+func newDatabaseTraced(ctx context.Context, adminURL string, size func(*pgxpool.Config), tracer pgx.QueryTracer) (*database, error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redact.String(adminURL), err)
@@ -209,7 +216,7 @@ func newDatabaseTraced(ctx context.Context, adminURL string, maxConns int32, tra
 		return nil, err
 	}
 	cfg.ConnConfig.Database = name
-	cfg.MaxConns = maxConns
+	size(cfg)
 	if tracer != nil {
 		cfg.ConnConfig.Tracer = tracer
 	}

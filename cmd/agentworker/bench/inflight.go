@@ -86,7 +86,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 		n, delay = 40, 100*time.Millisecond
 	}
 	var stmts statementCounter
-	db, err := newDatabaseTraced(ctx, opts.AdminURL, worker.PoolSize(n), &stmts)
+	db, err := newWorkerDatabase(ctx, opts.AdminURL, n, &stmts)
 	if err != nil {
 		return err
 	}

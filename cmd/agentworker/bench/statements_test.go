@@ -147,12 +147,12 @@ func (l *statementLog) ours() []statement {
 // one pipeline are one round trip.
 func TestStatementsPerBuildTask(t *testing.T) {
 	t.Parallel()
-	// claim 1 (the claim writes its events), open the change set 1,
-	// pause check 1, events 1, stage the write 1, checkpoint 2 (events,
-	// checkpoint: one round trip), events 1 (before the second model
-	// call), mark applying 1, finish 3 (the events since, change set,
-	// task: one round trip).
-	const budget, tripBudget = 12, 9
+	// claim 1 (the claim writes its events and reads the pause request),
+	// open the change set 1, events 1, stage the write 1, checkpoint 2
+	// (events, checkpoint: one round trip), events 1 (before the second
+	// model call), mark applying 1, finish 3 (the events since, change
+	// set, task: one round trip).
+	const budget, tripBudget = 11, 8
 	ctx := t.Context()
 	log := &statementLog{}
 	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))

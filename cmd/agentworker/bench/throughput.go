@@ -44,7 +44,7 @@ func runThroughput(ctx context.Context, opts Options, r *Report) error {
 }
 
 func oursThroughput(ctx context.Context, opts Options, n int) (float64, []int, error) {
-	db, err := newDatabase(ctx, opts.AdminURL, worker.PoolSize(opts.Concurrency))
+	db, err := newWorkerDatabase(ctx, opts.AdminURL, opts.Concurrency, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -110,7 +110,7 @@ func (sameWritesArgs) Kind() string { return "bench_same_writes" }
 // jobs replaying our writes: the claim transaction, each event statement,
 // and the finishing transaction.
 func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (float64, error) {
-	db, err := newDatabase(ctx, opts.AdminURL, worker.PoolSize(opts.Concurrency))
+	db, err := newWorkerDatabase(ctx, opts.AdminURL, opts.Concurrency, nil)
 	if err != nil {
 		return 0, err
 	}
