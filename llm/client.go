@@ -16,6 +16,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 )
@@ -264,6 +265,31 @@ func (c *Client) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	return c.response(&acc.ChatCompletion)
 }
 
+// functionTool is t as openai-go's request parameter.
+func functionTool(t Tool) openai.ChatCompletionToolUnionParam {
+	def := shared.FunctionDefinitionParam{
+		Name:       t.Name,
+		Parameters: shared.FunctionParameters(t.Parameters),
+	}
+	if t.Description != "" {
+		def.Description = openai.String(t.Description)
+	}
+	return openai.ChatCompletionFunctionTool(def)
+}
+
+// Encode returns t with its wire form made now: a request offering the
+// returned Tool sends those bytes instead of encoding the schema again,
+// which for a tool offered on every call is most of the request's encoding.
+// t.Parameters must not change afterwards.
+func (t Tool) Encode() (Tool, error) {
+	b, err := json.Marshal(functionTool(t))
+	if err != nil {
+		return t, fmt.Errorf("encode tool %q: %w", t.Name, err)
+	}
+	t.wire = b
+	return t, nil
+}
+
 // params converts req to openai-go request parameters.
 func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNewParams, error) {
 	params := openai.ChatCompletionNewParams{
@@ -278,14 +304,11 @@ func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNe
 		params.Messages = append(params.Messages, p)
 	}
 	for _, t := range req.Tools {
-		def := shared.FunctionDefinitionParam{
-			Name:       t.Name,
-			Parameters: shared.FunctionParameters(t.Parameters),
+		if t.wire != nil {
+			params.Tools = append(params.Tools, param.Override[openai.ChatCompletionToolUnionParam](t.wire))
+			continue
 		}
-		if t.Description != "" {
-			def.Description = openai.String(t.Description)
-		}
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(def))
+		params.Tools = append(params.Tools, functionTool(t))
 	}
 	if rs := req.ResponseSchema; rs != nil {
 		params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{

@@ -256,42 +256,68 @@ func representativeRequest() llm.Request {
 	}
 }
 
+// encodeTools returns ts encoded once, as a registry offers them.
+func encodeTools(t *testing.T, ts []llm.Tool) []llm.Tool {
+	t.Helper()
+	out := make([]llm.Tool, len(ts))
+	for i, tool := range ts {
+		var err error
+		if out[i], err = tool.Encode(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestRequestBodyGolden: tools encoded ahead (Tool.Encode) send the same
+// body as tools encoded with the request.
 func TestRequestBodyGolden(t *testing.T) {
 	t.Parallel()
 
 	for _, mode := range modes {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			srv := llmtest.New(t, llmtest.Text("ok"))
-			client := newClient(t, srv, nil)
+		for _, encoded := range []bool{false, true} {
+			name := mode.name
+			if encoded {
+				name += "EncodedTools"
+			}
+			t.Run(name, func(t *testing.T) { requestBodyGolden(t, mode.name, mode.stream, encoded) })
+		}
+	}
+}
 
-			req := representativeRequest()
-			if mode.stream {
-				req.OnDelta = func(string) {}
-			}
-			if _, err := client.Complete(t.Context(), req); err != nil {
-				t.Fatalf("complete: %v", err)
-			}
-			var body bytes.Buffer
-			if err := json.Indent(&body, srv.Requests()[0].Body, "", "  "); err != nil {
-				t.Fatalf("indent request body: %v", err)
-			}
-			body.WriteByte('\n')
+func requestBodyGolden(t *testing.T, mode string, stream, encoded bool) {
+	t.Parallel()
+	srv := llmtest.New(t, llmtest.Text("ok"))
+	client := newClient(t, srv, nil)
 
-			golden := filepath.Join("testdata", "request_"+strings.ToLower(mode.name)+".golden")
-			if *update {
-				if err := os.WriteFile(golden, body.Bytes(), 0o644); err != nil {
-					t.Fatalf("update golden file: %v", err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("read golden file (run with -update to create it): %v", err)
-			}
-			if !bytes.Equal(body.Bytes(), want) {
-				t.Errorf("request body differs from %s (run with -update to accept):\n%s", golden, body.Bytes())
-			}
-		})
+	req := representativeRequest()
+	if encoded {
+		req.Tools = encodeTools(t, req.Tools)
+	}
+	if stream {
+		req.OnDelta = func(string) {}
+	}
+	if _, err := client.Complete(t.Context(), req); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	var body bytes.Buffer
+	if err := json.Indent(&body, srv.Requests()[0].Body, "", "  "); err != nil {
+		t.Fatalf("indent request body: %v", err)
+	}
+	body.WriteByte('\n')
+
+	golden := filepath.Join("testdata", "request_"+strings.ToLower(mode)+".golden")
+	if *update && !encoded { // both forms are held to one file
+		if err := os.WriteFile(golden, body.Bytes(), 0o644); err != nil {
+			t.Fatalf("update golden file: %v", err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("read golden file (run with -update to create it): %v", err)
+	}
+	if !bytes.Equal(body.Bytes(), want) {
+		t.Errorf("request body differs from %s (run with -update to accept):\n%s", golden, body.Bytes())
 	}
 }
 

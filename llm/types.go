@@ -1,5 +1,7 @@
 package llm
 
+import "encoding/json"
+
 // Role is the author of a conversation message.
 type Role string
 
@@ -33,6 +35,10 @@ type Tool struct {
 	Name        string         `json:"name"`
 	Description string         `json:"description"`
 	Parameters  map[string]any `json:"parameters"`
+
+	// wire is the tool as sent, when Encode made it: a schema is encoded
+	// once, not on every call (reflection over nested maps, keys sorted).
+	wire json.RawMessage
 }
 
 // ToolChoice controls whether the model must call a tool.

@@ -1,5 +1,26 @@
 package tools
 
+import (
+	"sync"
+
+	"github.com/agentworker/agentworker/llm"
+)
+
+// encodedCatalog is every tool with the definition the model is offered
+// encoded once per process: the schemas never change, and encoding them
+// on every model call cost more than the rest of the request.
+var encodedCatalog = sync.OnceValues(func() ([]Tool, error) {
+	all := catalog()
+	for i, t := range all {
+		def, err := llm.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}.Encode()
+		if err != nil {
+			return nil, err
+		}
+		all[i].definition = def
+	}
+	return all, nil
+})
+
 // catalog returns every tool. Registries filter it by task type.
 func catalog() []Tool {
 	return []Tool{

@@ -96,6 +96,9 @@ type Tool struct {
 	Parameters  map[string]any
 	Access      Access
 	Run         func(ctx context.Context, env Env, args json.RawMessage) Result
+
+	// definition is what the model is offered, encoded once (see catalog).
+	definition llm.Tool
 }
 
 // Registry is the set of tools one task may use.
@@ -109,7 +112,10 @@ type Registry struct {
 // the read-only tools and request_input, build tasks every tool (run_command
 // among them).
 func ForTaskType(taskType string) (*Registry, error) {
-	all := catalog()
+	all, err := encodedCatalog()
+	if err != nil {
+		return nil, fmt.Errorf("tool registry for task type %q: %w", taskType, err)
+	}
 	r := &Registry{allowed: map[string]Tool{}, catalog: map[string]Tool{}, taskType: taskType}
 	for _, t := range all {
 		r.catalog[t.Name] = t
@@ -157,8 +163,7 @@ func (r *Registry) Names() []string {
 func (r *Registry) Definitions() []llm.Tool {
 	var defs []llm.Tool
 	for _, n := range r.Names() {
-		t := r.allowed[n]
-		defs = append(defs, llm.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		defs = append(defs, r.allowed[n].definition)
 	}
 	return defs
 }
