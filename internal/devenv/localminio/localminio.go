@@ -44,8 +44,12 @@ var ErrNotInstalled = errors.New("minio binary not found")
 const (
 	// tempPattern names the temporary directories Start creates.
 	tempPattern = "agentworker-minio-*"
-	// pidName is the file in a temporary directory that holds the server's
-	// process id, so that a later Start can tell whether the server is gone.
+	// pidName is the file in a temporary directory that holds the process id
+	// of its owner, the process that called Start, so that a later Start can
+	// tell whether the directory is abandoned. It is the owner's, not the
+	// server's: between two attempts no server runs, and a sweep that judged
+	// by the server would remove the directory the next attempt starts in.
+	// The server dies with its owner (dieWithParent).
 	pidName = "pid"
 	// logName is the file in the directory that receives the server's output.
 	logName = "minio.log"
@@ -178,6 +182,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("create temporary directory for minio: %w", err)
 		}
 		s.dir = s.tempDir
+		if err := os.WriteFile(filepath.Join(s.dir, pidName), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			_ = os.RemoveAll(s.tempDir)
+			return nil, fmt.Errorf("record the owner of %s: %w", s.tempDir, err)
+		}
 	} else {
 		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("create minio directory %s: %w", cfg.Dir, err)
@@ -252,21 +260,9 @@ func (s *Server) start(ctx context.Context, bin string) error {
 	if err := <-started; err != nil {
 		return fmt.Errorf("run minio: %w", err)
 	}
-	pidPath := filepath.Join(s.dir, pidName)
-	if s.tempDir != "" {
-		if err := os.WriteFile(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
-			s.kill()
-			return fmt.Errorf("record minio pid: %w", err)
-		}
-	}
 	portTaken := func() bool { return s.logSince(logStart, listenFailure) }
 	if err := waitReady(ctx, addr, s.exited, portTaken); err != nil {
 		s.kill()
-		if s.tempDir != "" {
-			// Without its pid file, the directory is not swept by another
-			// process while the next attempt starts.
-			_ = os.Remove(pidPath)
-		}
 		return fmt.Errorf("%w\n%s", err, s.logTail())
 	}
 	return nil
@@ -402,9 +398,9 @@ func (s *Server) kill() {
 	<-s.exited
 }
 
-// sweepStale removes the temporary directories of servers that are gone.
-// Directories without a pid file may belong to a server starting right now
-// and are left alone. Failures are logged: they must not keep a new server
+// sweepStale removes the temporary directories whose owner is gone.
+// Directories without a pid file may have been created a moment ago and are
+// left alone. Failures are logged: they must not keep a new server
 // from starting.
 func sweepStale(logger *slog.Logger) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPattern)) // the pattern is well formed

@@ -178,7 +178,7 @@ func TestSweepStale(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(dead); processAlive(2147483646) || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Stat(%s) of a dead server's directory after sweepStale: %v; want not exist", dead, err)
+		t.Errorf("Stat(%s) of a directory whose owner is gone, after sweepStale: %v; want not exist", dead, err)
 	}
 }
 
@@ -280,6 +280,53 @@ func TestStartRetriesWhenItsPortIsTaken(t *testing.T) {
 		t.Fatalf("server endpoint %s is the taken port", s.Config().Endpoint)
 	}
 	roundTrip(t, s, "retried")
+}
+
+// TestSweepSparesARetryingStart: another process's Start sweeps abandoned
+// directories while this one retries. Between two attempts no server runs;
+// a sweep that judged the directory by its server's pid removed it then,
+// and the next attempt failed to open its log (seen in CI: "open minio log:
+// no such file or directory"). The directory is its owner's: never swept
+// while the owner lives.
+func TestSweepSparesARetryingStart(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	var picks atomic.Int32
+	freePort := func() (int, error) {
+		if picks.Add(1) <= 2 { // both ports of the first attempt: it exits at once
+			return takenPort, nil
+		}
+		return loopback.FreePort()
+	}
+	stop := make(chan struct{})
+	swept := make(chan struct{})
+	go func() { // another process's Starts, as often as they can come
+		defer close(swept)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				sweepStale(slog.New(slog.DiscardHandler))
+			}
+		}
+	}()
+	s, err := Start(t.Context(), Config{freePort: freePort, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	close(stop)
+	<-swept
+	if err != nil {
+		t.Fatalf("Start with sweeps running: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	if picks.Load() < 3 {
+		t.Fatalf("Start picked %d ports; the first attempt should have failed", picks.Load())
+	}
+	roundTrip(t, s, "swept")
 }
 
 // TestStartDoesNotWaitOnAServerThatCannotListen: a port taken after MinIO
