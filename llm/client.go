@@ -27,6 +27,8 @@ const (
 	DefaultMaxRetries = 3
 	DefaultTimeout    = 2 * time.Minute
 	DefaultImageModel = "gpt-image-1"
+	// DefaultMaxIdleConns covers a worker's default concurrency.
+	DefaultMaxIdleConns = 256
 )
 
 // placeholderAPIKey is sent when Config.APIKey is empty: local
@@ -56,8 +58,15 @@ type Config struct {
 	// Timeout bounds each HTTP attempt, including reading a streamed answer.
 	// Defaults to 2 minutes.
 	Timeout time.Duration
-	// HTTPClient sends the requests. Defaults to http.DefaultClient.
+	// HTTPClient sends the requests. Defaults to a client of its own that
+	// keeps up to MaxIdleConns connections to the endpoint open between
+	// calls (http.DefaultClient keeps two: with more calls at once, every
+	// other call would open a new connection, and a TLS handshake).
 	HTTPClient *http.Client
+	// MaxIdleConns is how many idle connections to the endpoint the default
+	// HTTPClient keeps: as many as calls run at once. Defaults to
+	// DefaultMaxIdleConns.
+	MaxIdleConns int
 	// Logger receives warnings, such as the tool_choice fallback.
 	// Defaults to a logger that discards everything.
 	Logger *slog.Logger
@@ -98,8 +107,13 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.MaxIdleConns <= 0 {
+		cfg.MaxIdleConns = DefaultMaxIdleConns
+	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = http.DefaultClient
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = cfg.MaxIdleConns, cfg.MaxIdleConns
+		cfg.HTTPClient = &http.Client{Transport: t}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -704,5 +705,46 @@ func TestNew(t *testing.T) {
 				t.Errorf("model = %q, want %q", client.Model(), tt.cfg.Model)
 			}
 		})
+	}
+}
+
+// TestConnectionsReused: calls made many at once, round after round, reuse
+// their connections. With http.DefaultClient (two idle connections kept)
+// every round opened all but two of its connections again — over TLS to a
+// hosted model, a handshake per call.
+func TestConnectionsReused(t *testing.T) {
+	t.Parallel()
+	const concurrent, rounds = 20, 5
+	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }))
+	cfg := srv.Config()
+	cfg.HTTPClient = nil // the client's own
+	client, err := llm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, concurrent)
+		start := make(chan struct{})
+		for range concurrent {
+			wg.Go(func() {
+				<-start
+				_, err := client.Complete(t.Context(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
+				errs <- err
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One per call in flight; a connection still being handed back when
+	// the next round starts may add a few. Without reuse: ~rounds×concurrent.
+	if got := srv.Connections(); got >= 2*concurrent {
+		t.Errorf("%d rounds of %d calls at once opened %d connections; want under %d (about one per call in flight)", rounds, concurrent, got, 2*concurrent)
 	}
 }

@@ -99,7 +99,8 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 	if !cfg.llmConfigured() {
 		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint)")
 	}
-	return llm.New(llm.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Model: cfg.LLMModel, ImageModel: cfg.ImageModel, Logger: log})
+	return llm.New(llm.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Model: cfg.LLMModel, ImageModel: cfg.ImageModel,
+		MaxIdleConns: cfg.WorkerConcurrency, Logger: log})
 }
 
 // startWorker wires the runner and the River service and starts it.

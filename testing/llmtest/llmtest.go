@@ -14,7 +14,10 @@ package llmtest
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentworker/agentworker/llm"
@@ -29,6 +32,7 @@ const Model = "llmtest-model"
 type Server struct {
 	*scripted.Server
 	httpServer *httptest.Server
+	conns      atomic.Int64
 }
 
 // Option configures a Server.
@@ -62,10 +66,20 @@ func NewWith(t testing.TB, responder scripted.Responder, opts ...Option) *Server
 	for _, opt := range opts {
 		opt(s.Server)
 	}
-	s.httpServer = httptest.NewServer(s.Server)
+	s.httpServer = httptest.NewUnstartedServer(s.Server)
+	s.httpServer.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.httpServer.Start()
 	t.Cleanup(s.httpServer.Close)
 	return s
 }
+
+// Connections returns how many connections clients have opened to the
+// server so far.
+func (s *Server) Connections() int64 { return s.conns.Load() }
 
 // URL returns the base URL of the API, ending in /v1.
 func (s *Server) URL() string { return s.httpServer.URL + "/v1" }

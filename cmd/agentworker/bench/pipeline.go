@@ -105,7 +105,7 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 	if err != nil {
 		return nil, err
 	}
-	client, err := llm.New(llm.Config{BaseURL: model.URL, Model: "bench-instant", MaxRetries: -1})
+	client, err := llm.New(llm.Config{BaseURL: model.URL, Model: "bench-instant", MaxRetries: -1, MaxIdleConns: opts.Concurrency})
 	if err != nil {
 		_ = model.Close()
 		return nil, err
