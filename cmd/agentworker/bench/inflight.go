@@ -44,6 +44,12 @@ type InFlight struct {
 	// own events; EventsPerS is the rate they were written at.
 	EventReceiptMS Percentiles `json:"event_receipt_ms"`
 	EventsPerS     float64     `json:"events_per_s"`
+	// The receipt in two parts, when the database tracks commit
+	// timestamps (track_commit_timestamp; the private cluster does):
+	// the write itself (its transaction's start → its commit), and
+	// commit → announcement arrived (the announcer, NOTIFY, the listener).
+	EventWriteMS       Percentiles `json:"event_write_ms"`
+	EventAfterCommitMS Percentiles `json:"event_after_commit_ms"`
 }
 
 // fixedDelayModel answers every call after delay: write_file first, then
@@ -169,6 +175,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	f.RoundTripsPerTask = ratio(float64(tripsRun), float64(n))
 	f.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
 	f.EventReceiptMS = percentiles(rc.lat)
+	f.EventWriteMS, f.EventAfterCommitMS = percentiles(rc.write), percentiles(rc.afterCommit)
 	f.EventsPerS = float64(len(rc.lat)) / elapsed.Seconds()
 	r.note("in flight: %d build tasks inserted in one statement, WORKER_CONCURRENCY=%d, pool %d; model delay %s per call, 2 calls (ideal %s); statements are those the process sent (River's included), commits from pg_stat_database (trigger work is inside them)",
 		n, n, worker.PoolSize(n), delay, ideal)
@@ -217,13 +224,16 @@ func sampleLocks(ctx context.Context, db *database) <-chan lockSamples {
 	return out
 }
 
-type receiptSamples struct{ lat []time.Duration }
+// receiptSamples are the latencies of the events received; write and
+// afterCommit split them where the commit time is known.
+type receiptSamples struct{ lat, write, afterCommit []time.Duration }
 
 // listenReceipts follows every task's events as a subscriber does: LISTEN,
 // and on each announcement read the named tasks' events after their
 // cursors. An event counts when it was written before the announcement
 // arrived; its latency is from its transaction's start (now(), at or
-// before its commit) to the announcement's arrival.
+// before its commit) to the announcement's arrival, split at its commit
+// when the database tracks commit timestamps.
 func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 	out := make(chan receiptSamples, 1)
 	conn, err := pgx.Connect(ctx, db.url)
@@ -273,7 +283,9 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 			for i, t := range n.a.Tasks {
 				seqs[i] = int32(cursor[t])
 			}
-			rows, err := reader.Query(context.WithoutCancel(ctx), `SELECT e.task_id, e.seq, e.created_at FROM agent_events e
+			rows, err := reader.Query(context.WithoutCancel(ctx), `SELECT e.task_id, e.seq, e.created_at,
+					CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(e.xmin) END
+				FROM agent_events e
 				JOIN unnest($1::uuid[], $2::int[]) c(t, s) ON e.task_id = c.t AND e.seq > c.s
 				ORDER BY e.task_id, e.seq`, n.a.Tasks, seqs)
 			if err != nil {
@@ -282,11 +294,12 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 			late := map[uuid.UUID]bool{}
 			for rows.Next() {
 				var (
-					task    uuid.UUID
-					seq     int
-					created time.Time
+					task      uuid.UUID
+					seq       int
+					created   time.Time
+					committed *time.Time
 				)
-				if rows.Scan(&task, &seq, &created) != nil || late[task] {
+				if rows.Scan(&task, &seq, &created, &committed) != nil || late[task] {
 					continue
 				}
 				if created.After(n.at) { // written after this announcement: a later one covers it
@@ -294,6 +307,10 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 					continue
 				}
 				s.lat = append(s.lat, n.at.Sub(created))
+				if committed != nil {
+					s.write = append(s.write, committed.Sub(created))
+					s.afterCommit = append(s.afterCommit, n.at.Sub(*committed))
+				}
 				cursor[task] = seq
 			}
 			rows.Close()

@@ -34,6 +34,9 @@ func (r Report) Markdown() string {
 	row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
 	row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
 	row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")
+	if f.EventAfterCommitMS != (Percentiles{}) {
+		row("of which the write / commit → receipt (ms)", pc(f.EventWriteMS)+"; "+pc(f.EventAfterCommitMS), "", "")
+	}
 	for _, run := range r.Replicas.Runs {
 		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres; commits)", run.Replicas, r.Replicas.Tasks),
 			fmt.Sprintf("%.0f/s; %.1f / %.1f ms; %.1f", run.TasksPerS, run.WorkerCPUMSPerTask, run.PostgresCPUMSPerTask, run.CommitsPerTask), "",

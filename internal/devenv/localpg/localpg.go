@@ -241,6 +241,9 @@ func (c *Cluster) spawn(binDir string, cred *syscall.Credential) error {
 		"-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=200",
+		// Commit times, so a benchmark can tell a write's own time from
+		// what comes after its commit (pg_xact_commit_timestamp).
+		"-c", "track_commit_timestamp=on",
 	)
 	c.cmd.Dir = "/"
 	c.cmd.Stdout = logFile

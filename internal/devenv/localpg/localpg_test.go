@@ -73,6 +73,14 @@ func TestStart(t *testing.T) {
 	if db != "probe" || role != "postgres" {
 		t.Errorf("connected to database %q as %q, want probe as postgres", db, role)
 	}
+	// The benchmark splits an event's receipt at its commit time.
+	if _, err := conn.Exec(ctx, "CREATE TABLE t (); INSERT INTO t DEFAULT VALUES"); err != nil {
+		t.Fatal(err)
+	}
+	var committed bool
+	if err := conn.QueryRow(ctx, "SELECT pg_xact_commit_timestamp(xmin) IS NOT NULL FROM t").Scan(&committed); err != nil || !committed {
+		t.Errorf("commit timestamp of a committed row: %v (err %v); want one (track_commit_timestamp on)", committed, err)
+	}
 
 	if os.Geteuid() == 0 {
 		t.Run("RunsAsPostgresUser", func(t *testing.T) {
