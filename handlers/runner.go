@@ -186,11 +186,23 @@ type Attempt struct {
 	// PauseRequested is the pause request the claim read, which the first
 	// iteration boundary acts on; nil: that boundary reads it.
 	PauseRequested *bool
+	// ChangeSet is the build's change set as the claim opened it; nil: the
+	// attempt opens it.
+	ChangeSet *agentsql.OpenedChangeSet
 }
 
 // fence is the attempt's hold on its task.
 func (at Attempt) fence(task agentsql.Task) agentsql.Fence {
 	return agentsql.Fence{TaskID: task.ID, Epoch: at.Fence}
+}
+
+// openChangeSet returns the build's change set and its status: as the
+// claim opened it, or opened now.
+func (r *Runner) openChangeSet(ctx context.Context, task agentsql.Task, at Attempt) (*changeset.Set, string, error) {
+	if oc := at.ChangeSet; oc != nil {
+		return changeset.Opened(r.deps.Pool, r.deps.Store, at.fence(task), task.ProjectID, oc.Created), oc.Status, nil
+	}
+	return changeset.Open(ctx, r.deps.Pool, r.deps.Store, at.fence(task), task.ProjectID)
 }
 
 // Runner runs claimed tasks through the phases of the task runner.
@@ -318,7 +330,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		}
 	}
 	if spec.taskType == "build" {
-		cs, status, err := changeset.Open(ctx, r.deps.Pool, r.deps.Store, at.fence(task), task.ProjectID)
+		cs, status, err := r.openChangeSet(ctx, task, at)
 		if err != nil {
 			return r.fail(ctx, rec, log, task, at, nil, nil, err)
 		}

@@ -180,6 +180,17 @@ type Claim struct {
 	// PauseRequested: a pause was requested when the task was claimed. The
 	// claim does not act on it; the first iteration boundary does.
 	PauseRequested bool
+	// ChangeSet is the change set ClaimAndStart opened for a claimed build
+	// task; nil otherwise.
+	ChangeSet *OpenedChangeSet
+}
+
+// OpenedChangeSet is what opening a build's change set found: its status
+// (ChangeSetOpen, ...) and whether this open created it (a new set has no
+// entries and no decisions yet), as OpenChangeSet returns them.
+type OpenedChangeSet struct {
+	Status  string
+	Created bool
 }
 
 // ClaimTask locks the task row and, when the task is claimable by this job,
@@ -194,11 +205,13 @@ func ClaimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 	return claimTask(ctx, db, id, jobID, workerID, lease, nil)
 }
 
-// ClaimAndStart is ClaimTask that also writes a successful claim's events
-// (stage_enter claim, agent_phase started, stage_exit claim) in the same
-// statement, so a claim through a pool is one round trip and one commit.
-// afterCommit: the events are not notified in the transaction; the caller
-// announces them once it committed (events.Announcer).
+// ClaimAndStart is ClaimTask that also starts the task in the same
+// statement, so a claim through a pool is one round trip and one commit:
+// it writes a successful claim's events (stage_enter claim, agent_phase
+// started, stage_exit claim) and opens a build task's change set as
+// OpenChangeSet would (Claim.ChangeSet). afterCommit: the events are not
+// notified in the transaction; the caller announces them once it committed
+// (events.Announcer).
 func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, afterCommit bool) (Claim, error) {
 	mode := "notify"
 	if afterCommit {
@@ -207,16 +220,26 @@ func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, work
 	return claimTask(ctx, db, id, jobID, workerID, lease, &mode)
 }
 
+// claimTask claims; with startEvents set it also starts the task (see
+// ClaimAndStart).
 func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, startEvents *string) (Claim, error) {
-	var c Claim
-	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, k.pause_requested, `+taskColumns+`
-		FROM agentworker_claim_task($1, $2, $3, $4, $5) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
-		id, jobID, workerID, lease, startEvents).Scan(append([]any{&c.Claimed, &c.Checkpointed, &c.PauseRequested}, taskDest(&c.Task)...)...)
+	var (
+		c         Claim
+		csStatus  *string
+		csCreated *bool
+	)
+	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, c.change_set_status, c.change_set_created, k.pause_requested, `+taskColumns+`
+		FROM agentworker_claim_task($1, $2, $3, $4, $5, $6) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
+		id, jobID, workerID, lease, startEvents, startEvents != nil).
+		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim task %s for job %d: %w", id, jobID, err)
+	}
+	if csStatus != nil {
+		c.ChangeSet = &OpenedChangeSet{Status: *csStatus, Created: csCreated != nil && *csCreated}
 	}
 	return c, nil
 }

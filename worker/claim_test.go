@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -163,4 +164,104 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestClaimOpensTheChangeSet: a build's claim opens its change set in the
+// claim's own statement, as OpenChangeSet would (created, or the status of
+// the set an earlier attempt left); other claims leave change sets alone.
+func TestClaimOpensTheChangeSet(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.New(t)
+	insert := func(typ agentsql.TaskType) agentsql.Task {
+		t.Helper()
+		task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: uuid.New(), Type: typ, Prompt: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	changeSet := func(id uuid.UUID) (project uuid.UUID, status string, ok bool) {
+		t.Helper()
+		err := pool.QueryRow(ctx, `SELECT project_id, status FROM change_sets WHERE task_id = $1`, id).Scan(&project, &status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return uuid.Nil, "", false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return project, status, true
+	}
+
+	t.Run("BuildCreatesIt", func(t *testing.T) {
+		t.Parallel()
+		task := insert(agentsql.TypeBuild)
+		c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, true)
+		if err != nil || !c.Claimed {
+			t.Fatalf("claim = %+v, %v", c, err)
+		}
+		if c.ChangeSet == nil || *c.ChangeSet != (agentsql.OpenedChangeSet{Status: agentsql.ChangeSetOpen, Created: true}) {
+			t.Fatalf("claim's change set = %+v, want open and created", c.ChangeSet)
+		}
+		if project, status, ok := changeSet(task.ID); !ok || project != task.ProjectID || status != agentsql.ChangeSetOpen {
+			t.Fatalf("change set row = %v %q (exists %v), want the task's project, open", project, status, ok)
+		}
+
+		// The same job claims again (River retrying it after a crash): the
+		// set is the earlier attempt's, whatever it became.
+		if _, err := pool.Exec(ctx, `UPDATE change_sets SET status = 'applying' WHERE task_id = $1`, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		again, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w2", time.Minute, true)
+		if err != nil || !again.Claimed || again.Task.Fence == c.Task.Fence {
+			t.Fatalf("claim again = %+v, %v; want claimed under a new fence", again, err)
+		}
+		if again.ChangeSet == nil || *again.ChangeSet != (agentsql.OpenedChangeSet{Status: agentsql.ChangeSetApplying, Created: false}) {
+			t.Fatalf("second claim's change set = %+v, want applying, not created", again.ChangeSet)
+		}
+	})
+	t.Run("NotClaimedOpensNothing", func(t *testing.T) {
+		t.Parallel()
+		task := insert(agentsql.TypeBuild)
+		if _, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `DELETE FROM change_sets WHERE task_id = $1`, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 8, "w2", time.Minute, true)
+		if err != nil || c.Claimed || c.ChangeSet != nil {
+			t.Fatalf("claim by another job = %+v, %v; want not claimed, no change set", c, err)
+		}
+		if _, _, ok := changeSet(task.ID); ok {
+			t.Fatal("a claim that claimed nothing opened a change set")
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		typ   agentsql.TaskType
+		start bool
+	}{
+		{"ChatHasNone", agentsql.TypeChat, true},
+		{"PlanHasNone", agentsql.TypePlan, true},
+		{"ClaimTaskLeavesItToTheHandler", agentsql.TypeBuild, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			task := insert(tc.typ)
+			claim := agentsql.ClaimTask
+			if tc.start {
+				claim = func(ctx context.Context, db agentsql.DBTX, id uuid.UUID, job int64, w string, lease time.Duration) (agentsql.Claim, error) {
+					return agentsql.ClaimAndStart(ctx, db, id, job, w, lease, true)
+				}
+			}
+			c, err := claim(ctx, pool, task.ID, 7, "w1", time.Minute)
+			if err != nil || !c.Claimed || c.ChangeSet != nil {
+				t.Fatalf("claim = %+v, %v; want claimed without a change set", c, err)
+			}
+			if _, _, ok := changeSet(task.ID); ok {
+				t.Fatal("the claim opened a change set")
+			}
+		})
+	}
 }

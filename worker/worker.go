@@ -362,7 +362,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	// retry waits with its job snoozed, not as a River retry.
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Fence: task.Fence, Number: task.Retries + 1,
 		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID, NoCheckpoint: !c.Checkpointed,
-		PauseRequested: &c.PauseRequested})
+		PauseRequested: &c.PauseRequested, ChangeSet: c.ChangeSet})
 	if s.cfg.Runs != nil {
 		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)
 	}
@@ -448,7 +448,8 @@ func (s *Service) sweepLeases(ctx context.Context) {
 }
 
 // claim runs the claim stage: lock the row, take it and its lease if
-// claimable, and write the stage and lifecycle events, in one statement
+// claimable, write the stage and lifecycle events and open a build's
+// change set, in one statement
 // (one round trip, one commit: it is on every task's path from insert to
 // start). With an announcer, the events are announced once it committed.
 func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql.Claim, error) {

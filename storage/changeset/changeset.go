@@ -65,11 +65,18 @@ func Open(ctx context.Context, pool *pgxpool.Pool, base storage.Store, f agentsq
 	if err != nil {
 		return nil, "", err
 	}
+	return Opened(pool, base, f, projectID, created), status, nil
+}
+
+// Opened returns the change set of the build task held by f, opened
+// already (by its claim, sql.ClaimAndStart); created says that open made
+// it.
+func Opened(pool *pgxpool.Pool, base storage.Store, f agentsql.Fence, projectID uuid.UUID, created bool) *Set {
 	s := &Set{pool: pool, base: base, taskID: f.TaskID, fence: f, projectID: projectID.String(), seen: map[string]string{}, created: created}
 	if created {
 		s.staged = []agentsql.ChangeEntry{}
 	}
-	return s, status, nil
+	return s
 }
 
 // Fresh reports whether Open created the set: a new set has no entries,

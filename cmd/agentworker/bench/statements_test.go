@@ -147,12 +147,12 @@ func (l *statementLog) ours() []statement {
 // one pipeline are one round trip.
 func TestStatementsPerBuildTask(t *testing.T) {
 	t.Parallel()
-	// claim 1 (the claim writes its events and reads the pause request),
-	// open the change set 1, events 1, stage the write 1, checkpoint 2
+	// claim 1 (the claim writes its events, reads the pause request and
+	// opens the change set), events 1, stage the write 1, checkpoint 2
 	// (events, checkpoint: one round trip), events 1 (before the second
 	// model call), mark applying 1, finish 3 (the events since, change
 	// set, task: one round trip).
-	const budget, tripBudget = 11, 8
+	const budget, tripBudget = 10, 7
 	ctx := t.Context()
 	log := &statementLog{}
 	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
