@@ -729,7 +729,7 @@ func TestConnectionsReused(t *testing.T) {
 		for range concurrent {
 			wg.Go(func() {
 				<-start
-				_, err := client.Complete(t.Context(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
+				_, err := client.Complete(t.Context(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}, OnDelta: func(string) {}})
 				errs <- err
 			})
 		}
@@ -742,6 +742,7 @@ func TestConnectionsReused(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d connections for %d rounds of %d calls", srv.Connections(), rounds, concurrent)
 	// One per call in flight; a connection still being handed back when
 	// the next round starts may add a few. Without reuse: ~rounds×concurrent.
 	if got := srv.Connections(); got >= 2*concurrent {
