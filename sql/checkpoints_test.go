@@ -2,7 +2,10 @@ package sql_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
+
+	"github.com/google/uuid"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -101,5 +104,62 @@ func TestFencedBatchTakesItsSeqs(t *testing.T) {
 	}
 	if last != 5 || count != 5 {
 		t.Errorf("last_seq %d with %d distinct seqs, want 5 and 5", last, count)
+	}
+}
+
+// TestFencedBatchReturnsWhatItWrote: a holder's batch gets back only ids,
+// seqs and times and completes the rows from what it sent; they must be the
+// rows stored, payloads equal as JSON (the database stores them as jsonb),
+// in both forms of the write (a statement, a pipeline).
+func TestFencedBatchReturnsWhatItWrote(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task, f := claimed(t, pool)
+	batch := []agentsql.NewEvent{
+		{Type: "log", Payload: json.RawMessage(`{"message":"first","level":"info","metadata":{"z":1,"a":[true,null]}}`)},
+		{Type: "progress", Payload: json.RawMessage(`{"kind":"stage_enter","stage":"claim"}`)},
+		{Type: "error", Payload: json.RawMessage(`{"message":"nul \u0000 here"}`)},
+	}
+	var got []agentsql.EventRow
+	rows, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
+		Fence: &f.Epoch, Key: uuid.New(), Events: batch, AfterCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, rows...)
+	p := &agentsql.Pipeline{}
+	outcome := agentsql.QueueEventBatch(p, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
+		Fence: &f.Epoch, Events: batch[:2], AfterCommit: true})
+	if err := p.Run(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err = outcome(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, rows...)
+
+	stored, err := agentsql.TaskEventsAfter(ctx, pool, task.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || len(stored) != 5 {
+		t.Fatalf("returned %d rows, stored %d; want 5 and 5", len(got), len(stored))
+	}
+	for i := range stored {
+		g, s := got[i], stored[i]
+		if g.ID != s.ID || *g.Seq != *s.Seq || *g.TaskID != *s.TaskID || g.ProjectID != s.ProjectID || g.Type != s.Type || !g.CreatedAt.Equal(s.CreatedAt) {
+			t.Errorf("row %d returned %+v, stored %+v", i, g, s)
+		}
+		var gp, sp any
+		if err := json.Unmarshal(g.Payload, &gp); err != nil {
+			t.Fatalf("row %d returned payload %s: %v", i, g.Payload, err)
+		}
+		if err := json.Unmarshal(s.Payload, &sp); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(gp, sp) {
+			t.Errorf("row %d returned payload %s, stored %s", i, g.Payload, s.Payload)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,7 +93,7 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 	if err != nil {
 		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 	}
-	out, err := scanEvents(rows)
+	out, err := scanBatch(rows, b)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 	}
@@ -110,7 +111,7 @@ func QueueEventBatch(p *Pipeline, b EventBatch) (outcome func(ctx context.Contex
 	query, args := eventBatchStatement(b)
 	p.batch.Queue(query, args...).Query(func(rows pgx.Rows) error {
 		var err error
-		if out, err = scanEvents(rows); err != nil {
+		if out, err = scanBatch(rows, b); err != nil {
 			return fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 		}
 		return nil
@@ -155,10 +156,43 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 			FROM fence f, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
 			WHERE CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 			ORDER BY e.ord
-			RETURNING ` + eventColumns
+			RETURNING ` + leanEventColumns
 		args = append(args, len(b.Events), *b.Fence)
 	}
 	return query, args
+}
+
+// leanEventColumns are what a holder's batch returns: the rest it sent
+// (scanBatch), and sending every payload back would cost both sides the
+// bytes again, for ~30 events of every build.
+const leanEventColumns = `id, seq, created_at`
+
+// scanBatch reads the rows writing b returned: whole rows for a writer
+// that does not hold the task; for a holder's batch its ids, seqs and
+// times, completed with what it sent (payloads as sent, equal as JSON to
+// what is stored).
+func scanBatch(rows pgx.Rows, b EventBatch) ([]EventRow, error) {
+	if b.Fence == nil {
+		return scanEvents(rows)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventRow, error) {
+		e := EventRow{ProjectID: b.ProjectID}
+		err := row.Scan(&e.ID, &e.Seq, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	if len(out) != len(b.Events) {
+		return nil, fmt.Errorf("wrote %d of %d events", len(out), len(b.Events))
+	}
+	// Seqs are consecutive in the order sent.
+	slices.SortFunc(out, func(x, y EventRow) int { return *x.Seq - *y.Seq })
+	for i := range out {
+		task := b.TaskID
+		out[i].TaskID, out[i].Type, out[i].Payload = &task, b.Events[i].Type, JSONB(b.Events[i].Payload)
+	}
+	return out, nil
 }
 
 // eventBatchOutcome is what writing b returned: out, the rows written, or
