@@ -185,8 +185,16 @@ func serve(ctx context.Context, cfg config) error {
 	log.Info("shutting down: finishing running tasks", slog.Duration("timeout", shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
-	return svc.Stop(sctx)
+	// The worker stops taking tasks first, so that none inserted from now
+	// on starts here while the HTTP server closes; both then drain together.
+	httpDone := make(chan struct{})
+	go func() {
+		defer close(httpDone)
+		_ = srv.Shutdown(sctx)
+	}()
+	stopErr := svc.Stop(sctx)
+	<-httpDone
+	return stopErr
 }
 
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1

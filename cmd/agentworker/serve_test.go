@@ -245,7 +245,10 @@ func TestSIGTERMDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	signalled := time.Now()
-	// A task inserted after SIGTERM is not taken by the draining process.
+	// A task inserted once the drain began is not taken by the draining
+	// process. (Inserted right after the signal, it raced the signal's
+	// handling: on a loaded machine the process fetched it first.)
+	poll.Until(t, "the drain to begin", 30*time.Second, func() bool { return strings.Contains(p.out.String(), "shutting down") })
 	late, _ := e.insert(t, "inserted during the drain")
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
