@@ -83,7 +83,8 @@ type EventBatch struct {
 }
 
 // InsertEventBatch appends a batch of events to a task's timeline in one
-// statement, in order.
+// statement, in order, and returns the rows written; a holder's (fenced)
+// batch gets its rows completed from what it sent (scanBatch).
 func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, error) {
 	if len(b.Events) == 0 {
 		return nil, nil
