@@ -189,8 +189,8 @@ func scanBatch(rows pgx.Rows, b EventBatch) ([]EventRow, error) {
 	}
 	// Seqs are consecutive in the order sent.
 	slices.SortFunc(out, func(x, y EventRow) int { return *x.Seq - *y.Seq })
+	task := b.TaskID
 	for i := range out {
-		task := b.TaskID
 		out[i].TaskID, out[i].Type, out[i].Payload = &task, b.Events[i].Type, JSONB(b.Events[i].Payload)
 	}
 	return out, nil

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -30,16 +29,7 @@ func TestCrashWhileApplyingIsFinishedByTheNextAttempt(t *testing.T) {
 
 	// The first attempt, by hand: a build task with no River job of its
 	// own, claimed by a worker that stages a.txt and marks the set applying.
-	var id uuid.UUID
-	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', 'write a.txt') RETURNING id`, project).Scan(&id)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := h.insertWithoutJob(t, project, "build", "write a.txt")
 	c, err := agentsql.ClaimAndStart(ctx, h.pool, id, 999, "dead-worker", time.Minute, true)
 	if err != nil || !c.Claimed || c.ChangeSet == nil || !c.ChangeSet.Created {
 		t.Fatalf("first claim = %+v, %v", c, err)
@@ -76,8 +66,7 @@ func TestCrashWhileApplyingIsFinishedByTheNextAttempt(t *testing.T) {
 	if n := len(h.llm.Requests()); n != 0 {
 		t.Fatalf("the model got %d requests; the build was decided before the crash", n)
 	}
-	var status string
-	if err := h.pool.QueryRow(ctx, `SELECT status FROM change_sets WHERE task_id = $1`, id).Scan(&status); err != nil || status != agentsql.ChangeSetApplied {
+	if status, _, err := agentsql.ChangeSetState(ctx, h.pool, id); err != nil || status != agentsql.ChangeSetApplied {
 		t.Fatalf("change set status = %q (%v), want applied", status, err)
 	}
 }

@@ -137,6 +137,25 @@ func (h *harness) insertTask(t *testing.T, projectID uuid.UUID, taskType, prompt
 	return id
 }
 
+// insertWithoutJob inserts a task whose River job the pickup trigger does
+// not make, as a row copied in with triggers off, or a task another worker
+// held, would be.
+func (h *harness) insertWithoutJob(t *testing.T, projectID uuid.UUID, taskType, prompt string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	err := pgx.BeginFunc(t.Context(), h.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+			return err
+		}
+		return tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, $2, $3) RETURNING id`,
+			projectID, taskType, prompt).Scan(&id)
+	})
+	if err != nil {
+		t.Fatalf("insert %s task without its job: %v", taskType, err)
+	}
+	return id
+}
+
 // waitDone follows the task's timeline until its terminal event and returns
 // every event and the final row.
 func (h *harness) waitDone(t *testing.T, id uuid.UUID) ([]events.Event, agentsql.Task) {
@@ -547,16 +566,7 @@ func TestReconcilerEnqueuesOrphanedTasks(t *testing.T) {
 		workerConfig: worker.Config{ReconcileInterval: 100 * time.Millisecond, ReconcileMinAge: time.Millisecond},
 	})
 	// A row that arrived without its job (as if copied in with triggers off).
-	var id uuid.UUID
-	err := pgx.BeginFunc(t.Context(), h.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
-			return err
-		}
-		return tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'hi') RETURNING id`, uuid.New()).Scan(&id)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := h.insertWithoutJob(t, uuid.New(), "chat", "hi")
 	_, task := h.waitDone(t, id)
 	if task.Status != agentsql.StatusSucceeded {
 		t.Fatalf("status = %s, error %s", task.Status, task.Error)

@@ -262,24 +262,32 @@ func TestProcessAlive(t *testing.T) {
 // starts; Start tries again on other ports.
 func TestStartRetriesWhenItsPortIsTaken(t *testing.T) {
 	t.Parallel()
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { taken.Close() })
-	takenPort := taken.Addr().(*net.TCPAddr).Port
-	var picks atomic.Int32
-	freePort := func() (int, error) {
-		if picks.Add(1) == 1 {
-			return takenPort, nil
-		}
-		return loopback.FreePort()
-	}
+	freePort, _, taken := takenPortFirst(t, 1)
 	s := start(t, Config{freePort: freePort})
-	if s.Config().Endpoint == taken.Addr().String() {
+	if s.Config().Endpoint == taken {
 		t.Fatalf("server endpoint %s is the taken port", s.Config().Endpoint)
 	}
 	roundTrip(t, s, "retried")
+}
+
+// takenPortFirst returns a port picker whose first n picks are a port a
+// listener of the test holds (returned as an address), then free ports, and
+// the count of its picks.
+func takenPortFirst(t *testing.T, n int32) (freePort func() (int, error), picks *atomic.Int32, taken string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+	picks = new(atomic.Int32)
+	return func() (int, error) {
+		if picks.Add(1) <= n {
+			return port, nil
+		}
+		return loopback.FreePort()
+	}, picks, l.Addr().String()
 }
 
 // TestSweepSparesARetryingStart: another process's Start sweeps abandoned
@@ -290,19 +298,8 @@ func TestStartRetriesWhenItsPortIsTaken(t *testing.T) {
 // while the owner lives.
 func TestSweepSparesARetryingStart(t *testing.T) {
 	t.Parallel()
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { taken.Close() })
-	takenPort := taken.Addr().(*net.TCPAddr).Port
-	var picks atomic.Int32
-	freePort := func() (int, error) {
-		if picks.Add(1) <= 2 { // both ports of the first attempt: it exits at once
-			return takenPort, nil
-		}
-		return loopback.FreePort()
-	}
+	// Both ports of the first attempt: it fails at once.
+	freePort, picks, _ := takenPortFirst(t, 2)
 	stop := make(chan struct{})
 	swept := make(chan struct{})
 	go func() { // another process's Starts, as often as they can come
@@ -316,13 +313,8 @@ func TestSweepSparesARetryingStart(t *testing.T) {
 			}
 		}
 	}()
-	s, err := Start(t.Context(), Config{freePort: freePort, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
-	close(stop)
-	<-swept
-	if err != nil {
-		t.Fatalf("Start with sweeps running: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	t.Cleanup(func() { close(stop); <-swept })
+	s := start(t, Config{freePort: freePort})
 	if picks.Load() < 3 {
 		t.Fatalf("Start picked %d ports; the first attempt should have failed", picks.Load())
 	}
