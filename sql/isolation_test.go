@@ -52,6 +52,8 @@ var apiFunctions = []string{
 	"agentworker_resume_task(uuid,integer,text)",
 	"agentworker_retry_task(uuid,integer,text)",
 	"agentworker_answer_input(uuid,text,integer,text)",
+	"agent_events(ai_tasks)",
+	"ai_tasks(agent_events)",
 }
 
 // Outcomes of one probe.

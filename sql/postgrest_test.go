@@ -131,6 +131,35 @@ func TestPostgREST(t *testing.T) {
 				t.Errorf("read %d of another project's events", n)
 			}
 		}},
+		// Embedding runs on computed relationships (agent_events.task_id has
+		// no foreign key): a task with its events, an event with its task.
+		{"EmbedEventsOfTask", "GET", "/ai_tasks?select=id,agent_events(seq,type)&id=eq." + f.ownTask.String(), user, "", 200, func(t *testing.T, r response) {
+			got := rows(t, r)
+			if len(got) != 1 {
+				t.Fatalf("read %d tasks, want 1: %s", len(got), r.body)
+			}
+			evs, _ := got[0]["agent_events"].([]any)
+			if len(evs) == 0 {
+				t.Errorf("task read without its events: %s", r.body)
+			}
+		}},
+		{"EmbedTaskOfEvent", "GET", "/agent_events?select=seq,ai_tasks(id,project_id)&task_id=eq." + f.ownTask.String(), user, "", 200, func(t *testing.T, r response) {
+			got := rows(t, r)
+			if len(got) == 0 {
+				t.Fatalf("no events read: %s", r.body)
+			}
+			for _, ev := range got {
+				task, _ := ev["ai_tasks"].(map[string]any)
+				if task["id"] != f.ownTask.String() || task["project_id"] != f.own.String() {
+					t.Errorf("event embeds task %v, want %s of %s (one object)", ev["ai_tasks"], f.ownTask, f.own)
+				}
+			}
+		}},
+		{"EmbedOtherTaskEvents", "GET", "/ai_tasks?select=id,agent_events(seq)&id=eq." + f.otherTask.String(), user, "", 200, func(t *testing.T, r response) {
+			if n := len(rows(t, r)); n != 0 {
+				t.Errorf("read %d of another project's tasks through an embedding", n)
+			}
+		}},
 		{"ReadOwnUsage", "GET", "/project_usage_daily", user, "", 200, func(t *testing.T, r response) {
 			if ps := projectsOf(t, r); len(ps) != 1 || ps[0] != f.own.String() {
 				t.Errorf("usage read for projects %v, want only %s", ps, f.own)

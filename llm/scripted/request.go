@@ -15,7 +15,13 @@ import (
 type Request struct {
 	Model    string
 	Messages []llm.Message
-	Tools    []llm.Tool
+	// Tools are the offered tools, names and descriptions only: their
+	// schemas stay undecoded (ToolParameters decodes one), since decoding
+	// every schema of every request into maps was a third of a busy test
+	// model's CPU and most responders look at names only.
+	Tools []llm.Tool
+	// schemas are the tools' parameters as sent, by position in Tools.
+	schemas []json.RawMessage
 	// ToolChoice is tool_choice when it is a string ("auto", "none",
 	// "required"), the object's type (e.g. "function") when it is an object,
 	// and empty when the request had none.
@@ -45,6 +51,25 @@ func (r *Request) HasTool(name string) bool {
 	return false
 }
 
+// ToolParameters returns the JSON schema of the offered tool called name,
+// decoded, or nil when the request offered no such tool or sent no schema.
+func (r *Request) ToolParameters(name string) (map[string]any, error) {
+	for i, t := range r.Tools {
+		if t.Name != name {
+			continue
+		}
+		if t.Parameters != nil || i >= len(r.schemas) {
+			return t.Parameters, nil
+		}
+		var params map[string]any
+		if err := json.Unmarshal(r.schemas[i], &params); err != nil {
+			return nil, fmt.Errorf("decode parameters of tool %s: %w", name, err)
+		}
+		return params, nil
+	}
+	return nil, nil
+}
+
 // LastUserMessage returns the index and content of the last user message,
 // or -1 and "" when there is none.
 func (r *Request) LastUserMessage() (int, string) {
@@ -72,8 +97,12 @@ type wireRequest struct {
 		ToolCallID string `json:"tool_call_id"`
 	} `json:"messages"`
 	Tools []struct {
-		Type     string   `json:"type"`
-		Function llm.Tool `json:"function"`
+		Type     string `json:"type"`
+		Function struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function"`
 	} `json:"tools"`
 	ToolChoice    json.RawMessage `json:"tool_choice"`
 	Stream        bool            `json:"stream"`
@@ -106,7 +135,8 @@ func decodeRequest(body []byte) (Request, error) {
 		req.Messages = append(req.Messages, msg)
 	}
 	for _, t := range w.Tools {
-		req.Tools = append(req.Tools, t.Function)
+		req.Tools = append(req.Tools, llm.Tool{Name: t.Function.Name, Description: t.Function.Description})
+		req.schemas = append(req.schemas, t.Function.Parameters)
 	}
 	if err := decodeToolChoice(w.ToolChoice, &req); err != nil {
 		return Request{}, err

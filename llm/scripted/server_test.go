@@ -427,9 +427,16 @@ func TestServerRecordsRequests(t *testing.T) {
 	if !reflect.DeepEqual(reqs[0].Messages, wantMessages) {
 		t.Errorf("messages = %+v, want %+v", reqs[0].Messages, wantMessages)
 	}
-	wantTools := []llm.Tool{{Name: "f", Description: "does f", Parameters: map[string]any{"type": "object"}}}
+	wantTools := []llm.Tool{{Name: "f", Description: "does f"}}
 	if !reflect.DeepEqual(reqs[0].Tools, wantTools) {
 		t.Errorf("tools = %+v, want %+v", reqs[0].Tools, wantTools)
+	}
+	params, err := reqs[0].ToolParameters("f")
+	if want := map[string]any{"type": "object"}; err != nil || !reflect.DeepEqual(params, want) {
+		t.Errorf("parameters of f = %v (%v), want %v", params, err, want)
+	}
+	if params, err := reqs[0].ToolParameters("g"); params != nil || err != nil {
+		t.Errorf("parameters of a tool not offered = %v (%v), want nil", params, err)
 	}
 	if reqs[0].ToolChoice != "function" || reqs[0].ToolChoiceName != "f" {
 		t.Errorf("tool choice = %q %q, want function f", reqs[0].ToolChoice, reqs[0].ToolChoiceName)
