@@ -128,9 +128,11 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		types[i] = e.Type
 		payloads[i] = string(JSONB(e.Payload))
 	}
-	var key *uuid.UUID
+	// NULL or the key as a uuid.UUID value: a *uuid.UUID would be sent
+	// through its driver.Valuer (see PrepareConn).
+	var key any
 	if b.Key != uuid.Nil {
-		key = &b.Key
+		key = b.Key
 	}
 	// A writer that does not hold the task: the row trigger gives each
 	// event its seq under the task row lock.

@@ -52,6 +52,7 @@ func connect(ctx context.Context, cfg config, worksTasks bool) (*pgxpool.Pool, e
 	} else {
 		pcfg.MaxConns = worker.PoolSize(cfg.WorkerConcurrency)
 	}
+	agentsql.ConfigurePool(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database %s: %w", pcfg.ConnConfig.Host, err)

@@ -46,6 +46,7 @@ import (
 	"testing"
 	"time"
 
+	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
@@ -71,7 +72,12 @@ func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 
 	connString := NewURL(t)
-	pool, err := pgxpool.New(t.Context(), connString)
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		t.Fatalf("dbtest: parse %s: %v", connString, err)
+	}
+	agentsql.ConfigurePool(cfg) // as the worker's pools are
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("dbtest: open pool on %s: %v", connString, err)
 	}

@@ -217,6 +217,7 @@ func newDatabaseTraced(ctx context.Context, adminURL string, size func(*pgxpool.
 	}
 	cfg.ConnConfig.Database = name
 	size(cfg)
+	agentsql.ConfigurePool(cfg)
 	if tracer != nil {
 		cfg.ConnConfig.Tracer = tracer
 	}
