@@ -74,7 +74,9 @@ type Config struct {
 
 // Client calls the Chat Completions API. It is safe for concurrent use.
 type Client struct {
-	chat       openai.ChatCompletionService
+	chat openai.ChatCompletionService
+	// api sends streamed calls (newStream), with the same options.
+	api        openai.Client
 	images     openai.ImageService
 	model      string
 	imageModel string
@@ -139,6 +141,7 @@ func New(cfg Config) (*Client, error) {
 		// The services, unlike openai.NewClient, do not read OPENAI_*
 		// environment variables: cfg is the only source of settings.
 		chat:       openai.NewChatCompletionService(opts...),
+		api:        openai.Client{Options: opts},
 		images:     openai.NewImageService(opts...),
 		model:      cfg.Model,
 		imageModel: cfg.ImageModel,
@@ -255,12 +258,13 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 // stream makes one streamed call, reporting content fragments to onDelta.
 func (c *Client) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string)) (Response, error) {
 	params.StreamOptions.IncludeUsage = openai.Bool(true)
-	stream := c.chat.NewStreaming(ctx, params)
+	stream := c.newStream(ctx, params)
 	defer stream.Close()
 
 	var acc openai.ChatCompletionAccumulator
 	for stream.Next() {
-		chunk := stream.Current()
+		current := stream.Current()
+		chunk := current.sdk()
 		if !acc.AddChunk(chunk) {
 			return Response{}, fmt.Errorf("accumulate stream chunk %q: malformed chunk", chunk.ID)
 		}

@@ -749,3 +749,36 @@ func TestConnectionsReused(t *testing.T) {
 		t.Errorf("%d rounds of %d calls at once opened %d connections; want under %d (about one per call in flight)", rounds, concurrent, got, 2*concurrent)
 	}
 }
+
+// TestCallsSendTheAPIKey: streamed or not, a call carries the key as a
+// bearer token (and the placeholder when there is none).
+func TestCallsSendTheAPIKey(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		key      string
+		streamed bool
+		want     string
+	}{
+		{"Streamed", "sk-test", true, "Bearer sk-test"},
+		{"NotStreamed", "sk-test", false, "Bearer sk-test"},
+		{"StreamedWithoutKey", "", true, "Bearer unused"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := llmtest.New(t, llmtest.Text("ok"))
+			client := newClient(t, srv, func(c *llm.Config) { c.APIKey = tt.key })
+			req := userRequest("hi")
+			if tt.streamed {
+				req.OnDelta = func(string) {}
+			}
+			if _, err := client.Complete(t.Context(), req); err != nil {
+				t.Fatalf("complete: %v", err)
+			}
+			got := srv.Requests()[0]
+			if auth := got.Header.Get("Authorization"); auth != tt.want || got.Stream != tt.streamed {
+				t.Errorf("authorization %q, streamed %v; want %q, %v", auth, got.Stream, tt.want, tt.streamed)
+			}
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+
+	"github.com/openai/openai-go/v3"
 )
 
 // BenchmarkRequestEncoding encodes a request offering a dozen tools, as a
@@ -47,4 +49,30 @@ func BenchmarkRequestEncoding(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkChunkDecoding decodes one streamed tool-call chunk as a call's
+// every chunk is: into openai-go's chunk type, and into streamChunk handed
+// on as that type (what stream does).
+func BenchmarkChunkDecoding(b *testing.B) {
+	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1764000000,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ath\":\"out"}}]},"finish_reason":null}]}`)
+	b.Run("SDKChunk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c openai.ChatCompletionChunk
+			if err := json.Unmarshal(data, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("StreamChunk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var c streamChunk
+			if err := json.Unmarshal(data, &c); err != nil {
+				b.Fatal(err)
+			}
+			_ = c.sdk()
+		}
+	})
 }
