@@ -74,9 +74,7 @@ type Config struct {
 
 // Client calls the Chat Completions API. It is safe for concurrent use.
 type Client struct {
-	chat openai.ChatCompletionService
-	// api sends streamed calls (newStream), with the same options.
-	api        openai.Client
+	chat       openai.ChatCompletionService
 	images     openai.ImageService
 	model      string
 	imageModel string
@@ -141,7 +139,6 @@ func New(cfg Config) (*Client, error) {
 		// The services, unlike openai.NewClient, do not read OPENAI_*
 		// environment variables: cfg is the only source of settings.
 		chat:       openai.NewChatCompletionService(opts...),
-		api:        openai.Client{Options: opts},
 		images:     openai.NewImageService(opts...),
 		model:      cfg.Model,
 		imageModel: cfg.ImageModel,

@@ -61,10 +61,11 @@ func (c *streamChunk) sdk() openai.ChatCompletionChunk {
 }
 
 // newStream sends a streamed chat completion request as openai-go's
-// NewStreaming does (its retries, auth and error types; "stream": true),
-// and reads the events as streamChunks.
+// NewStreaming does (the same service: its retries, auth and error types;
+// "stream": true), takes the response unread, and reads its events as
+// streamChunks.
 func (c *Client) newStream(ctx context.Context, params openai.ChatCompletionNewParams) *ssestream.Stream[streamChunk] {
 	var raw *http.Response
-	err := c.api.Post(ctx, "chat/completions", params, &raw, option.WithJSONSet("stream", true))
+	_, err := c.chat.New(ctx, params, option.WithJSONSet("stream", true), option.WithResponseBodyInto(&raw))
 	return ssestream.NewStream[streamChunk](ssestream.NewDecoder(raw), err)
 }
