@@ -16,9 +16,9 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/tidwall/sjson"
 )
 
 // Defaults applied by [New].
@@ -238,24 +238,24 @@ func rejectedStatus(err error) (int, bool) {
 // complete makes one call, with openai-go's retries, using choice as the
 // tool choice.
 func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (Response, error) {
-	params, err := c.params(req, choice)
+	body, err := c.body(req, choice, req.OnDelta != nil)
 	if err != nil {
 		return Response{}, err
 	}
+	send := option.WithRequestBody("application/json", body)
 	if req.OnDelta == nil {
-		completion, err := c.chat.New(ctx, params)
+		completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
 		if err != nil {
 			return Response{}, c.convertError(ctx, err)
 		}
 		return c.response(completion)
 	}
-	return c.stream(ctx, params, req.OnDelta)
+	return c.stream(ctx, send, req.OnDelta)
 }
 
 // stream makes one streamed call, reporting content fragments to onDelta.
-func (c *Client) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string)) (Response, error) {
-	params.StreamOptions.IncludeUsage = openai.Bool(true)
-	stream := c.newStream(ctx, params)
+func (c *Client) stream(ctx context.Context, send option.RequestOption, onDelta func(string)) (Response, error) {
+	stream := c.newStream(ctx, send)
 	defer stream.Close()
 
 	var acc openai.ChatCompletionAccumulator
@@ -278,6 +278,49 @@ func (c *Client) stream(ctx context.Context, params openai.ChatCompletionNewPara
 		return Response{}, fmt.Errorf("read stream: ended before a finish reason: %w", io.ErrUnexpectedEOF)
 	}
 	return c.response(&acc.ChatCompletion)
+}
+
+// body is a call's request body: openai-go encodes all of it but the tools,
+// which go in as encoded (Tool.Encode, or here for a tool without its wire
+// form), and "stream" when streamed. Handed to openai-go as a Marshaler's
+// output, a dozen encoded schemas were scanned again on every call, most
+// of a request's encoding.
+func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, error) {
+	params, err := c.params(req, choice)
+	if err != nil {
+		return nil, err
+	}
+	if stream {
+		params.StreamOptions.IncludeUsage = openai.Bool(true)
+	}
+	body, err := params.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	if len(req.Tools) > 0 {
+		tools := []byte{'['}
+		for i, t := range req.Tools {
+			wire := t.wire
+			if wire == nil {
+				if wire, err = functionTool(t).MarshalJSON(); err != nil {
+					return nil, fmt.Errorf("encode tool %q: %w", t.Name, err)
+				}
+			}
+			if i > 0 {
+				tools = append(tools, ',')
+			}
+			tools = append(tools, wire...)
+		}
+		if body, err = sjson.SetRawBytes(body, "tools", append(tools, ']')); err != nil {
+			return nil, fmt.Errorf("encode request tools: %w", err)
+		}
+	}
+	if stream {
+		if body, err = sjson.SetBytes(body, "stream", true); err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+	}
+	return body, nil
 }
 
 // functionTool is t as openai-go's request parameter.
@@ -305,7 +348,8 @@ func (t Tool) Encode() (Tool, error) {
 	return t, nil
 }
 
-// params converts req to openai-go request parameters.
+// params converts req to openai-go request parameters, all but its tools
+// (body adds them).
 func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNewParams, error) {
 	params := openai.ChatCompletionNewParams{
 		Model:    shared.ChatModel(c.model),
@@ -317,13 +361,6 @@ func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNe
 			return params, fmt.Errorf("convert message %d: %w", i, err)
 		}
 		params.Messages = append(params.Messages, p)
-	}
-	for _, t := range req.Tools {
-		if t.wire != nil {
-			params.Tools = append(params.Tools, param.Override[openai.ChatCompletionToolUnionParam](t.wire))
-			continue
-		}
-		params.Tools = append(params.Tools, functionTool(t))
 	}
 	if rs := req.ResponseSchema; rs != nil {
 		params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{

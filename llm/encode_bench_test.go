@@ -39,11 +39,7 @@ func BenchmarkRequestEncoding(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p, err := c.params(Request{Messages: msgs, Tools: bc.tools}, ToolChoiceAuto)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := json.Marshal(p); err != nil {
+				if _, err := c.body(Request{Messages: msgs, Tools: bc.tools}, ToolChoiceAuto, true); err != nil {
 					b.Fatal(err)
 				}
 			}

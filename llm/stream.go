@@ -60,12 +60,11 @@ func (c *streamChunk) sdk() openai.ChatCompletionChunk {
 	return out
 }
 
-// newStream sends a streamed chat completion request as openai-go's
-// NewStreaming does (the same service: its retries, auth and error types;
-// "stream": true), takes the response unread, and reads its events as
-// streamChunks.
-func (c *Client) newStream(ctx context.Context, params openai.ChatCompletionNewParams) *ssestream.Stream[streamChunk] {
+// newStream sends a streamed chat completion request through openai-go's
+// chat service (its retries, auth and error types), takes the response
+// unread, and reads its events as streamChunks. send carries the body.
+func (c *Client) newStream(ctx context.Context, send option.RequestOption) *ssestream.Stream[streamChunk] {
 	var raw *http.Response
-	_, err := c.chat.New(ctx, params, option.WithJSONSet("stream", true), option.WithResponseBodyInto(&raw))
+	_, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send, option.WithResponseBodyInto(&raw))
 	return ssestream.NewStream[streamChunk](ssestream.NewDecoder(raw), err)
 }
