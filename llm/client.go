@@ -281,7 +281,7 @@ func (c *Client) stream(ctx context.Context, send option.RequestOption, onDelta 
 }
 
 // body is a call's request body: openai-go encodes all of it but the tools,
-// which go in as encoded (Tool.Encode, or here for a tool without its wire
+// which go in as encoded (Tool.Encode, or now for a tool without its wire
 // form), and "stream" when streamed. Handed to openai-go as a Marshaler's
 // output, a dozen encoded schemas were scanned again on every call, most
 // of a request's encoding.
@@ -302,8 +302,8 @@ func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, erro
 		for i, t := range req.Tools {
 			wire := t.wire
 			if wire == nil {
-				if wire, err = functionTool(t).MarshalJSON(); err != nil {
-					return nil, fmt.Errorf("encode tool %q: %w", t.Name, err)
+				if wire, err = t.wireForm(); err != nil {
+					return nil, err
 				}
 			}
 			if i > 0 {
@@ -340,12 +340,21 @@ func functionTool(t Tool) openai.ChatCompletionToolUnionParam {
 // which for a tool offered on every call is most of the request's encoding.
 // t.Parameters must not change afterwards.
 func (t Tool) Encode() (Tool, error) {
-	b, err := json.Marshal(functionTool(t))
+	b, err := t.wireForm()
 	if err != nil {
-		return t, fmt.Errorf("encode tool %q: %w", t.Name, err)
+		return t, err
 	}
 	t.wire = b
 	return t, nil
+}
+
+// wireForm is t as a request sends it.
+func (t Tool) wireForm() ([]byte, error) {
+	b, err := functionTool(t).MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode tool %q: %w", t.Name, err)
+	}
+	return b, nil
 }
 
 // params converts req to openai-go request parameters, all but its tools

@@ -8,18 +8,12 @@ import (
 	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
-// PrepareConn readies a connection for our statements: uuid.UUID values
-// are sent and read as binary uuids. Without it pgx sends every uuid
-// parameter through its driver.Valuer: formatted as text, refused by the
-// binary uuid encoder (an error built with fmt), parsed back and encoded
-// again, a twentieth of a busy worker's CPU.
-func PrepareConn(_ context.Context, conn *pgx.Conn) error {
-	pgxuuid.Register(conn.TypeMap())
-	return nil
-}
-
-// ConfigurePool makes cfg's connections run PrepareConn when they open,
-// after an AfterConnect already set.
+// ConfigurePool readies cfg's connections for our statements, after an
+// AfterConnect already set: uuid.UUID values are sent and read as binary
+// uuids. Without it pgx sends every uuid parameter through its
+// driver.Valuer: formatted as text, refused by the binary uuid encoder (an
+// error built with fmt), parsed back and encoded again, a twentieth of a
+// busy worker's CPU.
 func ConfigurePool(cfg *pgxpool.Config) {
 	prev := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
@@ -28,6 +22,7 @@ func ConfigurePool(cfg *pgxpool.Config) {
 				return err
 			}
 		}
-		return PrepareConn(ctx, conn)
+		pgxuuid.Register(conn.TypeMap())
+		return nil
 	}
 }

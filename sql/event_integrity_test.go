@@ -17,10 +17,7 @@ import (
 // taskEvents counts the events naming task.
 func taskEvents(t *testing.T, pool *pgxpool.Pool, task uuid.UUID) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM agent_events WHERE task_id = $1`, task).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := eventCount(t, pool, task)
 	return n
 }
 

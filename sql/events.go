@@ -129,7 +129,7 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		payloads[i] = string(JSONB(e.Payload))
 	}
 	// NULL or the key as a uuid.UUID value: a *uuid.UUID would be sent
-	// through its driver.Valuer (see PrepareConn).
+	// through its driver.Valuer (see ConfigurePool).
 	var key any
 	if b.Key != uuid.Nil {
 		key = b.Key
