@@ -37,10 +37,16 @@ func (r Report) Markdown() string {
 	if f.EventAfterCommitMS != (Percentiles{}) {
 		row("of which the write / commit → receipt (ms)", pc(f.EventWriteMS)+"; "+pc(f.EventAfterCommitMS), "", "")
 	}
+	round := func(x ReplicaRound) string {
+		return fmt.Sprintf("%.0f/s; %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.CommitsPerTask)
+	}
 	for _, run := range r.Replicas.Runs {
+		ours := round(run.ReplicaRound)
+		if run.Cold != nil {
+			ours += " (first round: " + round(*run.Cold) + ")"
+		}
 		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres; commits)", run.Replicas, r.Replicas.Tasks),
-			fmt.Sprintf("%.0f/s; %.1f / %.1f ms; %.1f", run.TasksPerS, run.WorkerCPUMSPerTask, run.PostgresCPUMSPerTask, run.CommitsPerTask), "",
-			"grows with replicas; CPU ≤ 5 ms")
+			ours, "", "grows with replicas; CPU ≤ 5 ms")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
