@@ -202,3 +202,113 @@ func TestRecorderInPipeline(t *testing.T) {
 		}
 	})
 }
+
+// checkpointThen sends msg and a checkpoint at iteration 1 of task, then
+// next unless a pause was requested, as one pipeline through db.
+func checkpointThen(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg, next string) (written, pause bool, err error) {
+	t.Helper()
+	written, _, err = rec.InPipelineUnpaused(t.Context(), db, func(p *agentsql.Pipeline) error {
+		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &pause)
+		return nil
+	}, events.Unpaused{Payloads: []events.Payload{logged(next)}, Paused: func() bool { return pause }}, logged(msg))
+	return written, pause, err
+}
+
+// TestRecorderInPipelineUnpaused: the batch a checkpoint's pipeline writes
+// last (the next iteration's start) is written after the rest, once, and
+// only while no pause is requested; a pipeline that does not commit takes
+// it with it for good.
+func TestRecorderInPipelineUnpaused(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+
+	t.Run("WrittenAfterTheRest", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		written, pause, err := checkpointThen(t, rec, pool, task, "iteration 1", "start 2")
+		if err != nil || !written || pause {
+			t.Fatalf("InPipelineUnpaused = written %v, pause %v, %v; want written, no pause", written, pause, err)
+		}
+		if _, err := rec.Emit(ctx, logged("thinking")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|start 2|thinking" {
+			t.Fatalf("timeline = %s, want iteration 1|start 2|thinking", got)
+		}
+	})
+
+	t.Run("NotWrittenWhenPaused", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionPause, agentsql.ControlOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		written, pause, err := checkpointThen(t, rec, pool, task, "iteration 1", "start 2")
+		if err != nil || written || !pause {
+			t.Fatalf("InPipelineUnpaused after a pause request = written %v, pause %v, %v; want not written, pause", written, pause, err)
+		}
+		if cp, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || !ok || cp.Iteration != 1 {
+			t.Fatalf("checkpoint = %+v, %v, %v; want iteration 1", cp, ok, err)
+		}
+		if _, err := rec.Emit(ctx, logged("paused")); err != nil {
+			t.Fatal(err)
+		}
+		// The request wrote its own event first.
+		if got := strings.Join(messages(t, pool, task), "|"); !strings.HasSuffix(got, "|iteration 1|paused") || strings.Contains(got, "start 2") {
+			t.Fatalf("timeline = %s, want the request's event, then iteration 1|paused", got)
+		}
+	})
+
+	t.Run("GoneWithAFailedPipeline", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		// Postgres refuses a NUL byte in text: nothing commits.
+		written, _, err := rec.InPipelineUnpaused(ctx, pool, func(p *agentsql.Pipeline) error {
+			return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
+		}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return false }}, logged("iteration 1"))
+		if err == nil || written {
+			t.Fatalf("a pipeline with a failing statement = written %v, %v; want an error", written, err)
+		}
+		if _, err := rec.Emit(ctx, logged("error")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|error" {
+			t.Fatalf("timeline = %s, want iteration 1|error: the next iteration never started", got)
+		}
+	})
+
+	t.Run("LostReplyWrittenOnce", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		if _, _, err := checkpointThen(t, rec, &lostReply{Pool: pool}, task, "iteration 1", "start 2"); !errors.Is(err, errReplyLost) {
+			t.Fatalf("InPipelineUnpaused = %v, want the lost reply", err)
+		}
+		if _, err := rec.Emit(ctx, logged("error")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|start 2|error" {
+			t.Fatalf("timeline = %s, want iteration 1|start 2|error (what committed, once)", got)
+		}
+	})
+
+	t.Run("Fenced", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if written, _, err := checkpointThen(t, rec, pool, task, "late", "start 2"); !errors.Is(err, agentsql.ErrFenced) || written {
+			t.Fatalf("InPipelineUnpaused after a cancel = written %v, %v; want ErrFenced", written, err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); strings.Contains(got, "late") || strings.Contains(got, "start 2") {
+			t.Fatalf("timeline = %s: a fenced pipeline wrote", got)
+		}
+	})
+}

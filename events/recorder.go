@@ -314,48 +314,91 @@ type Pipeliner interface {
 // outcome be unknown, its batches are queued again, with their idempotency
 // keys, for the next write; once it committed, they are announced.
 func (r *Recorder) InPipeline(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, ps ...Payload) ([]Event, error) {
+	_, out, err := r.InPipelineUnpaused(ctx, db, queue, Unpaused{}, ps...)
+	return out, err
+}
+
+// Unpaused is a batch a pipeline writes after its other statements, only
+// while no pause is requested of the task: the start of a loop's next
+// iteration, sent with the checkpoint that reads the request, saves the
+// iteration a round trip and a commit of its own.
+type Unpaused struct {
+	Payloads []Payload
+	// Paused reports, once the pipeline ran, whether a pause was
+	// requested: a statement of the pipeline read it, under the task row
+	// lock the pipeline holds until its commit.
+	Paused func() bool
+}
+
+// InPipelineUnpaused is InPipeline with next written last, unless a pause
+// was requested; written reports whether it was. Should the pipeline fail,
+// next is not queued again: it belongs with the statements that did not
+// commit, and the caller, which returns the error, never starts what it
+// announces.
+func (r *Recorder) InPipelineUnpaused(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, next Unpaused, ps ...Payload) (written bool, _ []Event, _ error) {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	todo, err := r.due(r.takeBuffered(ps))
 	if err != nil {
-		return nil, err
+		return false, nil, err
 	}
-	out, err := r.pipeline(ctx, db, todo, queue)
+	var unpaused *batch
+	if len(next.Payloads) > 0 {
+		unpaused = &batch{key: uuid.New(), ps: next.Payloads}
+	}
+	out, written, err := r.pipeline(ctx, db, todo, queue, unpaused, next.Paused)
 	if err != nil {
 		r.keep(todo, err)
-		return nil, err
+		return false, nil, err
 	}
-	if r.announcer != nil && len(todo) > 0 {
+	if r.announcer != nil && (len(todo) > 0 || written) {
 		r.announcer.Announce(r.taskID, r.projectID)
 	}
-	return out, nil
+	return written, out, nil
 }
 
-func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, queue func(p *agentsql.Pipeline) error) ([]Event, error) {
+func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, queue func(p *agentsql.Pipeline) error,
+	unpaused *batch, paused func() bool) (_ []Event, written bool, _ error) {
 	var p agentsql.Pipeline
 	outcomes := make([]func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error), len(todo))
 	for i, b := range todo {
 		eb, err := r.eventBatch(b)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		outcomes[i] = agentsql.QueueEventBatch(&p, eb)
 	}
 	if err := queue(&p); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	var last func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error)
+	if unpaused != nil {
+		eb, err := r.eventBatch(*unpaused)
+		if err != nil {
+			return nil, false, err
+		}
+		eb.UnlessPaused = true
+		last = agentsql.QueueEventBatch(&p, eb)
 	}
 	if err := p.Run(ctx, db); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out []Event
 	for i, b := range todo {
 		rows, err := outcomes[i](ctx, db)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out = append(out, r.written(b, rows)...)
 	}
-	return out, nil
+	if last == nil || (paused != nil && paused()) {
+		return out, false, nil
+	}
+	rows, err := last(ctx, db)
+	if err != nil {
+		return nil, false, err
+	}
+	return append(out, r.written(*unpaused, rows)...), true, nil
 }
 
 // Committed announces the events the Recorder wrote in a transaction (its

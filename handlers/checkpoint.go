@@ -85,7 +85,9 @@ func (b *taskRun) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, er
 
 // checkpoint saves the conversation after an iteration, with the
 // iteration's queued events and its spend, in one round trip and one
-// transaction.
+// transaction. When the budget allows another iteration, the same round
+// trip starts it, unless a pause was requested: the loop then stops at the
+// boundary, as beforeIteration tells it.
 func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error {
 	cp, err := b.checkpointRow(messages)
 	if err != nil {
@@ -93,14 +95,22 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 	}
 	spend := b.lp.unrecorded()
 	var pause bool
-	if _, err := b.rec.InPipeline(ctx, b.r.deps.Pool, func(p *agentsql.Pipeline) error {
+	var next events.Unpaused
+	if b.lp.spent() == nil {
+		next = events.Unpaused{Payloads: b.lp.startEvents(b.lp.iterations + 1), Paused: func() bool { return pause }}
+	}
+	started, _, err := b.rec.InPipelineUnpaused(ctx, b.r.deps.Pool, func(p *agentsql.Pipeline) error {
 		agentsql.QueueSaveCheckpoint(p, b.at.fence(b.task), cp, spend, &pause)
 		return nil
-	}); err != nil {
+	}, next)
+	if err != nil {
 		return err
 	}
 	b.lp.markRecorded()
 	b.pauseRead = &pause
+	if started {
+		b.lp.started = b.lp.iterations + 1
+	}
 	return nil
 }
 func (b *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.Message, error) {

@@ -72,8 +72,10 @@ type loop struct {
 	// from it (a pause request) stops the loop there.
 	before func(ctx context.Context) error
 	// after, when set, runs after every finished iteration with the
-	// conversation: the checkpoint.
-	after func(ctx context.Context, messages []llm.Message) error
+	// conversation: the checkpoint. It may write the next iteration's
+	// start events (startEvents), and then sets started to its number.
+	after   func(ctx context.Context, messages []llm.Message) error
+	started int
 	// alert, when set, raises a stuck alert of a kind (stuck_repeat,
 	// stuck_errors) once per run.
 	alert func(ctx context.Context, kind, detail string) error
@@ -240,13 +242,12 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 			return "", messages, s
 		}
 		l.iterations++
-		// Written while the model thinks: the statement overlaps the LLM
-		// call instead of delaying it (the next write waits for it).
-		l.rec.Add(
-			events.Progress{Kind: events.KindIterationStart, Iteration: l.iterations, TotalIterations: l.maxIterations},
-			events.Progress{Kind: events.KindThinking, Iteration: l.iterations},
-		)
-		l.rec.FlushAsync(ctx)
+		if l.started < l.iterations {
+			// Written while the model thinks: the statement overlaps the LLM
+			// call instead of delaying it (the next write waits for it).
+			l.rec.Add(l.startEvents(l.iterations)...)
+			l.rec.FlushAsync(ctx)
+		}
 		var err error
 		if messages, err = l.condense(ctx, messages); err != nil {
 			return "", messages, err
@@ -308,6 +309,14 @@ func notRun(messages []llm.Message, calls []llm.ToolCall, why string) []llm.Mess
 		messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: string(body)})
 	}
 	return messages
+}
+
+// startEvents are the events an iteration starts with.
+func (l *loop) startEvents(iteration int) []events.Payload {
+	return []events.Payload{
+		events.Progress{Kind: events.KindIterationStart, Iteration: iteration, TotalIterations: l.maxIterations},
+		events.Progress{Kind: events.KindThinking, Iteration: iteration},
+	}
 }
 
 // spent returns a budget suspension when the loop used up its iterations,

@@ -75,6 +75,11 @@ type EventBatch struct {
 	// and returns no rows.
 	Key    uuid.UUID
 	Events []NewEvent
+	// UnlessPaused: a holder's batch (Fence set) is written only while no
+	// pause is requested of the task; otherwise it writes nothing, which
+	// its outcome reports as ErrFenced, so the caller reads the request
+	// itself (SaveCheckpoint does, in the same transaction).
+	UnlessPaused bool
 	// AfterCommit: the statement does not notify; the caller announces the
 	// task once its transaction committed (events.Announcer), so no task's
 	// transaction takes Postgres's cluster-wide NOTIFY lock. Otherwise the
@@ -150,7 +155,7 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		// counter at once, whatever the batch's size.
 		query = `WITH fence AS (
 				UPDATE ai_tasks SET last_seq = last_seq + $7
-				WHERE id = $1 AND fence = $8 AND status = 'running'
+				WHERE id = $1 AND fence = $8 AND status = 'running' AND NOT (pause_requested AND $9)
 				AND ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
 				AND set_config('agentworker.seq', 'statement', true) IS NOT NULL
 				RETURNING last_seq - $7 AS base)
@@ -160,7 +165,7 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 			WHERE CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 			ORDER BY e.ord
 			RETURNING ` + leanEventColumns
-		args = append(args, len(b.Events), *b.Fence)
+		args = append(args, len(b.Events), *b.Fence, b.UnlessPaused)
 	}
 	return query, args
 }
