@@ -181,16 +181,7 @@ func TestStatementsPerBuildTask(t *testing.T) {
 		log.mu.Lock()
 		log.on = i == 1
 		log.mu.Unlock()
-		id, err := insertTask(ctx, db, prompt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = waitFor(wctx, p.timed.done, id)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		runTask(t, db, p, prompt)
 	}
 	time.Sleep(200 * time.Millisecond) // the handler returned; its job's completion is River's
 	got := log.ours()
@@ -208,6 +199,20 @@ func TestStatementsPerBuildTask(t *testing.T) {
 	} else {
 		t.Logf("one build task sent %d statements in %d round trips (budget %d in %d):\n%s",
 			len(got), trips, budget, tripBudget, strings.Join(list, "\n"))
+	}
+}
+
+// runTask inserts a build task and waits until its handler returned.
+func runTask(t *testing.T, db *database, p *pipeline, prompt string) {
+	t.Helper()
+	id, err := insertTask(t.Context(), db, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := waitFor(ctx, p.timed.done, id); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -245,4 +250,114 @@ func TestOursTellsTransactionsApartByConnection(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ours() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestTaskStatementsKeepAGenericPlan: every statement on a build task's
+// path is planned a few times per connection, then runs a generic plan.
+// Postgres plans a prepared statement for its arguments five times, then
+// keeps the generic plan unless it looks costlier; a text whose arguments
+// decide between branches (a status compared with a parameter) looks
+// costlier for good, and is planned again on every call.
+func TestTaskStatementsKeepAGenericPlan(t *testing.T) {
+	t.Parallel()
+	// The planner weighs plans by the tables' statistics: those of a
+	// service that has finished some thousands of builds, analyzed or not
+	// yet (a young table, as in a service's first hour).
+	for _, analyzed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "NotAnalyzed", true: "Analyzed"}[analyzed], func(t *testing.T) {
+			t.Parallel()
+			checkGenericPlans(t, analyzed)
+		})
+	}
+}
+
+func checkGenericPlans(t *testing.T, analyzed bool) {
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Few connections, so each sees every statement many times.
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Earlier builds, written with triggers off, as a restore does.
+	if _, err := pool.Exec(ctx, `BEGIN;
+		SET LOCAL session_replication_role = replica;
+		INSERT INTO ai_tasks (project_id, type, prompt, status)
+			SELECT gen_random_uuid(), 'build', 'earlier', 'succeeded' FROM generate_series(1, 3000);
+		INSERT INTO change_sets (task_id, project_id, status) SELECT id, project_id, 'applied' FROM ai_tasks;
+		INSERT INTO change_set_entries (task_id, path, op, content, ord)
+			SELECT task_id, 'src/f' || n || '.ts', 'write', '\x00', n FROM change_sets, generate_series(1, 3) n;
+		COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if analyzed {
+		if _, err := pool.Exec(ctx, `ANALYZE`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &database{pool: pool, drop: func() {}}
+	p, err := startPipeline(ctx, withDefaults(Options{Store: store, Concurrency: 2, toolStartDelay: 10 * time.Second}), db, fixedDelayModel(0), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			p.stop(context.Background())
+		}
+	}
+	t.Cleanup(stop)
+	const tasks = 30
+	for range tasks {
+		runTask(t, db, p, "plans")
+	}
+	stop()
+	conns := pool.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	checked := 0
+	for _, c := range conns {
+		rows, err := c.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type plans struct {
+			sql             string
+			generic, custom int64
+		}
+		list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (plans, error) {
+			var s plans
+			return s, row.Scan(&s.sql, &s.generic, &s.custom)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list {
+			// River's own queries are River's business.
+			if strings.HasPrefix(strings.TrimSpace(s.sql), "-- name:") || s.generic+s.custom <= 5 {
+				continue
+			}
+			checked++
+			if s.custom > 5 {
+				t.Errorf("planned for its arguments on each of %d calls (%d generic):\n%s", s.custom, s.generic, spaces.ReplaceAllString(s.sql, " "))
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no statement of ours ran more than five times on one connection in %d tasks", tasks)
+	}
+	t.Logf("%d statements ran more than five times on one of %d connections", checked, len(conns))
 }
