@@ -16,7 +16,7 @@ import (
 )
 
 // iterationStarts renders a timeline's iteration starts and what comes
-// between them, one iteration a line: "start N thinking N: tool, tool".
+// between them, one iteration a line: "start N thinking N: tool tool".
 func iterationStarts(t *testing.T, evs []events.Event) string {
 	t.Helper()
 	var b strings.Builder
