@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,8 +56,17 @@ func TestBenchQuickSmoke(t *testing.T) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
 		}
 	}
-	if len(r.Replicas.Runs) != 2 || r.Replicas.Runs[0].TasksPerS <= 0 || r.Replicas.Runs[1].TasksPerS <= 0 || r.Replicas.Runs[0].PostgresCPUMSPerTask <= 0 {
-		t.Errorf("replicas = %+v, want two measured runs", r.Replicas)
+	if len(r.Replicas.Runs) != 2 {
+		t.Fatalf("replicas = %+v, want two runs", r.Replicas)
+	}
+	for _, run := range r.Replicas.Runs {
+		// Each run measures a warm round and reports its cold one beside it.
+		if run.TasksPerS <= 0 || run.PostgresCPUMSPerTask <= 0 || run.Cold == nil || run.Cold.TasksPerS <= 0 || run.Cold.PostgresCPUMSPerTask <= 0 {
+			t.Errorf("replicas run = %+v (cold %+v), want both rounds measured", run, run.Cold)
+		}
+	}
+	if md := r.Markdown(); !strings.Contains(md, "(first round: ") {
+		t.Errorf("the markdown table shows no first round:\n%s", md)
 	}
 	t.Logf("bench --quick: %s", out)
 }
