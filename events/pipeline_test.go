@@ -58,16 +58,19 @@ func checkpoint(task agentsql.Task, iteration int) agentsql.Checkpoint {
 
 func logged(msg string) events.Payload { return events.Log{Level: events.LevelInfo, Message: msg} }
 
-// checkpointWith sends msg and a checkpoint at iteration 1 of task as one
-// pipeline through db.
-func checkpointWith(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg string) error {
+// checkpointThen sends msg and a checkpoint at iteration 1 of task, then
+// next (unless empty) if no pause was requested, as one pipeline through db.
+func checkpointThen(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg, next string) (written, pause bool, err error) {
 	t.Helper()
-	var pause bool
-	_, err := rec.InPipeline(t.Context(), db, func(p *agentsql.Pipeline) error {
+	var then events.Unpaused
+	if next != "" {
+		then = events.Unpaused{Payloads: []events.Payload{logged(next)}, Paused: func() bool { return pause }}
+	}
+	written, _, err = rec.InPipelineUnpaused(t.Context(), db, func(p *agentsql.Pipeline) error {
 		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &pause)
 		return nil
-	}, logged(msg))
-	return err
+	}, then, logged(msg))
+	return written, pause, err
 }
 
 // lostReply sends pipelines through a pool, and after the first one has
@@ -166,58 +169,58 @@ func TestRecorderInPipeline(t *testing.T) {
 		}
 	})
 
-	t.Run("LostReplyWrittenOnce", func(t *testing.T) {
-		t.Parallel()
-		task := claimed(t, pool)
-		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-		if err := checkpointWith(t, rec, &lostReply{Pool: pool}, task, "iteration 1"); !errors.Is(err, errReplyLost) {
-			t.Fatalf("InPipeline = %v, want the lost reply", err)
-		}
-		if _, err := rec.Emit(ctx, logged("iteration 2")); err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|iteration 2" {
-			t.Fatalf("timeline = %s, want iteration 1|iteration 2 (the committed batch once)", got)
-		}
-	})
+	// With a next iteration's start (InPipelineUnpaused) or without.
+	for _, tc := range []struct {
+		name, next, then, want string
+	}{
+		{"LostReplyWrittenOnce", "", "iteration 2", "iteration 1|iteration 2"},
+		{"LostReplyWrittenOnceWithNext", "start 2", "error", "iteration 1|start 2|error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			task := claimed(t, pool)
+			rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+			if _, _, err := checkpointThen(t, rec, &lostReply{Pool: pool}, task, "iteration 1", tc.next); !errors.Is(err, errReplyLost) {
+				t.Fatalf("InPipeline = %v, want the lost reply", err)
+			}
+			if _, err := rec.Emit(ctx, logged(tc.then)); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(messages(t, pool, task), "|"); got != tc.want {
+				t.Fatalf("timeline = %s, want %s (what committed, once)", got, tc.want)
+			}
+		})
+	}
 
-	t.Run("Fenced", func(t *testing.T) {
-		t.Parallel()
-		task := claimed(t, pool)
-		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := checkpointWith(t, rec, pool, task, "late"); !errors.Is(err, agentsql.ErrFenced) {
-			t.Fatalf("InPipeline after a cancel = %v, want ErrFenced", err)
-		}
-		if _, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || ok {
-			t.Fatalf("a fenced pipeline saved a checkpoint (%v, %v)", ok, err)
-		}
-		if _, err := rec.Emit(ctx, logged("later")); !errors.Is(err, agentsql.ErrFenced) {
-			t.Fatalf("write after the fenced pipeline = %v, want ErrFenced", err)
-		}
-		if got := messages(t, pool, task); len(got) == 0 || got[len(got)-1] != "cancelled" || strings.Contains(strings.Join(got, "|"), "late") {
-			t.Fatalf("timeline = %v: the cancel's terminal event must be the last, the late events absent", got)
-		}
-	})
-}
-
-// checkpointThen sends msg and a checkpoint at iteration 1 of task, then
-// next unless a pause was requested, as one pipeline through db.
-func checkpointThen(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg, next string) (written, pause bool, err error) {
-	t.Helper()
-	written, _, err = rec.InPipelineUnpaused(t.Context(), db, func(p *agentsql.Pipeline) error {
-		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &pause)
-		return nil
-	}, events.Unpaused{Payloads: []events.Payload{logged(next)}, Paused: func() bool { return pause }}, logged(msg))
-	return written, pause, err
+	for _, next := range []string{"", "start 2"} {
+		t.Run("Fenced"+map[string]string{"": "", "start 2": "WithNext"}[next], func(t *testing.T) {
+			t.Parallel()
+			task := claimed(t, pool)
+			rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+			if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+				t.Fatal(err)
+			}
+			if written, _, err := checkpointThen(t, rec, pool, task, "late", next); !errors.Is(err, agentsql.ErrFenced) || written {
+				t.Fatalf("InPipeline after a cancel = written %v, %v; want ErrFenced", written, err)
+			}
+			if _, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || ok {
+				t.Fatalf("a fenced pipeline saved a checkpoint (%v, %v)", ok, err)
+			}
+			if _, err := rec.Emit(ctx, logged("later")); !errors.Is(err, agentsql.ErrFenced) {
+				t.Fatalf("write after the fenced pipeline = %v, want ErrFenced", err)
+			}
+			got := messages(t, pool, task)
+			if len(got) == 0 || got[len(got)-1] != "cancelled" || strings.Contains(strings.Join(got, "|"), "late") || strings.Contains(strings.Join(got, "|"), "start 2") {
+				t.Fatalf("timeline = %v: the cancel's terminal event must be the last, the late events absent", got)
+			}
+		})
+	}
 }
 
 // TestRecorderInPipelineUnpaused: the batch a checkpoint's pipeline writes
-// last (the next iteration's start) is written after the rest, once, and
-// only while no pause is requested; a pipeline that does not commit takes
-// it with it for good.
+// last (the next iteration's start) is written after the rest, and only
+// while no pause is requested; a pipeline that does not commit takes it
+// with it for good. A lost reply and a fence: TestRecorderInPipeline.
 func TestRecorderInPipelineUnpaused(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -279,36 +282,6 @@ func TestRecorderInPipelineUnpaused(t *testing.T) {
 		}
 		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|error" {
 			t.Fatalf("timeline = %s, want iteration 1|error: the next iteration never started", got)
-		}
-	})
-
-	t.Run("LostReplyWrittenOnce", func(t *testing.T) {
-		t.Parallel()
-		task := claimed(t, pool)
-		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-		if _, _, err := checkpointThen(t, rec, &lostReply{Pool: pool}, task, "iteration 1", "start 2"); !errors.Is(err, errReplyLost) {
-			t.Fatalf("InPipelineUnpaused = %v, want the lost reply", err)
-		}
-		if _, err := rec.Emit(ctx, logged("error")); err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|start 2|error" {
-			t.Fatalf("timeline = %s, want iteration 1|start 2|error (what committed, once)", got)
-		}
-	})
-
-	t.Run("Fenced", func(t *testing.T) {
-		t.Parallel()
-		task := claimed(t, pool)
-		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
-			t.Fatal(err)
-		}
-		if written, _, err := checkpointThen(t, rec, pool, task, "late", "start 2"); !errors.Is(err, agentsql.ErrFenced) || written {
-			t.Fatalf("InPipelineUnpaused after a cancel = written %v, %v; want ErrFenced", written, err)
-		}
-		if got := strings.Join(messages(t, pool, task), "|"); strings.Contains(got, "late") || strings.Contains(got, "start 2") {
-			t.Fatalf("timeline = %s: a fenced pipeline wrote", got)
 		}
 	})
 }

@@ -309,13 +309,8 @@ func checkGenericPlans(t *testing.T, analyzed bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			p.stop(context.Background())
-		}
-	}
+	// Stopped before reading, so River's connections are idle too.
+	stop := sync.OnceFunc(func() { p.stop(context.Background()) })
 	t.Cleanup(stop)
 	const tasks = 30
 	for range tasks {
