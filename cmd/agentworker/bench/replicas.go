@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -17,7 +19,10 @@ import (
 // Replicas is throughput by the number of `agentworker serve` processes
 // sharing one database, with an instant model.
 type Replicas struct {
-	Tasks int          `json:"tasks"`
+	Tasks int `json:"tasks"`
+	// Files is the file system the serve processes keep project files on:
+	// "tmpfs" where the machine has one, else "disk" (see filesDir).
+	Files string       `json:"files"`
 	Runs  []ReplicaRun `json:"runs"`
 }
 
@@ -53,26 +58,27 @@ func runReplicas(ctx context.Context, opts Options, r *Report) error {
 		return err
 	}
 	defer func() { _ = model.Close() }()
-	r.Replicas.Tasks = n
+	root, files := filesRoot()
+	r.Replicas.Tasks, r.Replicas.Files = n, files
 	for _, k := range counts {
-		run, err := replicaRun(ctx, opts, model.URL, k, n)
+		run, err := replicaRun(ctx, opts, model.URL, root, k, n)
 		if err != nil {
 			return fmt.Errorf("%d replicas: %w", k, err)
 		}
 		r.Replicas.Runs = append(r.Replicas.Runs, run)
 	}
-	r.note("replicas: %d build tasks (instant model, 2 calls, 1 file write) inserted in one statement, worked by 1/2/4 `agentworker serve` processes at the default WORKER_CONCURRENCY on one database; the model runs in the bench process; CPU from /proc (serve processes; the database's backends)", n)
+	r.note("replicas: %d build tasks (instant model, 2 calls, 1 file write) inserted in one statement, worked by 1/2/4 `agentworker serve` processes at the default WORKER_CONCURRENCY on one database, project files on %s; the model runs in the bench process; CPU from /proc (serve processes; the database's backends); time from the insert to the last task's finish, by the database's clock", n, files)
 	return nil
 }
 
-func replicaRun(ctx context.Context, opts Options, modelURL string, k, n int) (ReplicaRun, error) {
+func replicaRun(ctx context.Context, opts Options, modelURL, root string, k, n int) (ReplicaRun, error) {
 	run := ReplicaRun{Replicas: k}
 	db, err := newDatabase(ctx, opts.AdminURL, 5)
 	if err != nil {
 		return run, err
 	}
 	defer db.drop()
-	dir, err := os.MkdirTemp("", "agentworker-bench-replicas-")
+	dir, err := os.MkdirTemp(root, "agentworker-bench-replicas-")
 	if err != nil {
 		return run, err
 	}
@@ -91,7 +97,7 @@ func replicaRun(ctx context.Context, opts Options, modelURL string, k, n int) (R
 		SELECT gen_random_uuid(), 'build', 'warm-up' FROM generate_series(1, $1)`, k); err != nil {
 		return run, err
 	}
-	if err := waitSucceeded(ctx, db, k, time.Minute); err != nil {
+	if err := waitDone(ctx, db, k, time.Minute); err != nil {
 		return run, err
 	}
 
@@ -111,8 +117,25 @@ func replicaRun(ctx context.Context, opts Options, modelURL string, k, n int) (R
 	return run, nil
 }
 
-// replicaRound inserts n tasks in one statement and waits until done tasks
-// in all succeeded, measuring throughput and CPU per task.
+// filesRoot is where the serve processes keep project files, and its kind:
+// a tmpfs (/dev/shm) where the machine has a writable one, else the
+// temporary directory on disk. On disk, every task's new directory and
+// file go through the kernel's inode allocator, and ext4 without a journal
+// skips there every inode freed in the last minutes by any process: after
+// an earlier round's cleanup that was 28 % of a serve process's CPU (perf),
+// so the figure depended on what the machine deleted before the run.
+func filesRoot() (string, string) {
+	const shm = "/dev/shm"
+	var st unix.Statfs_t
+	if unix.Statfs(shm, &st) == nil && st.Type == unix.TMPFS_MAGIC && unix.Access(shm, unix.W_OK) == nil {
+		return shm, "tmpfs"
+	}
+	return os.TempDir(), "disk"
+}
+
+// replicaRound inserts n tasks in one statement and waits until they are
+// done, measuring throughput and CPU per task. done is how many tasks the
+// database then holds in all, every one succeeded.
 func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (ReplicaRound, error) {
 	var run ReplicaRound
 	backends := newBackendCPU(ctx, db)
@@ -121,50 +144,68 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	if err != nil {
 		return run, err
 	}
-	t0 := time.Now()
-	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
-		SELECT gen_random_uuid(), 'build', 'replicas' FROM generate_series(1, $1)`, n); err != nil {
+	// The round's time is the database's, from the insert's transaction to
+	// the last finish's, so polling more or less often changes neither it
+	// nor (through the polls' own backend time) the CPU per task much.
+	var inserted time.Time
+	if err := db.pool.QueryRow(ctx, `WITH t AS (INSERT INTO ai_tasks (project_id, type, prompt)
+		SELECT gen_random_uuid(), 'build', 'replicas' FROM generate_series(1, $1) RETURNING created_at)
+		SELECT min(created_at) FROM t`, n).Scan(&inserted); err != nil {
 		return run, fmt.Errorf("queue %d tasks: %w", n, err)
 	}
-	if err := waitSucceeded(ctx, db, done, 10*time.Minute, backends.sample); err != nil {
+	if err := waitDone(ctx, db, done, 10*time.Minute, backends.sample); err != nil {
 		return run, err
 	}
-	elapsed := time.Since(t0)
 	backends.sample()
 	workerTicks := ticksOf(pids) - worker0
+	var finished time.Time
+	if err := db.pool.QueryRow(ctx, `SELECT max(finished_at) FROM ai_tasks`).Scan(&finished); err != nil {
+		return run, err
+	}
 	time.Sleep(1500 * time.Millisecond) // pg_stat_database's report interval, not a result
 	commits1, err := commits(ctx, db)
 	if err != nil {
 		return run, err
 	}
 	const msPerTick = 10 // USER_HZ is 100 on Linux
-	run.TasksPerS = float64(n) / elapsed.Seconds()
+	run.TasksPerS = ratio(float64(n), finished.Sub(inserted).Seconds())
 	run.WorkerCPUMSPerTask = ratio(float64(workerTicks*msPerTick), float64(n))
 	run.PostgresCPUMSPerTask = ratio(float64(backends.total()*msPerTick), float64(n))
 	run.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
 	return run, nil
 }
 
-// waitSucceeded polls until want tasks succeeded, calling each tick
-// function at every poll.
-func waitSucceeded(ctx context.Context, db *database, want int, limit time.Duration, each ...func()) error {
+// waitDone polls until no task is queued or running, calling each tick
+// function at every poll, then requires want tasks, all succeeded. A poll
+// reads the two partial indexes of queued and running tasks, not the
+// table: its backend's time counts as the database's.
+func waitDone(ctx context.Context, db *database, want int, limit time.Duration, each ...func()) error {
 	deadline := time.Now().Add(limit)
 	for {
-		var done int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM ai_tasks WHERE status = 'succeeded'`).Scan(&done); err != nil {
+		var busy bool
+		if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ai_tasks WHERE status = 'queued')
+			OR EXISTS (SELECT 1 FROM ai_tasks WHERE status = 'running')`).Scan(&busy); err != nil {
 			return err
 		}
-		if done >= want {
-			return nil
+		if !busy {
+			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d tasks succeeded after %s", done, want, limit)
+			return fmt.Errorf("tasks still queued or running after %s", limit)
 		}
 		for _, f := range each {
 			f()
 		}
 		time.Sleep(50 * time.Millisecond) // polling with a deadline
 	}
+	var all, succeeded int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'succeeded') FROM ai_tasks`).Scan(&all, &succeeded); err != nil {
+		return err
+	}
+	if all != want || succeeded != want {
+		return fmt.Errorf("%d of %d tasks succeeded (want %d, all succeeded)", succeeded, all, want)
+	}
+	return nil
 }
 
 // backendCPU follows the CPU time of a database's backends: those present

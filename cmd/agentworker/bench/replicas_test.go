@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+// TestFilesRootSaysWhereFilesGo: the kind the replicas scenario reports is
+// the file system its project files are really on, and they can be written.
+func TestFilesRootSaysWhereFilesGo(t *testing.T) {
+	t.Parallel()
+	root, kind := filesRoot()
+	dir, err := os.MkdirTemp(root, "files-root-")
+	if err != nil {
+		t.Fatalf("files root %s (%s) is not writable: %v", root, kind, err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	onTmpfs := st.Type == unix.TMPFS_MAGIC
+	switch kind {
+	case "tmpfs":
+		if !onTmpfs {
+			t.Errorf("files root %s reported as tmpfs, is file system type %#x", root, st.Type)
+		}
+	case "disk":
+		var shm unix.Statfs_t
+		if unix.Statfs("/dev/shm", &shm) == nil && shm.Type == unix.TMPFS_MAGIC && unix.Access("/dev/shm", unix.W_OK) == nil {
+			t.Errorf("files root %s on disk, but /dev/shm is a writable tmpfs", root)
+		}
+	default:
+		t.Errorf("files root kind %q, want tmpfs or disk", kind)
+	}
+}
+
+// TestWaitDone: a round ends when no task is queued or running, and only
+// counts if every task succeeded; a failed task is an error at once, not
+// after the limit.
+func TestWaitDone(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		statuses []string // each task's path from queued
+		want     int
+		err      string
+	}{
+		{name: "AllSucceeded", statuses: []string{"running,succeeded", "running,succeeded"}, want: 2},
+		{name: "OneFailed", statuses: []string{"running,succeeded", "running,failed"}, want: 2, err: "1 of 2 tasks succeeded"},
+		{name: "FewerThanWanted", statuses: []string{"running,succeeded"}, want: 2, err: "1 of 1 tasks succeeded"},
+		{name: "StillRunning", statuses: []string{"running,succeeded", "running"}, want: 2, err: "still queued or running"},
+		{name: "StillQueued", statuses: []string{""}, want: 1, err: "still queued or running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := &database{pool: dbtest.New(t), drop: func() {}}
+			for _, path := range tt.statuses {
+				var id string
+				if err := db.pool.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
+					VALUES (gen_random_uuid(), 'build', 'x') RETURNING id::text`).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				for _, status := range strings.Split(path, ",") {
+					if status == "" {
+						continue
+					}
+					if _, err := db.pool.Exec(ctx, `UPDATE ai_tasks SET status = $2 WHERE id = $1`, id, status); err != nil {
+						t.Fatalf("task %s to %s: %v", id, status, err)
+					}
+				}
+			}
+			polls := 0
+			err := waitDone(ctx, db, tt.want, 300*time.Millisecond, func() { polls++ })
+			switch {
+			case tt.err == "" && err != nil:
+				t.Fatalf("waitDone: %v", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Fatalf("waitDone = %v, want an error with %q", err, tt.err)
+			}
+			if busy := strings.Contains(tt.err, "still"); !busy && polls > 0 {
+				t.Errorf("nothing was queued or running, yet waitDone polled %d times", polls)
+			} else if busy && polls == 0 {
+				t.Errorf("waitDone gave up without polling")
+			}
+		})
+	}
+}
