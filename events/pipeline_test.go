@@ -265,6 +265,52 @@ func TestRecorderInPipelineUnpaused(t *testing.T) {
 		}
 	})
 
+	// A pipeline with no new events of its own writes next in a statement
+	// of its own, after the checkpoint: with nothing else to write, or with
+	// only a batch sent again, which writes nothing if it committed before
+	// (its reply lost) and must not take next with it.
+	for _, tc := range []struct {
+		name  string
+		first string // the pipeline before: "", "failed" or "lost reply"
+		want  string
+	}{
+		{"AloneWithoutEvents", "", "start 2"},
+		{"AloneAfterAFailedPipeline", "failed", "iteration 1|start 2"},
+		{"AloneAfterALostReply", "lost reply", "iteration 1|start 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			task := claimed(t, pool)
+			fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
+			rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+			switch tc.first {
+			case "failed":
+				// Postgres refuses a NUL byte in text: nothing commits, and
+				// "iteration 1" waits to be sent again.
+				if _, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
+					return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
+				}, logged("iteration 1")); err == nil {
+					t.Fatal("a pipeline with a failing statement succeeded")
+				}
+			case "lost reply":
+				if _, _, err := checkpointThen(t, rec, &lostReply{Pool: pool}, task, "iteration 1", ""); !errors.Is(err, errReplyLost) {
+					t.Fatalf("InPipeline = %v, want the lost reply", err)
+				}
+			}
+			var pause bool
+			written, _, err := rec.InPipelineUnpaused(ctx, pool, func(p *agentsql.Pipeline) error {
+				agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{}, &pause)
+				return nil
+			}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return pause }})
+			if err != nil || !written {
+				t.Fatalf("InPipelineUnpaused = written %v, %v; want written", written, err)
+			}
+			if got := strings.Join(messages(t, pool, task), "|"); got != tc.want {
+				t.Fatalf("timeline = %s, want %s", got, tc.want)
+			}
+		})
+	}
+
 	t.Run("GoneWithAFailedPipeline", func(t *testing.T) {
 		t.Parallel()
 		task := claimed(t, pool)

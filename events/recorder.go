@@ -318,10 +318,13 @@ func (r *Recorder) InPipeline(ctx context.Context, db Pipeliner, queue func(p *a
 	return out, err
 }
 
-// Unpaused is a batch a pipeline writes after its other statements, only
-// while no pause is requested of the task: the start of a loop's next
-// iteration, sent with the checkpoint that reads the request, saves the
-// iteration a round trip and a commit of its own.
+// Unpaused is a batch a pipeline writes after its other events, only while
+// no pause is requested of the task: the start of a loop's next iteration,
+// sent with the checkpoint that reads the request, saves the iteration a
+// round trip and a commit of its own. The statements the pipeline's queue
+// adds must leave the task running and write no events of their own: the
+// batch may be written by the statement of the pipeline's own events,
+// before them.
 type Unpaused struct {
 	Payloads []Payload
 	// Paused reports, once the pipeline ran, whether a pause was
@@ -330,15 +333,16 @@ type Unpaused struct {
 	Paused func() bool
 }
 
-// InPipelineUnpaused is InPipeline with next written last, unless a pause
-// was requested; written reports whether it was. Should the pipeline fail,
+// InPipelineUnpaused is InPipeline with next written after its events,
+// unless a pause was requested; written reports whether it was. Should the pipeline fail,
 // next is not queued again: it belongs with the statements that did not
 // commit, and the caller, which returns the error, never starts what it
 // announces.
 func (r *Recorder) InPipelineUnpaused(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, next Unpaused, ps ...Payload) (written bool, _ []Event, _ error) {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	todo, err := r.due(r.takeBuffered(ps))
+	ps = r.takeBuffered(ps)
+	todo, err := r.due(ps)
 	if err != nil {
 		return false, nil, err
 	}
@@ -346,7 +350,9 @@ func (r *Recorder) InPipelineUnpaused(ctx context.Context, db Pipeliner, queue f
 	if len(next.Payloads) > 0 {
 		unpaused = &batch{key: uuid.New(), ps: next.Payloads}
 	}
-	out, written, err := r.pipeline(ctx, db, todo, queue, unpaused, next.Paused)
+	// The last batch is new when ps is not empty (due appends it): never
+	// sent, so next can ride in its statement (sql.EventBatch.Next).
+	out, written, err := r.pipeline(ctx, db, todo, len(ps) > 0, queue, unpaused, next.Paused)
 	if err != nil {
 		r.keep(todo, err)
 		return false, nil, err
@@ -357,22 +363,40 @@ func (r *Recorder) InPipelineUnpaused(ctx context.Context, db Pipeliner, queue f
 	return written, out, nil
 }
 
-func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, queue func(p *agentsql.Pipeline) error,
+// pipeline writes todo, the statements queue adds, and unpaused unless a
+// pause was requested. When todo's last batch is new (lastNew), unpaused
+// is written by that batch's statement, which reads the request under the
+// row lock the pipeline then holds: one statement and one update of the
+// task row fewer. Otherwise it is a statement of its own, after queue's.
+func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, lastNew bool, queue func(p *agentsql.Pipeline) error,
 	unpaused *batch, paused func() bool) (_ []Event, written bool, _ error) {
 	var p agentsql.Pipeline
-	outcomes := make([]func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error), len(todo))
+	ebs := make([]agentsql.EventBatch, len(todo))
 	for i, b := range todo {
 		eb, err := r.eventBatch(b)
 		if err != nil {
 			return nil, false, err
 		}
+		ebs[i] = eb
+	}
+	var nextEvents []agentsql.NewEvent
+	if unpaused != nil && lastNew && len(todo) > 0 && r.fence != nil {
+		eb, err := r.eventBatch(*unpaused)
+		if err != nil {
+			return nil, false, err
+		}
+		nextEvents = eb.Events
+		ebs[len(ebs)-1].Next = &agentsql.NextBatch{Key: unpaused.key, Events: nextEvents}
+	}
+	outcomes := make([]func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error), len(todo))
+	for i, eb := range ebs {
 		outcomes[i] = agentsql.QueueEventBatch(&p, eb)
 	}
 	if err := queue(&p); err != nil {
 		return nil, false, err
 	}
 	var last func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error)
-	if unpaused != nil {
+	if unpaused != nil && nextEvents == nil {
 		eb, err := r.eventBatch(*unpaused)
 		if err != nil {
 			return nil, false, err
@@ -389,10 +413,19 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, que
 		if err != nil {
 			return nil, false, err
 		}
+		if nextEvents != nil && i == len(todo)-1 {
+			// The batch's rows, then next's when no pause was requested.
+			n := min(len(b.ps), len(rows))
+			out = append(out, r.written(b, rows[:n])...)
+			if written = len(rows) > n; written {
+				out = append(out, r.written(*unpaused, rows[n:])...)
+			}
+			continue
+		}
 		out = append(out, r.written(b, rows)...)
 	}
 	if last == nil || (paused != nil && paused()) {
-		return out, false, nil
+		return out, written, nil
 	}
 	rows, err := last(ctx, db)
 	if err != nil {

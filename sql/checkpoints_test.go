@@ -2,7 +2,10 @@ package sql_test
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -162,4 +165,127 @@ func TestFencedBatchReturnsWhatItWrote(t *testing.T) {
 			t.Errorf("row %d returned payload %s, stored %s", i, g.Payload, s.Payload)
 		}
 	}
+}
+
+// TestFencedBatchWritesNextUnlessPaused: a holder's batch with a Next
+// writes both in its statement, Next's seqs right after its own and each
+// batch's key on its first row, unless a pause is requested: then only its
+// own, and the task's seq counter moves by those alone, so the next write
+// leaves no gap. Sent again, it writes nothing; fenced, it is refused; an
+// unfenced batch may not carry a Next.
+func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	events := func(msgs ...string) []agentsql.NewEvent {
+		out := make([]agentsql.NewEvent, len(msgs))
+		for i, m := range msgs {
+			out[i] = agentsql.NewEvent{Type: "log", Payload: json.RawMessage(`{"message":"` + m + `"}`)}
+		}
+		return out
+	}
+	timeline := func(t *testing.T, task uuid.UUID) (msgs []string, keyed []string, last int) {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT payload->>'message', batch IS NOT NULL FROM agent_events WHERE task_id = $1 ORDER BY seq`, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var m string
+			var key bool
+			if err := rows.Scan(&m, &key); err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, m)
+			if key {
+				keyed = append(keyed, m)
+			}
+		}
+		if err := pool.QueryRow(ctx, `SELECT last_seq FROM ai_tasks WHERE id = $1`, task).Scan(&last); err != nil {
+			t.Fatal(err)
+		}
+		return msgs, keyed, last
+	}
+	tests := []struct {
+		name      string
+		pause     bool
+		wantRows  []string // what the write returns, in order
+		wantKeyed []string
+	}{
+		{name: "Written", wantRows: []string{"end 1", "checked", "start 2", "thinking"}, wantKeyed: []string{"end 1", "start 2"}},
+		{name: "PauseRequested", pause: true, wantRows: []string{"end 1", "checked"}, wantKeyed: []string{"end 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			task, f := claimed(t, pool)
+			if tt.pause {
+				if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET pause_requested = true WHERE id = $1`, task.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, before := timeline(t, task.ID)
+			b := agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch, Key: uuid.New(),
+				Events: events("end 1", "checked"), AfterCommit: true,
+				Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2", "thinking")}}
+			rows, err := agentsql.InsertEventBatch(ctx, pool, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for i, r := range rows {
+				var p struct{ Message string }
+				if err := json.Unmarshal(r.Payload, &p); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, p.Message)
+				if *r.Seq != before+1+i {
+					t.Errorf("row %d (%s) has seq %d, want %d", i, p.Message, *r.Seq, before+1+i)
+				}
+			}
+			if !reflect.DeepEqual(got, tt.wantRows) {
+				t.Fatalf("the write returned %v, want %v", got, tt.wantRows)
+			}
+			// Sent again (its reply lost): nothing more, Next included.
+			if again, err := agentsql.InsertEventBatch(ctx, pool, b); err != nil || len(again) != 0 {
+				t.Fatalf("the batch sent again wrote %d rows, %v; want none, no error", len(again), err)
+			}
+			if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, events("after")); err != nil {
+				t.Fatal(err)
+			}
+			msgs, keyed, last := timeline(t, task.ID)
+			want := append(append([]string{}, tt.wantRows...), "after")
+			if tail := msgs[len(msgs)-len(want):]; !reflect.DeepEqual(tail, want) || !reflect.DeepEqual(keyed, tt.wantKeyed) {
+				t.Errorf("timeline ends %v with keys on %v, want %v with keys on %v", msgs, keyed, want, tt.wantKeyed)
+			}
+			if last != before+len(want) {
+				t.Errorf("last_seq %d, want %d: the seqs have a gap", last, before+len(want))
+			}
+		})
+	}
+
+	t.Run("Fenced", func(t *testing.T) {
+		t.Parallel()
+		task, f := claimed(t, pool)
+		stale := f.Epoch - 1
+		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &stale,
+			Key: uuid.New(), Events: events("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}})
+		if !errors.Is(err, agentsql.ErrFenced) {
+			t.Fatalf("a stale holder's batch with a next = %v, want ErrFenced", err)
+		}
+		if msgs, _, _ := timeline(t, task.ID); slices.Contains(msgs, "end 1") || slices.Contains(msgs, "start 2") {
+			t.Errorf("timeline %v holds a stale holder's events", msgs)
+		}
+	})
+
+	t.Run("UnfencedRefused", func(t *testing.T) {
+		t.Parallel()
+		task, _ := claimed(t, pool)
+		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
+			Events: events("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}})
+		if err == nil || !strings.Contains(err.Error(), "holder's batch") {
+			t.Fatalf("an unfenced batch with a next = %v, want refused", err)
+		}
+	})
 }

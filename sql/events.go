@@ -85,14 +85,36 @@ type EventBatch struct {
 	// transaction takes Postgres's cluster-wide NOTIFY lock. Otherwise the
 	// agent_events_announce trigger notifies in the transaction.
 	AfterCommit bool
+	// Next, when set, is a second batch the same statement writes after
+	// this one, only while no pause is requested of the task (read by the
+	// batch's fence update, under the task row lock it holds until the
+	// commit): the start of a loop's next iteration, written with the
+	// events of the one that ended without a statement of its own. For a
+	// holder's batch never sent before: a batch that was written already
+	// writes nothing, its Next included.
+	Next *NextBatch
 }
 
+// NextBatch is the batch an EventBatch writes after its own (EventBatch.Next),
+// with its own idempotency key.
+type NextBatch struct {
+	Key    uuid.UUID
+	Events []NewEvent
+}
+
+// errNextUnfenced refuses a Next on a batch that does not hold the task.
+var errNextUnfenced = errors.New("a next batch needs a holder's batch (Fence set)")
+
 // InsertEventBatch appends a batch of events to a task's timeline in one
-// statement, in order, and returns the rows written; a holder's (fenced)
-// batch gets its rows completed from what it sent (scanBatch).
+// statement, in order, and returns the rows written, b.Next's after b's
+// when it was written; a holder's (fenced) batch gets its rows completed
+// from what it sent (scanBatch).
 func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, error) {
 	if len(b.Events) == 0 {
 		return nil, nil
+	}
+	if b.Next != nil && b.Fence == nil {
+		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, errNextUnfenced)
 	}
 	query, args := eventBatchStatement(b)
 	rows, err := db.Query(ctx, query, args...)
@@ -113,6 +135,11 @@ func QueueEventBatch(p *Pipeline, b EventBatch) (outcome func(ctx context.Contex
 	if len(b.Events) == 0 {
 		return func(context.Context, DBTX) ([]EventRow, error) { return nil, nil }
 	}
+	if b.Next != nil && b.Fence == nil {
+		return func(context.Context, DBTX) ([]EventRow, error) {
+			return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, errNextUnfenced)
+		}
+	}
 	var out []EventRow
 	query, args := eventBatchStatement(b)
 	p.batch.Queue(query, args...).Query(func(rows pgx.Rows) error {
@@ -127,9 +154,15 @@ func QueueEventBatch(p *Pipeline, b EventBatch) (outcome func(ctx context.Contex
 
 // eventBatchStatement is the statement writing b, and its arguments.
 func eventBatchStatement(b EventBatch) (string, []any) {
-	types := make([]string, len(b.Events))
-	payloads := make([]string, len(b.Events))
-	for i, e := range b.Events {
+	all := b.Events
+	var next NextBatch
+	if b.Next != nil && b.Fence != nil {
+		next = *b.Next
+		all = append(slices.Clip(b.Events), next.Events...)
+	}
+	types := make([]string, len(all))
+	payloads := make([]string, len(all))
+	for i, e := range all {
 		types[i] = e.Type
 		payloads[i] = string(JSONB(e.Payload))
 	}
@@ -152,20 +185,28 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 	if b.Fence != nil {
 		// The holder's batch takes its seqs here (migration 010): the
 		// update of the task row is the fence, the row lock and the seq
-		// counter at once, whatever the batch's size.
+		// counter at once, whatever the batch's size. The arrays hold the
+		// batch's $7 events, then Next's $11, written (and counted) only
+		// while no pause is requested; Next's key marks its first row.
 		query = `WITH fence AS (
-				UPDATE ai_tasks SET last_seq = last_seq + $7
+				UPDATE ai_tasks SET last_seq = last_seq + $7 + CASE WHEN pause_requested THEN 0 ELSE $11 END
 				WHERE id = $1 AND fence = $8 AND status = 'running' AND NOT (pause_requested AND $9)
 				AND ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
 				AND set_config('agentworker.seq', 'statement', true) IS NOT NULL
-				RETURNING last_seq - $7 AS base)
+				RETURNING last_seq - $7 - CASE WHEN pause_requested THEN 0 ELSE $11 END AS base, pause_requested AS paused)
 			INSERT INTO agent_events (task_id, project_id, seq, type, payload, batch)
-			SELECT $1, $2, f.base + e.ord, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $5::uuid END
+			SELECT $1, $2, f.base + e.ord, e.type, e.payload::jsonb,
+				CASE WHEN e.ord = 1 THEN $5::uuid WHEN e.ord = $7 + 1 THEN $10::uuid END
 			FROM fence f, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
-			WHERE CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
+			WHERE (e.ord <= $7 OR NOT f.paused)
+			AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 			ORDER BY e.ord
 			RETURNING ` + leanEventColumns
-		args = append(args, len(b.Events), *b.Fence, b.UnlessPaused)
+		var nextKey any
+		if next.Key != uuid.Nil {
+			nextKey = next.Key
+		}
+		args = append(args, len(b.Events), *b.Fence, b.UnlessPaused, nextKey, len(next.Events))
 	}
 	return query, args
 }
@@ -191,14 +232,18 @@ func scanBatch(rows pgx.Rows, b EventBatch) ([]EventRow, error) {
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
-	if len(out) != len(b.Events) {
-		return nil, fmt.Errorf("wrote %d of %d events", len(out), len(b.Events))
+	sent := b.Events
+	if b.Next != nil && len(out) > len(b.Events) {
+		sent = append(slices.Clip(b.Events), b.Next.Events...)
+	}
+	if len(out) != len(sent) {
+		return nil, fmt.Errorf("wrote %d of %d events", len(out), len(sent))
 	}
 	// Seqs are consecutive in the order sent.
 	slices.SortFunc(out, func(x, y EventRow) int { return *x.Seq - *y.Seq })
 	task := b.TaskID
 	for i := range out {
-		out[i].TaskID, out[i].Type, out[i].Payload = &task, b.Events[i].Type, JSONB(b.Events[i].Payload)
+		out[i].TaskID, out[i].Type, out[i].Payload = &task, sent[i].Type, JSONB(sent[i].Payload)
 	}
 	return out, nil
 }
