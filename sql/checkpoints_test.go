@@ -5,7 +5,6 @@ import (
 	"errors"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -279,13 +278,30 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 		}
 	})
 
-	t.Run("UnfencedRefused", func(t *testing.T) {
+	// The statement that writes a Next is its batch's: a batch that does
+	// not hold the task, or has no events, cannot carry one.
+	t.Run("AloneRefused", func(t *testing.T) {
 		t.Parallel()
-		task, _ := claimed(t, pool)
-		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
-			Events: events("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}})
-		if err == nil || !strings.Contains(err.Error(), "holder's batch") {
-			t.Fatalf("an unfenced batch with a next = %v, want refused", err)
+		task, f := claimed(t, pool)
+		for name, b := range map[string]agentsql.EventBatch{
+			"Unfenced": {TaskID: task.ID, ProjectID: task.ProjectID, Events: events("end 1")},
+			"Empty":    {TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch},
+		} {
+			b.Next = &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}
+			if _, err := agentsql.InsertEventBatch(ctx, pool, b); !errors.Is(err, agentsql.ErrNextAlone) {
+				t.Errorf("%s: a batch with a next = %v, want ErrNextAlone", name, err)
+			}
+			var p agentsql.Pipeline
+			outcome := agentsql.QueueEventBatch(&p, b)
+			if err := p.Run(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := outcome(ctx, pool); !errors.Is(err, agentsql.ErrNextAlone) {
+				t.Errorf("%s: a queued batch with a next = %v, want ErrNextAlone", name, err)
+			}
+		}
+		if msgs, _, _ := timeline(t, task.ID); slices.Contains(msgs, "start 2") {
+			t.Errorf("timeline %v holds a refused next", msgs)
 		}
 	})
 }

@@ -102,19 +102,28 @@ type NextBatch struct {
 	Events []NewEvent
 }
 
-// errNextUnfenced refuses a Next on a batch that does not hold the task.
-var errNextUnfenced = errors.New("a next batch needs a holder's batch (Fence set)")
+// ErrNextAlone refuses a Next on a batch that does not hold the task, or
+// has no events of its own: the statement that writes Next is the batch's.
+var ErrNextAlone = errors.New("a next batch needs a holder's batch (Fence set) with events of its own")
+
+// refused is why b cannot be written, if it cannot.
+func (b EventBatch) refused() error {
+	if b.Next != nil && (b.Fence == nil || len(b.Events) == 0) {
+		return fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, ErrNextAlone)
+	}
+	return nil
+}
 
 // InsertEventBatch appends a batch of events to a task's timeline in one
 // statement, in order, and returns the rows written, b.Next's after b's
 // when it was written; a holder's (fenced) batch gets its rows completed
 // from what it sent (scanBatch).
 func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, error) {
+	if err := b.refused(); err != nil {
+		return nil, err
+	}
 	if len(b.Events) == 0 {
 		return nil, nil
-	}
-	if b.Next != nil && b.Fence == nil {
-		return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, errNextUnfenced)
 	}
 	query, args := eventBatchStatement(b)
 	rows, err := db.Query(ctx, query, args...)
@@ -132,13 +141,11 @@ func InsertEventBatch(ctx context.Context, db DBTX, b EventBatch) ([]EventRow, e
 // outcome returns what InsertEventBatch would have: the rows written, none
 // for a batch written before, or ErrFenced (it may ask db which).
 func QueueEventBatch(p *Pipeline, b EventBatch) (outcome func(ctx context.Context, db DBTX) ([]EventRow, error)) {
+	if err := b.refused(); err != nil {
+		return func(context.Context, DBTX) ([]EventRow, error) { return nil, err }
+	}
 	if len(b.Events) == 0 {
 		return func(context.Context, DBTX) ([]EventRow, error) { return nil, nil }
-	}
-	if b.Next != nil && b.Fence == nil {
-		return func(context.Context, DBTX) ([]EventRow, error) {
-			return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, errNextUnfenced)
-		}
 	}
 	var out []EventRow
 	query, args := eventBatchStatement(b)

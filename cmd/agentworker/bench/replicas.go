@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -175,6 +176,12 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	return run, nil
 }
 
+// A round that did not end well.
+var (
+	errRoundUnfinished = errors.New("tasks still queued or running")
+	errRoundFailed     = errors.New("not every task succeeded")
+)
+
 // waitDone polls until no task is queued or running, calling each tick
 // function at every poll, then requires want tasks, all succeeded. A poll
 // reads the two partial indexes of queued and running tasks, not the
@@ -191,7 +198,7 @@ func waitDone(ctx context.Context, db *database, want int, limit time.Duration, 
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("tasks still queued or running after %s", limit)
+			return fmt.Errorf("after %s: %w", limit, errRoundUnfinished)
 		}
 		for _, f := range each {
 			f()
@@ -203,7 +210,7 @@ func waitDone(ctx context.Context, db *database, want int, limit time.Duration, 
 		return err
 	}
 	if all != want || succeeded != want {
-		return fmt.Errorf("%d of %d tasks succeeded (want %d, all succeeded)", succeeded, all, want)
+		return fmt.Errorf("%d of %d tasks succeeded, want %d: %w", succeeded, all, want, errRoundFailed)
 	}
 	return nil
 }

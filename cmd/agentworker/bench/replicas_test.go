@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -50,13 +51,13 @@ func TestWaitDone(t *testing.T) {
 		name     string
 		statuses []string // each task's path from queued
 		want     int
-		err      string
+		err      error
 	}{
 		{name: "AllSucceeded", statuses: []string{"running,succeeded", "running,succeeded"}, want: 2},
-		{name: "OneFailed", statuses: []string{"running,succeeded", "running,failed"}, want: 2, err: "1 of 2 tasks succeeded"},
-		{name: "FewerThanWanted", statuses: []string{"running,succeeded"}, want: 2, err: "1 of 1 tasks succeeded"},
-		{name: "StillRunning", statuses: []string{"running,succeeded", "running"}, want: 2, err: "still queued or running"},
-		{name: "StillQueued", statuses: []string{""}, want: 1, err: "still queued or running"},
+		{name: "OneFailed", statuses: []string{"running,succeeded", "running,failed"}, want: 2, err: errRoundFailed},
+		{name: "FewerThanWanted", statuses: []string{"running,succeeded"}, want: 2, err: errRoundFailed},
+		{name: "StillRunning", statuses: []string{"running,succeeded", "running"}, want: 2, err: errRoundUnfinished},
+		{name: "StillQueued", statuses: []string{""}, want: 1, err: errRoundUnfinished},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,13 +81,10 @@ func TestWaitDone(t *testing.T) {
 			}
 			polls := 0
 			err := waitDone(ctx, db, tt.want, 300*time.Millisecond, func() { polls++ })
-			switch {
-			case tt.err == "" && err != nil:
-				t.Fatalf("waitDone: %v", err)
-			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
-				t.Fatalf("waitDone = %v, want an error with %q", err, tt.err)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("waitDone = %v, want %v", err, tt.err)
 			}
-			if busy := strings.Contains(tt.err, "still"); !busy && polls > 0 {
+			if busy := tt.err == errRoundUnfinished; !busy && polls > 0 {
 				t.Errorf("nothing was queued or running, yet waitDone polled %d times", polls)
 			} else if busy && polls == 0 {
 				t.Errorf("waitDone gave up without polling")
