@@ -94,15 +94,11 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 		return err
 	}
 	spend := b.lp.unrecorded()
-	var pause bool
-	var next events.Unpaused
+	var next []events.Payload
 	if b.lp.spent() == nil {
-		next = events.Unpaused{Payloads: b.lp.startEvents(b.lp.iterations + 1), Paused: func() bool { return pause }}
+		next = b.lp.startEvents(b.lp.iterations + 1)
 	}
-	started, _, err := b.rec.InPipelineUnpaused(ctx, b.r.deps.Pool, func(p *agentsql.Pipeline) error {
-		agentsql.QueueSaveCheckpoint(p, b.at.fence(b.task), cp, spend, &pause)
-		return nil
-	}, next)
+	pause, started, err := b.rec.Checkpoint(ctx, b.r.deps.Pool, b.at.fence(b.task), cp, spend, next)
 	if err != nil {
 		return err
 	}
