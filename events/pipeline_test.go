@@ -58,17 +58,18 @@ func checkpoint(task agentsql.Task, iteration int) agentsql.Checkpoint {
 
 func logged(msg string) events.Payload { return events.Log{Level: events.LevelInfo, Message: msg} }
 
-// checkpointThen queues msg, then checkpoints task at iteration 1 and
-// starts next (unless empty) if no pause was requested, through db
-// (Recorder.Checkpoint).
+// checkpointThen sends msg and a checkpoint at iteration 1 of task, then
+// next (unless empty) if no pause was requested, as one pipeline through db.
 func checkpointThen(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg, next string) (written, pause bool, err error) {
 	t.Helper()
-	rec.Add(logged(msg))
-	var then []events.Payload
+	var then events.Unpaused
 	if next != "" {
-		then = []events.Payload{logged(next)}
+		then = events.Unpaused{Payloads: []events.Payload{logged(next)}, Paused: func() bool { return pause }}
 	}
-	pause, written, err = rec.Checkpoint(t.Context(), db, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, then)
+	written, _, err = rec.InPipelineUnpaused(t.Context(), db, func(p *agentsql.Pipeline) error {
+		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &pause)
+		return nil
+	}, then, logged(msg))
 	return written, pause, err
 }
 
@@ -168,7 +169,7 @@ func TestRecorderInPipeline(t *testing.T) {
 		}
 	})
 
-	// A checkpoint's round trip, with a next iteration's start or without.
+	// With a next iteration's start (InPipelineUnpaused) or without.
 	for _, tc := range []struct {
 		name, next, then, want string
 	}{
@@ -216,30 +217,66 @@ func TestRecorderInPipeline(t *testing.T) {
 	}
 }
 
-// TestRecorderCheckpoint: the queued events, the checkpoint with its spend
-// and the next iteration's start are written together and once, the start
-// after every other event and only while no pause is requested; with no
-// new events of its own (none queued, or only a batch sent again, which
-// may have committed already) the checkpoint and the start go in
-// statements of their own, with the same outcome. A round trip that does
-// not commit takes the start with it: that iteration never began.
-func TestRecorderCheckpoint(t *testing.T) {
+// TestRecorderInPipelineUnpaused: the batch a checkpoint's pipeline writes
+// last (the next iteration's start) is written after the rest, and only
+// while no pause is requested; a pipeline that does not commit takes it
+// with it for good. A lost reply and a fence: TestRecorderInPipeline.
+func TestRecorderInPipelineUnpaused(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := t.Context()
+
+	t.Run("WrittenAfterTheRest", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		written, pause, err := checkpointThen(t, rec, pool, task, "iteration 1", "start 2")
+		if err != nil || !written || pause {
+			t.Fatalf("InPipelineUnpaused = written %v, pause %v, %v; want written, no pause", written, pause, err)
+		}
+		if _, err := rec.Emit(ctx, logged("thinking")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|start 2|thinking" {
+			t.Fatalf("timeline = %s, want iteration 1|start 2|thinking", got)
+		}
+	})
+
+	t.Run("NotWrittenWhenPaused", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionPause, agentsql.ControlOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		written, pause, err := checkpointThen(t, rec, pool, task, "iteration 1", "start 2")
+		if err != nil || written || !pause {
+			t.Fatalf("InPipelineUnpaused after a pause request = written %v, pause %v, %v; want not written, pause", written, pause, err)
+		}
+		if cp, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || !ok || cp.Iteration != 1 {
+			t.Fatalf("checkpoint = %+v, %v, %v; want iteration 1", cp, ok, err)
+		}
+		if _, err := rec.Emit(ctx, logged("paused")); err != nil {
+			t.Fatal(err)
+		}
+		// The request wrote its own event first.
+		if got := strings.Join(messages(t, pool, task), "|"); !strings.HasSuffix(got, "|iteration 1|paused") || strings.Contains(got, "start 2") {
+			t.Fatalf("timeline = %s, want the request's event, then iteration 1|paused", got)
+		}
+	})
+
+	// A pipeline with no new events of its own writes next in a statement
+	// of its own, after the checkpoint: with nothing else to write, or with
+	// only a batch sent again, which writes nothing if it committed before
+	// (its reply lost) and must not take next with it.
 	for _, tc := range []struct {
-		name   string
-		first  string // the pipeline before: "", "failed", "lost reply"
-		events bool   // whether events are queued when it checkpoints
-		pause  bool
-		want   string // the timeline, then a later event
+		name  string
+		first string // the pipeline before: "", "failed" or "lost reply"
+		want  string
 	}{
-		{name: "WithEvents", events: true, want: "iteration 1|start 2|later"},
-		{name: "WithEventsPaused", events: true, pause: true, want: "iteration 1|later"},
-		{name: "WithoutEvents", want: "start 2|later"},
-		{name: "WithoutEventsPaused", pause: true, want: "later"},
-		{name: "AfterAFailedPipeline", first: "failed", want: "iteration 0|start 2|later"},
-		{name: "AfterALostReply", first: "lost reply", want: "iteration 0|start 2|later"},
+		{"AloneWithoutEvents", "", "start 2"},
+		{"AloneAfterAFailedPipeline", "failed", "iteration 1|start 2"},
+		{"AloneAfterALostReply", "lost reply", "iteration 1|start 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -249,70 +286,48 @@ func TestRecorderCheckpoint(t *testing.T) {
 			switch tc.first {
 			case "failed":
 				// Postgres refuses a NUL byte in text: nothing commits, and
-				// "iteration 0" waits to be sent again.
+				// "iteration 1" waits to be sent again.
 				if _, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
 					return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
-				}, logged("iteration 0")); err == nil {
+				}, logged("iteration 1")); err == nil {
 					t.Fatal("a pipeline with a failing statement succeeded")
 				}
 			case "lost reply":
-				if _, err := rec.InPipeline(ctx, &lostReply{Pool: pool}, func(*agentsql.Pipeline) error { return nil }, logged("iteration 0")); !errors.Is(err, errReplyLost) {
+				if _, _, err := checkpointThen(t, rec, &lostReply{Pool: pool}, task, "iteration 1", ""); !errors.Is(err, errReplyLost) {
 					t.Fatalf("InPipeline = %v, want the lost reply", err)
 				}
 			}
-			if tc.pause {
-				if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET pause_requested = true WHERE id = $1`, task.ID); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if tc.events {
-				rec.Add(logged("iteration 1"))
-			}
-			pause, started, err := rec.Checkpoint(ctx, pool, fence, checkpoint(task, 1), agentsql.Spend{TokensIn: 7}, []events.Payload{logged("start 2")})
-			if err != nil || pause != tc.pause || started == tc.pause {
-				t.Fatalf("Checkpoint = pause %v, started %v, %v; want pause %v, started %v", pause, started, err, tc.pause, !tc.pause)
-			}
-			if _, err := rec.Emit(ctx, logged("later")); err != nil {
-				t.Fatal(err)
+			var pause bool
+			written, _, err := rec.InPipelineUnpaused(ctx, pool, func(p *agentsql.Pipeline) error {
+				agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{}, &pause)
+				return nil
+			}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return pause }})
+			if err != nil || !written {
+				t.Fatalf("InPipelineUnpaused = written %v, %v; want written", written, err)
 			}
 			if got := strings.Join(messages(t, pool, task), "|"); got != tc.want {
-				t.Errorf("timeline = %q, want %q", got, tc.want)
-			}
-			var in int64
-			if err := pool.QueryRow(ctx, `SELECT tokens_in FROM ai_tasks WHERE id = $1`, task.ID).Scan(&in); err != nil {
-				t.Fatal(err)
-			}
-			if cp, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || !ok || cp.Iteration != 1 || in != 7 {
-				t.Errorf("checkpoint %+v, %v, %v, tokens in %d; want iteration 1 and 7 tokens", cp, ok, err, in)
+				t.Fatalf("timeline = %s, want %s", got, tc.want)
 			}
 		})
 	}
 
-	// A conversation that is not JSON: Postgres refuses it, nothing commits.
-	for _, queued := range []bool{true, false} {
-		t.Run(map[bool]string{true: "GoneWithAFailedCheckpoint", false: "GoneWithAFailedCheckpointAlone"}[queued], func(t *testing.T) {
-			t.Parallel()
-			task := claimed(t, pool)
-			fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
-			rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-			if queued {
-				rec.Add(logged("iteration 1"))
-			}
-			bad := checkpoint(task, 1)
-			bad.Messages = json.RawMessage(`[{"role":`)
-			if _, started, err := rec.Checkpoint(ctx, pool, fence, bad, agentsql.Spend{}, []events.Payload{logged("start 2")}); err == nil || started {
-				t.Fatalf("Checkpoint of a conversation that is not JSON = started %v, %v; want an error", started, err)
-			}
-			if _, err := rec.Emit(ctx, logged("error")); err != nil {
-				t.Fatal(err)
-			}
-			want := map[bool]string{true: "iteration 1|error", false: "error"}[queued]
-			if got := strings.Join(messages(t, pool, task), "|"); got != want {
-				t.Fatalf("timeline = %s, want %s: the next iteration never started", got, want)
-			}
-			if _, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || ok {
-				t.Errorf("a failed checkpoint was saved (%v, %v)", ok, err)
-			}
-		})
-	}
+	t.Run("GoneWithAFailedPipeline", func(t *testing.T) {
+		t.Parallel()
+		task := claimed(t, pool)
+		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
+		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
+		// Postgres refuses a NUL byte in text: nothing commits.
+		written, _, err := rec.InPipelineUnpaused(ctx, pool, func(p *agentsql.Pipeline) error {
+			return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
+		}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return false }}, logged("iteration 1"))
+		if err == nil || written {
+			t.Fatalf("a pipeline with a failing statement = written %v, %v; want an error", written, err)
+		}
+		if _, err := rec.Emit(ctx, logged("error")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(messages(t, pool, task), "|"); got != "iteration 1|error" {
+			t.Fatalf("timeline = %s, want iteration 1|error: the next iteration never started", got)
+		}
+	})
 }

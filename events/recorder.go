@@ -314,41 +314,31 @@ type Pipeliner interface {
 // outcome be unknown, its batches are queued again, with their idempotency
 // keys, for the next write; once it committed, they are announced.
 func (r *Recorder) InPipeline(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, ps ...Payload) ([]Event, error) {
-	_, out, err := r.inPipeline(ctx, db, queue, nil, nil, nil, ps)
+	_, out, err := r.InPipelineUnpaused(ctx, db, queue, Unpaused{}, ps...)
 	return out, err
 }
 
-// Checkpoint writes the queued events and the checkpoint cp of the task
-// held by f, adding spend, then next (the start of the loop's next
-// iteration) unless a pause was requested, in one round trip and one
-// transaction; pause is whether one was, read under the task row lock the
-// round trip holds until its commit, and started whether next was
-// written. With queued events, one statement writes all of it
-// (sql.EventBatch.Checkpoint and Next); without (none, or only batches
-// sent again, which must not carry them), the checkpoint and next are
-// statements of their own after the events, with the same outcome. Should
-// the round trip not commit, its events are queued again as InPipeline's
-// are, but next is not: it belongs with the checkpoint that did not
-// commit, and the caller, which returns the error, never starts what it
-// announces.
-func (r *Recorder) Checkpoint(ctx context.Context, db Pipeliner, f agentsql.Fence, cp agentsql.Checkpoint, spend agentsql.Spend, next []Payload) (pause, started bool, _ error) {
-	var with *agentsql.CheckpointWrite
-	if r.fence != nil && *r.fence == f.Epoch && f.TaskID == r.taskID && cp.TaskID == r.taskID {
-		with = &agentsql.CheckpointWrite{Checkpoint: cp, Spend: spend, PauseRequested: &pause}
-	}
-	started, _, err := r.inPipeline(ctx, db, func(p *agentsql.Pipeline) error {
-		agentsql.QueueSaveCheckpoint(p, f, cp, spend, &pause)
-		return nil
-	}, with, next, func() bool { return pause }, nil)
-	return pause, started, err
+// Unpaused is a batch a pipeline writes after its other events, only while
+// no pause is requested of the task: the start of a loop's next iteration,
+// sent with the checkpoint that reads the request, saves the iteration a
+// round trip and a commit of its own. The statements the pipeline's queue
+// adds must leave the task running and write no events of their own: the
+// batch may be written by the statement of the pipeline's own events,
+// before them.
+type Unpaused struct {
+	Payloads []Payload
+	// Paused reports, once the pipeline ran, whether a pause was
+	// requested: a statement of the pipeline read it, under the task row
+	// lock the pipeline holds until its commit.
+	Paused func() bool
 }
 
-// inPipeline writes the queued payloads and ps, the statements queue adds
-// (or with, the checkpoint queue would save, in the events' statement),
-// then next unless paused reports a pause requested; written reports
-// whether next was written.
-func (r *Recorder) inPipeline(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, with *agentsql.CheckpointWrite,
-	next []Payload, paused func() bool, ps []Payload) (written bool, _ []Event, _ error) {
+// InPipelineUnpaused is InPipeline with next written after its events,
+// unless a pause was requested; written reports whether it was. Should the pipeline fail,
+// next is not queued again: it belongs with the statements that did not
+// commit, and the caller, which returns the error, never starts what it
+// announces.
+func (r *Recorder) InPipelineUnpaused(ctx context.Context, db Pipeliner, queue func(p *agentsql.Pipeline) error, next Unpaused, ps ...Payload) (written bool, _ []Event, _ error) {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	ps = r.takeBuffered(ps)
@@ -357,12 +347,12 @@ func (r *Recorder) inPipeline(ctx context.Context, db Pipeliner, queue func(p *a
 		return false, nil, err
 	}
 	var unpaused *batch
-	if len(next) > 0 {
-		unpaused = &batch{key: uuid.New(), ps: next}
+	if len(next.Payloads) > 0 {
+		unpaused = &batch{key: uuid.New(), ps: next.Payloads}
 	}
 	// The last batch is new when ps is not empty (due appends it): never
-	// sent, so next and the checkpoint can ride in its statement.
-	out, written, err := r.pipeline(ctx, db, todo, len(ps) > 0, queue, with, unpaused, paused)
+	// sent, so next can ride in its statement (sql.EventBatch.Next).
+	out, written, err := r.pipeline(ctx, db, todo, len(ps) > 0, queue, unpaused, next.Paused)
 	if err != nil {
 		r.keep(todo, err)
 		return false, nil, err
@@ -378,11 +368,8 @@ func (r *Recorder) inPipeline(ctx context.Context, db Pipeliner, queue func(p *a
 // is written by that batch's statement, which reads the request under the
 // row lock the pipeline then holds: one statement and one update of the
 // task row fewer. Otherwise it is a statement of its own, after queue's.
-// So is with, queue's checkpoint: the new last batch's statement saves it,
-// and queue is not called.
 func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, lastNew bool, queue func(p *agentsql.Pipeline) error,
-	with *agentsql.CheckpointWrite, unpaused *batch, paused func() bool) (_ []Event, written bool, _ error) {
-	merge := lastNew && len(todo) > 0 && r.fence != nil
+	unpaused *batch, paused func() bool) (_ []Event, written bool, _ error) {
 	var p agentsql.Pipeline
 	ebs := make([]agentsql.EventBatch, len(todo))
 	for i, b := range todo {
@@ -393,7 +380,7 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, las
 		ebs[i] = eb
 	}
 	var nextEvents []agentsql.NewEvent
-	if unpaused != nil && merge {
+	if unpaused != nil && lastNew && len(todo) > 0 && r.fence != nil {
 		eb, err := r.eventBatch(*unpaused)
 		if err != nil {
 			return nil, false, err
@@ -401,19 +388,12 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, las
 		nextEvents = eb.Events
 		ebs[len(ebs)-1].Next = &agentsql.NextBatch{Key: unpaused.key, Events: nextEvents}
 	}
-	if with != nil && merge {
-		ebs[len(ebs)-1].Checkpoint = with
-	} else {
-		with = nil
-	}
 	outcomes := make([]func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error), len(todo))
 	for i, eb := range ebs {
 		outcomes[i] = agentsql.QueueEventBatch(&p, eb)
 	}
-	if with == nil {
-		if err := queue(&p); err != nil {
-			return nil, false, err
-		}
+	if err := queue(&p); err != nil {
+		return nil, false, err
 	}
 	var last func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error)
 	if unpaused != nil && nextEvents == nil {

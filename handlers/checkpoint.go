@@ -94,11 +94,15 @@ func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 		return err
 	}
 	spend := b.lp.unrecorded()
-	var next []events.Payload
+	var pause bool
+	var next events.Unpaused
 	if b.lp.spent() == nil {
-		next = b.lp.startEvents(b.lp.iterations + 1)
+		next = events.Unpaused{Payloads: b.lp.startEvents(b.lp.iterations + 1), Paused: func() bool { return pause }}
 	}
-	pause, started, err := b.rec.Checkpoint(ctx, b.r.deps.Pool, b.at.fence(b.task), cp, spend, next)
+	started, _, err := b.rec.InPipelineUnpaused(ctx, b.r.deps.Pool, func(p *agentsql.Pipeline) error {
+		agentsql.QueueSaveCheckpoint(p, b.at.fence(b.task), cp, spend, &pause)
+		return nil
+	}, next)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,40 +67,28 @@ func checkpointHeld(f Fence, cp Checkpoint, held bool) error {
 }
 
 func saveCheckpointStatement(f Fence, cp Checkpoint, spend Spend) (string, []any) {
-	return saveCheckpointSQL, []any{f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
-		spend.TokensIn, spend.TokensOut, spend.Cost}
-}
-
-// saveCheckpointSQL: the spend's update of the task row is the fence: it
-// locks the row while the holder holds it.
-var saveCheckpointSQL = `WITH fence AS (
-		UPDATE ai_tasks SET tokens_in = tokens_in + $7, tokens_out = tokens_out + $8, cost = cost + $9
-		WHERE id = $1 AND fence = $2 AND status = 'running'
-		RETURNING attempt, pause_requested),
-	` + checkpointWrites("$3", "$4", "$5", "$6", "$7", "$8", "$9") + `
-	SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false)`
-
-// checkpointWrites are the CTEs that save a checkpoint under a CTE fence
-// that returns the task's attempt: the checkpoint row, the change set's
-// entries changed since the last one (RewindChangeSet puts the set back to
-// them), and the spend on the current run. Data-modifying CTEs all run,
-// read or not. The arguments name the parameters that hold the values, so
-// one text serves SaveCheckpoint and a holder's batch that checkpoints
-// (EventBatch.Checkpoint).
-func checkpointWrites(attempt, iteration, messages, state, tokensIn, tokensOut, cost string) string {
-	return strings.NewReplacer("{attempt}", attempt, "{iteration}", iteration, "{messages}", messages, "{state}", state,
-		"{in}", tokensIn, "{out}", tokensOut, "{cost}", cost).Replace(`w AS (INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
-		SELECT $1, {attempt}, {iteration}, {messages}, {state} FROM fence
-		ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
-			messages = excluded.messages, state = excluded.state, updated_at = now()
-		RETURNING 1),
-	entries AS (UPDATE change_set_entries SET cp = true, cp_op = op, cp_content = content, cp_from_path = from_path
-		WHERE task_id = $1 AND EXISTS (SELECT 1 FROM fence)
-		AND (NOT cp OR cp_op IS DISTINCT FROM op OR cp_from_path IS DISTINCT FROM from_path
-			OR cp_content IS DISTINCT FROM content)
-		RETURNING 1),
-	r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + {in}, tokens_out = r.tokens_out + {out}, cost = r.cost + {cost}
-		FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ({in} <> 0 OR {out} <> 0 OR {cost} <> 0) RETURNING 1)`)
+	// The spend's update of the task row is the fence: it locks the row
+	// while the holder holds it. Data-modifying CTEs all run, read or not.
+	// Only entries changed since the last checkpoint are copied.
+	return `WITH fence AS (
+			UPDATE ai_tasks SET tokens_in = tokens_in + $7, tokens_out = tokens_out + $8, cost = cost + $9
+			WHERE id = $1 AND fence = $2 AND status = 'running'
+			RETURNING attempt, pause_requested),
+		w AS (INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
+			SELECT $1, $3, $4, $5, $6 FROM fence
+			ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
+				messages = excluded.messages, state = excluded.state, updated_at = now()
+			RETURNING 1),
+		entries AS (UPDATE change_set_entries SET cp = true, cp_op = op, cp_content = content, cp_from_path = from_path
+			WHERE task_id = $1 AND EXISTS (SELECT 1 FROM fence)
+			AND (NOT cp OR cp_op IS DISTINCT FROM op OR cp_from_path IS DISTINCT FROM from_path
+				OR cp_content IS DISTINCT FROM content)
+			RETURNING 1),
+		r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + $7, tokens_out = r.tokens_out + $8, cost = r.cost + $9
+			FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ($7 <> 0 OR $8 <> 0 OR $9 <> 0) RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false)`,
+		[]any{f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
+			spend.TokensIn, spend.TokensOut, spend.Cost}
 }
 
 // LoadCheckpoint returns a task's checkpoint; ok is false when it has none

@@ -176,6 +176,13 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := t.Context()
+	events := func(msgs ...string) []agentsql.NewEvent {
+		out := make([]agentsql.NewEvent, len(msgs))
+		for i, m := range msgs {
+			out[i] = agentsql.NewEvent{Type: "log", Payload: json.RawMessage(`{"message":"` + m + `"}`)}
+		}
+		return out
+	}
 	timeline := func(t *testing.T, task uuid.UUID) (msgs []string, keyed []string, last int) {
 		t.Helper()
 		rows, err := pool.Query(ctx, `SELECT payload->>'message', batch IS NOT NULL FROM agent_events WHERE task_id = $1 ORDER BY seq`, task)
@@ -219,8 +226,8 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 			}
 			_, _, before := timeline(t, task.ID)
 			b := agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch, Key: uuid.New(),
-				Events: logEvents("end 1", "checked"), AfterCommit: true,
-				Next: &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2", "thinking")}}
+				Events: events("end 1", "checked"), AfterCommit: true,
+				Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2", "thinking")}}
 			rows, err := agentsql.InsertEventBatch(ctx, pool, b)
 			if err != nil {
 				t.Fatal(err)
@@ -243,7 +250,7 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 			if again, err := agentsql.InsertEventBatch(ctx, pool, b); err != nil || len(again) != 0 {
 				t.Fatalf("the batch sent again wrote %d rows, %v; want none, no error", len(again), err)
 			}
-			if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, logEvents("after")); err != nil {
+			if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, events("after")); err != nil {
 				t.Fatal(err)
 			}
 			msgs, keyed, last := timeline(t, task.ID)
@@ -262,7 +269,7 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 		task, f := claimed(t, pool)
 		stale := f.Epoch - 1
 		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &stale,
-			Key: uuid.New(), Events: logEvents("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2")}})
+			Key: uuid.New(), Events: events("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}})
 		if !errors.Is(err, agentsql.ErrFenced) {
 			t.Fatalf("a stale holder's batch with a next = %v, want ErrFenced", err)
 		}
@@ -277,10 +284,10 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 		t.Parallel()
 		task, f := claimed(t, pool)
 		for name, b := range map[string]agentsql.EventBatch{
-			"Unfenced": {TaskID: task.ID, ProjectID: task.ProjectID, Events: logEvents("end 1")},
+			"Unfenced": {TaskID: task.ID, ProjectID: task.ProjectID, Events: events("end 1")},
 			"Empty":    {TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch},
 		} {
-			b.Next = &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2")}
+			b.Next = &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}
 			if _, err := agentsql.InsertEventBatch(ctx, pool, b); !errors.Is(err, agentsql.ErrNextAlone) {
 				t.Errorf("%s: a batch with a next = %v, want ErrNextAlone", name, err)
 			}
@@ -297,139 +304,4 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 			t.Errorf("timeline %v holds a refused next", msgs)
 		}
 	})
-}
-
-// TestFencedBatchSavesCheckpoint: a holder's batch with a Checkpoint writes
-// its events, its Next unless a pause is requested, and what SaveCheckpoint
-// would (the checkpoint, the spend on the task and its run, the change set
-// as it stands), in its one statement, and reports the pause request it
-// read. Fenced, it writes none of it.
-func TestFencedBatchSavesCheckpoint(t *testing.T) {
-	t.Parallel()
-	pool := dbtest.New(t)
-	ctx := t.Context()
-	write := func(t *testing.T, task agentsql.Task, epoch int64, pause *bool) ([]agentsql.EventRow, error) {
-		t.Helper()
-		return agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
-			Fence: &epoch, Key: uuid.New(), Events: logEvents("end 1"), AfterCommit: true,
-			Next: &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2")},
-			Checkpoint: &agentsql.CheckpointWrite{
-				Checkpoint: agentsql.Checkpoint{TaskID: task.ID, Attempt: task.Attempt, Iteration: 1,
-					Messages: json.RawMessage(`[{"role":"user","content":"x"}]`), State: json.RawMessage(`{"n":1}`)},
-				Spend: agentsql.Spend{TokensIn: 10, TokensOut: 5, Cost: 0.5}, PauseRequested: pause}})
-	}
-	type state struct {
-		Events                       int
-		TaskIn, TaskOut, RunIn       int64
-		Cost                         float64
-		Iteration                    int
-		Messages                     string
-		EntryCheckpointed, LastSeqOK bool
-	}
-	read := func(t *testing.T, task agentsql.Task) state {
-		t.Helper()
-		var s state
-		if err := pool.QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM agent_events e WHERE e.task_id = t.id),
-				t.tokens_in, t.tokens_out, t.cost::float8,
-				(SELECT r.tokens_in FROM task_runs r WHERE r.task_id = t.id AND r.attempt = t.attempt),
-				coalesce((SELECT c.iteration FROM task_checkpoints c WHERE c.task_id = t.id), 0),
-				coalesce((SELECT c.messages::text FROM task_checkpoints c WHERE c.task_id = t.id), ''),
-				coalesce((SELECT bool_and(cp) FROM change_set_entries ce WHERE ce.task_id = t.id), false),
-				t.last_seq = (SELECT coalesce(max(seq), 0) FROM agent_events e WHERE e.task_id = t.id)
-			FROM ai_tasks t WHERE t.id = $1`, task.ID).
-			Scan(&s.Events, &s.TaskIn, &s.TaskOut, &s.Cost, &s.RunIn, &s.Iteration, &s.Messages, &s.EntryCheckpointed, &s.LastSeqOK); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	withEntry := func(t *testing.T) (agentsql.Task, agentsql.Fence) {
-		t.Helper()
-		task, f := claimed(t, pool)
-		if _, _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
-			t.Fatal(err)
-		}
-		if err := agentsql.PutChangeEntry(ctx, pool, f, agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("a\n")}); err != nil {
-			t.Fatal(err)
-		}
-		return task, f
-	}
-
-	for _, tc := range []struct {
-		name       string
-		pause      bool
-		wantEvents []string
-	}{
-		{"Written", false, []string{"end 1", "start 2"}},
-		{"PauseRequested", true, []string{"end 1"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			task, f := withEntry(t)
-			if tc.pause {
-				if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET pause_requested = true WHERE id = $1`, task.ID); err != nil {
-					t.Fatal(err)
-				}
-			}
-			before := read(t, task)
-			pause := !tc.pause // the write must set it
-			rows, err := write(t, task, f.Epoch, &pause)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, r := range rows {
-				var p struct{ Message string }
-				if err := json.Unmarshal(r.Payload, &p); err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, p.Message)
-			}
-			if !reflect.DeepEqual(got, tc.wantEvents) || pause != tc.pause {
-				t.Fatalf("the write returned %v and pause %v, want %v and pause %v", got, pause, tc.wantEvents, tc.pause)
-			}
-			after := read(t, task)
-			want := state{Events: before.Events + len(tc.wantEvents), TaskIn: before.TaskIn + 10, TaskOut: before.TaskOut + 5,
-				Cost: before.Cost + 0.5, RunIn: before.RunIn + 10, Iteration: 1, Messages: `[{"role": "user", "content": "x"}]`,
-				EntryCheckpointed: true, LastSeqOK: true}
-			if after != want {
-				t.Errorf("after the write: %+v, want %+v", after, want)
-			}
-		})
-	}
-
-	t.Run("Fenced", func(t *testing.T) {
-		t.Parallel()
-		task, f := withEntry(t)
-		before := read(t, task)
-		var pause bool
-		if _, err := write(t, task, f.Epoch-1, &pause); !errors.Is(err, agentsql.ErrFenced) {
-			t.Fatalf("a stale holder's batch with a checkpoint = %v, want ErrFenced", err)
-		}
-		if after := read(t, task); after != before {
-			t.Errorf("a stale holder wrote: %+v, was %+v", after, before)
-		}
-	})
-
-	t.Run("OtherTasksCheckpointRefused", func(t *testing.T) {
-		t.Parallel()
-		task, f := claimed(t, pool)
-		other, _ := claimed(t, pool)
-		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
-			Fence: &f.Epoch, Key: uuid.New(), Events: logEvents("end 1"),
-			Checkpoint: &agentsql.CheckpointWrite{Checkpoint: agentsql.Checkpoint{TaskID: other.ID, Attempt: 1, Iteration: 1,
-				Messages: json.RawMessage(`[]`), State: json.RawMessage(`{}`)}}})
-		if !errors.Is(err, agentsql.ErrNextAlone) {
-			t.Fatalf("a batch with another task's checkpoint = %v, want ErrNextAlone", err)
-		}
-	})
-}
-
-// logEvents are log events with the given messages.
-func logEvents(msgs ...string) []agentsql.NewEvent {
-	out := make([]agentsql.NewEvent, len(msgs))
-	for i, m := range msgs {
-		out[i] = agentsql.NewEvent{Type: "log", Payload: json.RawMessage(`{"message":"` + m + `"}`)}
-	}
-	return out
 }

@@ -93,22 +93,6 @@ type EventBatch struct {
 	// holder's batch never sent before: a batch that was written already
 	// writes nothing, its Next included.
 	Next *NextBatch
-	// Checkpoint, when set, is saved by the same statement, as
-	// SaveCheckpoint would in a statement of its own after the batch: one
-	// update of the task row for the seqs, the fence and the spend. For a
-	// holder's batch never sent before, as Next.
-	Checkpoint *CheckpointWrite
-}
-
-// CheckpointWrite is the checkpoint an EventBatch saves (EventBatch.Checkpoint),
-// with the spend it adds to the task and its run.
-type CheckpointWrite struct {
-	Checkpoint Checkpoint
-	Spend      Spend
-	// PauseRequested, when the batch was written, holds whether a pause
-	// is requested of the task, read under the row lock the statement
-	// takes: what SaveCheckpoint returns.
-	PauseRequested *bool
 }
 
 // NextBatch is the batch an EventBatch writes after its own (EventBatch.Next),
@@ -118,19 +102,14 @@ type NextBatch struct {
 	Events []NewEvent
 }
 
-// ErrNextAlone refuses a Next or a Checkpoint on a batch that does not hold
-// the task, or has no events of its own (or a checkpoint of another task):
-// the statement that writes them is the batch's.
+// ErrNextAlone refuses a Next on a batch that does not hold the task, or
+// has no events of its own: the statement that writes Next is the batch's.
 var ErrNextAlone = errors.New("a next batch needs a holder's batch (Fence set) with events of its own")
 
 // refused is why b cannot be written, if it cannot.
 func (b EventBatch) refused() error {
-	if (b.Next != nil || b.Checkpoint != nil) && (b.Fence == nil || len(b.Events) == 0) {
+	if b.Next != nil && (b.Fence == nil || len(b.Events) == 0) {
 		return fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, ErrNextAlone)
-	}
-	if b.Checkpoint != nil && b.Checkpoint.Checkpoint.TaskID != b.TaskID {
-		return fmt.Errorf("insert %d events for task %s with the checkpoint of task %s: %w", len(b.Events), b.TaskID,
-			b.Checkpoint.Checkpoint.TaskID, ErrNextAlone)
 	}
 	return nil
 }
@@ -211,58 +190,33 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		RETURNING ` + eventColumns
 	args := []any{b.TaskID, b.ProjectID, types, payloads, key, b.AfterCommit}
 	if b.Fence != nil {
-		// The holder's batch takes its seqs in its fence (heldBatchFence).
-		query = heldBatchSQL
+		// The holder's batch takes its seqs here (migration 010): the
+		// update of the task row is the fence, the row lock and the seq
+		// counter at once, whatever the batch's size. The arrays hold the
+		// batch's $7 events, then Next's $11, written (and counted) only
+		// while no pause is requested; Next's key marks its first row.
+		query = `WITH fence AS (
+				UPDATE ai_tasks SET last_seq = last_seq + $7 + CASE WHEN pause_requested THEN 0 ELSE $11 END
+				WHERE id = $1 AND fence = $8 AND status = 'running' AND NOT (pause_requested AND $9)
+				AND ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
+				AND set_config('agentworker.seq', 'statement', true) IS NOT NULL
+				RETURNING last_seq - $7 - CASE WHEN pause_requested THEN 0 ELSE $11 END AS base, pause_requested AS paused)
+			INSERT INTO agent_events (task_id, project_id, seq, type, payload, batch)
+			SELECT $1, $2, f.base + e.ord, e.type, e.payload::jsonb,
+				CASE WHEN e.ord = 1 THEN $5::uuid WHEN e.ord = $7 + 1 THEN $10::uuid END
+			FROM fence f, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
+			WHERE (e.ord <= $7 OR NOT f.paused)
+			AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
+			ORDER BY e.ord
+			RETURNING ` + leanEventColumns
 		var nextKey any
 		if next.Key != uuid.Nil {
 			nextKey = next.Key
 		}
 		args = append(args, len(b.Events), *b.Fence, b.UnlessPaused, nextKey, len(next.Events))
-		if c := b.Checkpoint; c != nil {
-			query = checkpointBatchSQL
-			args = append(args, c.Checkpoint.Attempt, c.Checkpoint.Iteration, c.Spend.TokensIn, c.Spend.TokensOut, c.Spend.Cost,
-				JSONB(c.Checkpoint.Messages), JSONB(c.Checkpoint.State))
-		}
 	}
 	return query, args
 }
-
-// heldBatchFence is the fence of a holder's batch: its update of the task
-// row is the fence, the row lock and the seq counter at once (migration
-// 010), whatever the batch's size. The arrays hold the batch's $7 events,
-// then Next's $11, which are written, and take seqs, only while no pause
-// is requested. set adds to the update, returning to what it returns.
-func heldBatchFence(set, returning string) string {
-	return `fence AS (
-		UPDATE ai_tasks SET last_seq = last_seq + $7 + CASE WHEN pause_requested THEN 0 ELSE $11 END` + set + `
-		WHERE id = $1 AND fence = $8 AND status = 'running' AND NOT (pause_requested AND $9)
-		AND ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
-		AND set_config('agentworker.seq', 'statement', true) IS NOT NULL
-		RETURNING last_seq - $7 - CASE WHEN pause_requested THEN 0 ELSE $11 END AS base, pause_requested AS paused` + returning + `)`
-}
-
-// heldBatchInsert writes a holder's batch under heldBatchFence; Next's key
-// marks its first row.
-const heldBatchInsert = `INSERT INTO agent_events (task_id, project_id, seq, type, payload, batch)
-	SELECT $1, $2, f.base + e.ord, e.type, e.payload::jsonb,
-		CASE WHEN e.ord = 1 THEN $5::uuid WHEN e.ord = $7 + 1 THEN $10::uuid END
-	FROM fence f, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
-	WHERE (e.ord <= $7 OR NOT f.paused)
-	AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
-	ORDER BY e.ord
-	RETURNING ` + leanEventColumns
-
-var (
-	heldBatchSQL = `WITH ` + heldBatchFence("", "") + `
-	` + heldBatchInsert
-	// checkpointBatchSQL is a holder's batch (and its Next) that saves a
-	// checkpoint as SaveCheckpoint does: the fence's update also adds the
-	// spend, and every row written returns the pause request it read.
-	checkpointBatchSQL = `WITH ` + heldBatchFence(`, tokens_in = tokens_in + $14, tokens_out = tokens_out + $15, cost = cost + $16`, `, attempt`) + `,
-	` + checkpointWrites("$12", "$13", "$17", "$18", "$14", "$15", "$16") + `,
-	ins AS (` + heldBatchInsert + `)
-	SELECT i.id, i.seq, i.created_at, f.paused FROM ins i, fence f`
-)
 
 // leanEventColumns are what a holder's batch returns: the rest it sent
 // (scanBatch), and sending every payload back would cost both sides the
@@ -277,19 +231,11 @@ func scanBatch(rows pgx.Rows, b EventBatch) ([]EventRow, error) {
 	if b.Fence == nil {
 		return scanEvents(rows)
 	}
-	var paused bool
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventRow, error) {
 		e := EventRow{ProjectID: b.ProjectID}
-		dest := []any{&e.ID, &e.Seq, &e.CreatedAt}
-		if b.Checkpoint != nil {
-			dest = append(dest, &paused)
-		}
-		err := row.Scan(dest...)
+		err := row.Scan(&e.ID, &e.Seq, &e.CreatedAt)
 		return e, err
 	})
-	if c := b.Checkpoint; c != nil && c.PauseRequested != nil && err == nil && len(out) > 0 {
-		*c.PauseRequested = paused
-	}
 	if err != nil || len(out) == 0 {
 		return out, err
 	}

@@ -148,11 +148,12 @@ func (l *statementLog) ours() []statement {
 func TestStatementsPerBuildTask(t *testing.T) {
 	t.Parallel()
 	// claim 1 (the claim writes its events, reads the pause request and
-	// opens the change set), events 1, stage the write 1, checkpoint 1
-	// (the iteration's events, the checkpoint and the second iteration's
-	// start unless a pause was requested), mark applying 1, finish 3 (the
-	// events since, change set, task: one round trip).
-	const budget, tripBudget = 8, 6
+	// opens the change set), events 1, stage the write 1, checkpoint 2
+	// (the iteration's events with the second iteration's start unless a
+	// pause was requested, and the checkpoint: one round trip), mark
+	// applying 1, finish 3 (the events since, change set, task: one round
+	// trip).
+	const budget, tripBudget = 9, 6
 	ctx := t.Context()
 	log := &statementLog{}
 	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
