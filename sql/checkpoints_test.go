@@ -176,13 +176,6 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := t.Context()
-	events := func(msgs ...string) []agentsql.NewEvent {
-		out := make([]agentsql.NewEvent, len(msgs))
-		for i, m := range msgs {
-			out[i] = agentsql.NewEvent{Type: "log", Payload: json.RawMessage(`{"message":"` + m + `"}`)}
-		}
-		return out
-	}
 	timeline := func(t *testing.T, task uuid.UUID) (msgs []string, keyed []string, last int) {
 		t.Helper()
 		rows, err := pool.Query(ctx, `SELECT payload->>'message', batch IS NOT NULL FROM agent_events WHERE task_id = $1 ORDER BY seq`, task)
@@ -226,8 +219,8 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 			}
 			_, _, before := timeline(t, task.ID)
 			b := agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch, Key: uuid.New(),
-				Events: events("end 1", "checked"), AfterCommit: true,
-				Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2", "thinking")}}
+				Events: logEvents("end 1", "checked"), AfterCommit: true,
+				Next: &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2", "thinking")}}
 			rows, err := agentsql.InsertEventBatch(ctx, pool, b)
 			if err != nil {
 				t.Fatal(err)
@@ -250,7 +243,7 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 			if again, err := agentsql.InsertEventBatch(ctx, pool, b); err != nil || len(again) != 0 {
 				t.Fatalf("the batch sent again wrote %d rows, %v; want none, no error", len(again), err)
 			}
-			if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, events("after")); err != nil {
+			if _, err := agentsql.InsertEvents(ctx, pool, task.ID, task.ProjectID, logEvents("after")); err != nil {
 				t.Fatal(err)
 			}
 			msgs, keyed, last := timeline(t, task.ID)
@@ -269,7 +262,7 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 		task, f := claimed(t, pool)
 		stale := f.Epoch - 1
 		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &stale,
-			Key: uuid.New(), Events: events("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}})
+			Key: uuid.New(), Events: logEvents("end 1"), Next: &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2")}})
 		if !errors.Is(err, agentsql.ErrFenced) {
 			t.Fatalf("a stale holder's batch with a next = %v, want ErrFenced", err)
 		}
@@ -284,10 +277,10 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 		t.Parallel()
 		task, f := claimed(t, pool)
 		for name, b := range map[string]agentsql.EventBatch{
-			"Unfenced": {TaskID: task.ID, ProjectID: task.ProjectID, Events: events("end 1")},
+			"Unfenced": {TaskID: task.ID, ProjectID: task.ProjectID, Events: logEvents("end 1")},
 			"Empty":    {TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch},
 		} {
-			b.Next = &agentsql.NextBatch{Key: uuid.New(), Events: events("start 2")}
+			b.Next = &agentsql.NextBatch{Key: uuid.New(), Events: logEvents("start 2")}
 			if _, err := agentsql.InsertEventBatch(ctx, pool, b); !errors.Is(err, agentsql.ErrNextAlone) {
 				t.Errorf("%s: a batch with a next = %v, want ErrNextAlone", name, err)
 			}
@@ -304,4 +297,13 @@ func TestFencedBatchWritesNextUnlessPaused(t *testing.T) {
 			t.Errorf("timeline %v holds a refused next", msgs)
 		}
 	})
+}
+
+// logEvents are log events with the given messages.
+func logEvents(msgs ...string) []agentsql.NewEvent {
+	out := make([]agentsql.NewEvent, len(msgs))
+	for i, m := range msgs {
+		out[i] = agentsql.NewEvent{Type: "log", Payload: json.RawMessage(`{"message":"` + m + `"}`)}
+	}
+	return out
 }

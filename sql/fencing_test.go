@@ -15,7 +15,7 @@ import (
 )
 
 // claimed returns a task claimed by job 1 and the claim's fence.
-func claimed(t *testing.T, pool *pgxpool.Pool) (agentsql.Task, agentsql.Fence) {
+func claimed(t testing.TB, pool *pgxpool.Pool) (agentsql.Task, agentsql.Fence) {
 	t.Helper()
 	task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "build", Prompt: "x"})
 	if err != nil {

@@ -559,6 +559,9 @@ func TestConsoleInChromium(t *testing.T) {
 	for id, status := range statuses {
 		run(t, ctx, "the reloaded list", visible(row(id, status)))
 	}
+	// The list renders first; the newest task is selected, and its view
+	// opened, after it (a check made at once failed under load).
+	run(t, ctx, "the newest task selected", visible(fmt.Sprintf(`body[data-task="%s"]`, slow)), visible(`#task-view`))
 	var after struct {
 		Rows     int    `json:"rows"`
 		First    string `json:"first"`

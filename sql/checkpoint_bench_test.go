@@ -1,0 +1,103 @@
+package sql_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+// BenchmarkCheckpointRoundTrip is an iteration's end as a worker writes it,
+// in one round trip: its events, its checkpoint and the next iteration's
+// start, as three statements (each batch alone) or two (the start with the
+// events: EventBatch.Next). Besides the time per round trip it reports the
+// database backend's CPU per round trip (backend-µs/op) when the server
+// runs on this machine.
+func BenchmarkCheckpointRoundTrip(b *testing.B) {
+	for _, statements := range []int{3, 2} {
+		b.Run(map[int]string{3: "ThreeStatements", 2: "TwoStatements"}[statements], func(b *testing.B) {
+			ctx := b.Context()
+			cfg, err := pgxpool.ParseConfig(dbtest.NewURL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.MaxConns = 1 // one backend does all the work
+			agentsql.ConfigurePool(cfg)
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(pool.Close)
+			task, f := claimed(b, pool)
+			var backend int
+			if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+				b.Fatal(err)
+			}
+			messages := json.RawMessage(`[{"role":"system","content":"` + strings.Repeat("Write the file, then call finish. ", 90) + `"}]`)
+			cp := agentsql.Checkpoint{TaskID: task.ID, Attempt: task.Attempt, Iteration: 1, Messages: messages, State: json.RawMessage(`{"n":1}`)}
+			spend := agentsql.Spend{TokensIn: 100, TokensOut: 20, Cost: 0.001}
+			ticks0 := cpuTicks(backend)
+			b.ResetTimer()
+			for range b.N {
+				var p agentsql.Pipeline
+				var pause bool
+				batch := agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch, Key: uuid.New(),
+					Events: logEvents("tool done", "iteration end"), AfterCommit: true}
+				next := agentsql.NextBatch{Key: uuid.New(), Events: logEvents("iteration start", "thinking")}
+				if statements == 2 {
+					batch.Next = &next
+				}
+				outcomes := []func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error){agentsql.QueueEventBatch(&p, batch)}
+				agentsql.QueueSaveCheckpoint(&p, f, cp, spend, &pause)
+				if statements == 3 {
+					outcomes = append(outcomes, agentsql.QueueEventBatch(&p, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
+						Fence: &f.Epoch, Key: next.Key, Events: next.Events, AfterCommit: true, UnlessPaused: true}))
+				}
+				if err := p.Run(ctx, pool); err != nil {
+					b.Fatal(err)
+				}
+				written := 0
+				for _, outcome := range outcomes {
+					rows, err := outcome(ctx, pool)
+					if err != nil {
+						b.Fatal(err)
+					}
+					written += len(rows)
+				}
+				if written != 4 {
+					b.Fatalf("wrote %d events, want 4", written)
+				}
+			}
+			b.StopTimer()
+			if ticks0 >= 0 {
+				const usPerTick = 10_000 // USER_HZ is 100 on Linux
+				b.ReportMetric(float64(cpuTicks(backend)-ticks0)*usPerTick/float64(b.N), "backend-µs/op")
+			}
+		})
+	}
+}
+
+// cpuTicks is a process's user and system CPU time in clock ticks, or -1
+// when it cannot be read (the database runs elsewhere).
+func cpuTicks(pid int) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	system, _ := strconv.ParseInt(f[12], 10, 64)
+	return user + system
+}
