@@ -73,6 +73,14 @@ func checkpointThen(t *testing.T, rec *events.Recorder, db events.Pipeliner, tas
 	return written, pause, err
 }
 
+// failingFinish queues a finish of the task held by fence that Postgres
+// refuses (a NUL byte in text): nothing in its pipeline commits.
+func failingFinish(fence agentsql.Fence) func(p *agentsql.Pipeline) error {
+	return func(p *agentsql.Pipeline) error {
+		return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
+	}
+}
+
 // lostReply sends pipelines through a pool, and after the first one has
 // committed, reports its reply lost, as a connection cut after the commit
 // would.
@@ -146,11 +154,9 @@ func TestRecorderInPipeline(t *testing.T) {
 		task := claimed(t, pool)
 		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
 		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-		// Postgres refuses a NUL byte in text: the finish fails after the
-		// events' statement succeeded, and takes it with it.
-		_, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
-			return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
-		}, logged("closing"))
+		// The finish fails after the events' statement succeeded, and
+		// takes it with it.
+		_, err := rec.InPipeline(ctx, pool, failingFinish(fence), logged("closing"))
 		if err == nil {
 			t.Fatal("a pipeline with a failing statement succeeded")
 		}
@@ -285,11 +291,8 @@ func TestRecorderInPipelineUnpaused(t *testing.T) {
 			rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
 			switch tc.first {
 			case "failed":
-				// Postgres refuses a NUL byte in text: nothing commits, and
-				// "iteration 1" waits to be sent again.
-				if _, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
-					return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
-				}, logged("iteration 1")); err == nil {
+				// Nothing commits, and "iteration 1" waits to be sent again.
+				if _, err := rec.InPipeline(ctx, pool, failingFinish(fence), logged("iteration 1")); err == nil {
 					t.Fatal("a pipeline with a failing statement succeeded")
 				}
 			case "lost reply":
@@ -316,10 +319,7 @@ func TestRecorderInPipelineUnpaused(t *testing.T) {
 		task := claimed(t, pool)
 		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
 		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
-		// Postgres refuses a NUL byte in text: nothing commits.
-		written, _, err := rec.InPipelineUnpaused(ctx, pool, func(p *agentsql.Pipeline) error {
-			return agentsql.QueueFinishTask(p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Model: "bad\x00model"})
-		}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return false }}, logged("iteration 1"))
+		written, _, err := rec.InPipelineUnpaused(ctx, pool, failingFinish(fence), events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return false }}, logged("iteration 1"))
 		if err == nil || written {
 			t.Fatalf("a pipeline with a failing statement = written %v, %v; want an error", written, err)
 		}

@@ -379,14 +379,16 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, las
 		}
 		ebs[i] = eb
 	}
-	var nextEvents []agentsql.NewEvent
-	if unpaused != nil && lastNew && len(todo) > 0 && r.fence != nil {
-		eb, err := r.eventBatch(*unpaused)
-		if err != nil {
+	var next agentsql.EventBatch
+	if unpaused != nil {
+		var err error
+		if next, err = r.eventBatch(*unpaused); err != nil {
 			return nil, false, err
 		}
-		nextEvents = eb.Events
-		ebs[len(ebs)-1].Next = &agentsql.NextBatch{Key: unpaused.key, Events: nextEvents}
+	}
+	merged := unpaused != nil && lastNew && len(todo) > 0 && r.fence != nil
+	if merged {
+		ebs[len(ebs)-1].Next = &agentsql.NextBatch{Key: next.Key, Events: next.Events}
 	}
 	outcomes := make([]func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error), len(todo))
 	for i, eb := range ebs {
@@ -396,13 +398,9 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, las
 		return nil, false, err
 	}
 	var last func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error)
-	if unpaused != nil && nextEvents == nil {
-		eb, err := r.eventBatch(*unpaused)
-		if err != nil {
-			return nil, false, err
-		}
-		eb.UnlessPaused = true
-		last = agentsql.QueueEventBatch(&p, eb)
+	if unpaused != nil && !merged {
+		next.UnlessPaused = true
+		last = agentsql.QueueEventBatch(&p, next)
 	}
 	if err := p.Run(ctx, db); err != nil {
 		return nil, false, err
@@ -413,7 +411,7 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, las
 		if err != nil {
 			return nil, false, err
 		}
-		if nextEvents != nil && i == len(todo)-1 {
+		if merged && i == len(todo)-1 {
 			// The batch's rows, then next's when no pause was requested.
 			n := min(len(b.ps), len(rows))
 			out = append(out, r.written(b, rows[:n])...)

@@ -3,14 +3,13 @@ package sql_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/internal/devenv/proccpu"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
@@ -44,7 +43,7 @@ func BenchmarkCheckpointRoundTrip(b *testing.B) {
 			messages := json.RawMessage(`[{"role":"system","content":"` + strings.Repeat("Write the file, then call finish. ", 90) + `"}]`)
 			cp := agentsql.Checkpoint{TaskID: task.ID, Attempt: task.Attempt, Iteration: 1, Messages: messages, State: json.RawMessage(`{"n":1}`)}
 			spend := agentsql.Spend{TokensIn: 100, TokensOut: 20, Cost: 0.001}
-			ticks0 := cpuTicks(backend)
+			ticks0, local := proccpu.Ticks(backend)
 			b.ResetTimer()
 			for range b.N {
 				var p agentsql.Pipeline
@@ -77,27 +76,9 @@ func BenchmarkCheckpointRoundTrip(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if ticks0 >= 0 {
-				const usPerTick = 10_000 // USER_HZ is 100 on Linux
-				b.ReportMetric(float64(cpuTicks(backend)-ticks0)*usPerTick/float64(b.N), "backend-µs/op")
+			if ticks1, ok := proccpu.Ticks(backend); local && ok {
+				b.ReportMetric(float64(ticks1-ticks0)*float64(proccpu.Tick.Microseconds())/float64(b.N), "backend-µs/op")
 			}
 		})
 	}
-}
-
-// cpuTicks is a process's user and system CPU time in clock ticks, or -1
-// when it cannot be read (the database runs elsewhere).
-func cpuTicks(pid int) int64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return -1
-	}
-	user, _ := strconv.ParseInt(f[11], 10, 64)
-	system, _ := strconv.ParseInt(f[12], 10, 64)
-	return user + system
 }

@@ -161,23 +161,12 @@ func QueueEventBatch(p *Pipeline, b EventBatch) (outcome func(ctx context.Contex
 
 // eventBatchStatement is the statement writing b, and its arguments.
 func eventBatchStatement(b EventBatch) (string, []any) {
-	all := b.Events
-	var next NextBatch
-	if b.Next != nil && b.Fence != nil {
-		next = *b.Next
-		all = append(slices.Clip(b.Events), next.Events...)
-	}
+	all := b.withNext()
 	types := make([]string, len(all))
 	payloads := make([]string, len(all))
 	for i, e := range all {
 		types[i] = e.Type
 		payloads[i] = string(JSONB(e.Payload))
-	}
-	// NULL or the key as a uuid.UUID value: a *uuid.UUID would be sent
-	// through its driver.Valuer (see ConfigurePool).
-	var key any
-	if b.Key != uuid.Nil {
-		key = b.Key
 	}
 	// A writer that does not hold the task: the row trigger gives each
 	// event its seq under the task row lock.
@@ -188,7 +177,7 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 		ORDER BY e.ord
 		RETURNING ` + eventColumns
-	args := []any{b.TaskID, b.ProjectID, types, payloads, key, b.AfterCommit}
+	args := []any{b.TaskID, b.ProjectID, types, payloads, keyArg(b.Key), b.AfterCommit}
 	if b.Fence != nil {
 		// The holder's batch takes its seqs here (migration 010): the
 		// update of the task row is the fence, the row lock and the seq
@@ -209,13 +198,32 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 			AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 			ORDER BY e.ord
 			RETURNING ` + leanEventColumns
-		var nextKey any
-		if next.Key != uuid.Nil {
-			nextKey = next.Key
+		var next NextBatch
+		if b.Next != nil {
+			next = *b.Next
 		}
-		args = append(args, len(b.Events), *b.Fence, b.UnlessPaused, nextKey, len(next.Events))
+		args = append(args, len(b.Events), *b.Fence, b.UnlessPaused, keyArg(next.Key), len(next.Events))
 	}
 	return query, args
+}
+
+// keyArg is an idempotency key as a parameter: NULL, or the key as a
+// uuid.UUID value (a *uuid.UUID would be sent through its driver.Valuer, see
+// ConfigurePool).
+func keyArg(key uuid.UUID) any {
+	if key == uuid.Nil {
+		return nil
+	}
+	return key
+}
+
+// withNext is the batch's events, then its Next's, as one statement
+// sends them.
+func (b EventBatch) withNext() []NewEvent {
+	if b.Next == nil {
+		return b.Events
+	}
+	return append(slices.Clip(b.Events), b.Next.Events...)
 }
 
 // leanEventColumns are what a holder's batch returns: the rest it sent
@@ -240,8 +248,8 @@ func scanBatch(rows pgx.Rows, b EventBatch) ([]EventRow, error) {
 		return out, err
 	}
 	sent := b.Events
-	if b.Next != nil && len(out) > len(b.Events) {
-		sent = append(slices.Clip(b.Events), b.Next.Events...)
+	if len(out) > len(b.Events) {
+		sent = b.withNext()
 	}
 	if len(out) != len(sent) {
 		return nil, fmt.Errorf("wrote %d of %d events", len(out), len(sent))

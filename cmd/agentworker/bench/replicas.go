@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentworker/agentworker/internal/devenv/proccpu"
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -22,7 +22,7 @@ import (
 type Replicas struct {
 	Tasks int `json:"tasks"`
 	// Files is the file system the serve processes keep project files on:
-	// "tmpfs" where the machine has one, else "disk" (see filesDir).
+	// "tmpfs" where the machine has one, else "disk" (see filesRoot).
 	Files string       `json:"files"`
 	Runs  []ReplicaRun `json:"runs"`
 }
@@ -126,12 +126,19 @@ func replicaRun(ctx context.Context, opts Options, modelURL, root string, k, n i
 // an earlier round's cleanup that was 28 % of a serve process's CPU (perf),
 // so the figure depended on what the machine deleted before the run.
 func filesRoot() (string, string) {
-	const shm = "/dev/shm"
-	var st unix.Statfs_t
-	if unix.Statfs(shm, &st) == nil && st.Type == unix.TMPFS_MAGIC && unix.Access(shm, unix.W_OK) == nil {
+	if writableTmpfs(shm) {
 		return shm, "tmpfs"
 	}
 	return os.TempDir(), "disk"
+}
+
+// shm is where Linux mounts its shared-memory tmpfs.
+const shm = "/dev/shm"
+
+// writableTmpfs reports whether dir is on a tmpfs this process may write.
+func writableTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.TMPFS_MAGIC && unix.Access(dir, unix.W_OK) == nil
 }
 
 // replicaRound inserts n tasks in one statement and waits until they are
@@ -140,7 +147,7 @@ func filesRoot() (string, string) {
 func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (ReplicaRound, error) {
 	var run ReplicaRound
 	backends := newBackendCPU(ctx, db)
-	worker0 := ticksOf(pids)
+	worker0 := proccpu.Sum(pids)
 	commits0, err := commits(ctx, db)
 	if err != nil {
 		return run, err
@@ -158,7 +165,7 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 		return run, err
 	}
 	backends.sample()
-	workerTicks := ticksOf(pids) - worker0
+	workerTicks := proccpu.Sum(pids) - worker0
 	var finished time.Time
 	if err := db.pool.QueryRow(ctx, `SELECT max(finished_at) FROM ai_tasks`).Scan(&finished); err != nil {
 		return run, err
@@ -168,10 +175,10 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	if err != nil {
 		return run, err
 	}
-	const msPerTick = 10 // USER_HZ is 100 on Linux
+	msPerTick := float64(proccpu.Tick.Milliseconds())
 	run.TasksPerS = ratio(float64(n), finished.Sub(inserted).Seconds())
-	run.WorkerCPUMSPerTask = ratio(float64(workerTicks*msPerTick), float64(n))
-	run.PostgresCPUMSPerTask = ratio(float64(backends.total()*msPerTick), float64(n))
+	run.WorkerCPUMSPerTask = ratio(float64(workerTicks)*msPerTick, float64(n))
+	run.PostgresCPUMSPerTask = ratio(float64(backends.total())*msPerTick, float64(n))
 	run.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
 	return run, nil
 }
@@ -226,7 +233,7 @@ type backendCPU struct {
 func newBackendCPU(ctx context.Context, db *database) *backendCPU {
 	b := &backendCPU{ctx: ctx, db: db, first: map[int]int64{}, cur: map[int]int64{}}
 	for _, pid := range b.pids() {
-		t := ticksOf([]int{pid})
+		t, _ := proccpu.Ticks(pid)
 		b.first[pid], b.cur[pid] = t, t
 	}
 	return b
@@ -250,7 +257,7 @@ func (b *backendCPU) pids() []int {
 
 func (b *backendCPU) sample() {
 	for _, pid := range b.pids() {
-		if t := ticksOf([]int{pid}); t > 0 {
+		if t, ok := proccpu.Ticks(pid); ok {
 			b.cur[pid] = t
 		}
 	}
@@ -260,28 +267,6 @@ func (b *backendCPU) total() int64 {
 	var sum int64
 	for pid, t := range b.cur {
 		sum += t - b.first[pid]
-	}
-	return sum
-}
-
-// ticksOf sums user and system CPU time of processes, in clock ticks.
-func ticksOf(pids []int) int64 {
-	var sum int64
-	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command name (which may hold spaces): state is
-		// field 3, utime 14, stime 15.
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		sum += u + st
 	}
 	return sum
 }
