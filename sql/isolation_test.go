@@ -16,10 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/agentworker/agentworker/internal/devenv/localpg"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
-	"github.com/agentworker/agentworker/testing/prereq"
 )
 
 // apiRoles are the roles PostgREST and Supabase switch to per request.
@@ -729,18 +727,7 @@ func TestIsolationSupabaseDefaultPrivileges(t *testing.T) {
 // roles do not exist: the migration creates them NOLOGIN.
 func TestIsolationCreatesRoles(t *testing.T) {
 	t.Parallel()
-	cluster, err := localpg.Start(t.Context(), localpg.Config{})
-	if errors.Is(err, localpg.ErrNotInstalled) {
-		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
-	}
-	if err != nil {
-		t.Fatalf("start a private cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := cluster.Stop(context.Background()); err != nil {
-			t.Errorf("stop the private cluster: %v", err)
-		}
-	})
+	cluster := dbtest.PrivateCluster(t)
 	pool, err := pgxpool.New(t.Context(), cluster.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)

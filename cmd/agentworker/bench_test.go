@@ -56,17 +56,23 @@ func TestBenchQuickSmoke(t *testing.T) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
 		}
 	}
-	if len(r.Replicas.Runs) != 2 {
-		t.Fatalf("replicas = %+v, want two runs", r.Replicas)
-	}
-	for _, run := range r.Replicas.Runs {
-		// Each run measures a warm round and reports its cold one beside it.
-		if run.TasksPerS <= 0 || run.PostgresCPUMSPerTask <= 0 || run.Cold == nil || run.Cold.TasksPerS <= 0 || run.Cold.PostgresCPUMSPerTask <= 0 {
-			t.Errorf("replicas run = %+v (cold %+v), want both rounds measured", run, run.Cold)
+	for name, runs := range map[string][]bench.ReplicaRun{"replicas": r.Replicas.Runs, "replicas.bounded": r.Replicas.Bounded.Runs} {
+		if len(runs) != 2 {
+			t.Fatalf("%s = %+v, want two runs", name, runs)
+		}
+		for _, run := range runs {
+			// Each run measures a warm round and reports its cold one beside it.
+			if run.TasksPerS <= 0 || run.PostgresCPUMSPerTask <= 0 || run.CommitsPerTask <= 0 || run.Scaling <= 0 ||
+				run.Cold == nil || run.Cold.TasksPerS <= 0 || run.Cold.PostgresCPUMSPerTask <= 0 {
+				t.Errorf("%s run = %+v (cold %+v), want both rounds measured and scaled", name, run, run.Cold)
+			}
 		}
 	}
-	if md := r.Markdown(); !strings.Contains(md, "(first round: ") {
-		t.Errorf("the markdown table shows no first round:\n%s", md)
+	md := r.Markdown()
+	for _, want := range []string{"(first round: ", "bounded by their tasks"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the markdown table shows no %q:\n%s", want, md)
+		}
 	}
 	t.Logf("bench --quick: %s", out)
 }

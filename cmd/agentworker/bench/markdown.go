@@ -41,12 +41,17 @@ func (r Report) Markdown() string {
 		return fmt.Sprintf("%.0f/s; %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.CommitsPerTask)
 	}
 	for _, run := range r.Replicas.Runs {
-		ours := round(run.ReplicaRound)
+		ours := round(run.ReplicaRound) + fmt.Sprintf("; scaling %.2f", run.Scaling)
 		if run.Cold != nil {
 			ours += " (first round: " + round(*run.Cold) + ")"
 		}
 		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres; commits)", run.Replicas, r.Replicas.Tasks),
 			ours, "", "grows with replicas; CPU ≤ 5 ms")
+	}
+	bd := r.Replicas.Bounded
+	for _, run := range bd.Runs {
+		row(fmt.Sprintf("%d serve process(es) bounded by their tasks (%d each, %.0f ms model), %d tasks", run.Replicas, bd.Concurrency, bd.ModelDelayMS, bd.Tasks),
+			round(run.ReplicaRound)+fmt.Sprintf("; scaling %.2f", run.Scaling), "", "grows with replicas")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")

@@ -25,12 +25,32 @@ type Replicas struct {
 	// "tmpfs" where the machine has one, else "disk" (see filesRoot).
 	Files string       `json:"files"`
 	Runs  []ReplicaRun `json:"runs"`
+	// Bounded is the same with each process bounded by its own tasks, not
+	// by the machine: few tasks each, and a model that takes a while. An
+	// instant model's tasks take all the CPUs of a small machine from one
+	// process, so more processes there cannot add throughput whatever the
+	// database does; bounded, each process adds its own share unless
+	// something on a task's path serializes the processes.
+	Bounded BoundedReplicas `json:"bounded"`
+}
+
+// BoundedReplicas is throughput by replica count with each process
+// running Concurrency tasks against a model answering each call after
+// ModelDelayMS.
+type BoundedReplicas struct {
+	Tasks        int          `json:"tasks"`
+	Concurrency  int          `json:"concurrency"`
+	ModelDelayMS float64      `json:"model_delay_ms"`
+	Runs         []ReplicaRun `json:"runs"`
 }
 
 // ReplicaRun is one replica count's result. CPU is per task: the serve
 // processes' own (user + system), and that of the database's backends.
 type ReplicaRun struct {
 	Replicas int `json:"replicas"`
+	// Scaling is tasks/s ÷ (replicas × one process's tasks/s): 1 when
+	// every process added as much as the first.
+	Scaling float64 `json:"scaling"`
 	// The round on processes that already worked a round; Cold is their
 	// first, which grows the pools and starts the backends.
 	ReplicaRound
@@ -42,7 +62,8 @@ type ReplicaRound struct {
 	TasksPerS            float64 `json:"tasks_per_s"`
 	WorkerCPUMSPerTask   float64 `json:"worker_cpu_ms_per_task"`
 	PostgresCPUMSPerTask float64 `json:"postgres_cpu_ms_per_task"`
-	CommitsPerTask       float64 `json:"commits_per_task"`
+	// CommitsPerTask counts the transactions that wrote (see writes).
+	CommitsPerTask float64 `json:"commits_per_task"`
 }
 
 func runReplicas(ctx context.Context, opts Options, r *Report) error {
@@ -61,18 +82,59 @@ func runReplicas(ctx context.Context, opts Options, r *Report) error {
 	defer func() { _ = model.Close() }()
 	root, files := filesRoot()
 	r.Replicas.Tasks, r.Replicas.Files = n, files
-	for _, k := range counts {
-		run, err := replicaRun(ctx, opts, model.URL, root, k, n)
-		if err != nil {
-			return fmt.Errorf("%d replicas: %w", k, err)
-		}
-		r.Replicas.Runs = append(r.Replicas.Runs, run)
+	if r.Replicas.Runs, err = replicaSeries(ctx, opts, model.URL, root, counts, worker.DefaultConcurrency, n); err != nil {
+		return err
 	}
 	r.note("replicas: %d build tasks (instant model, 2 calls, 1 file write) inserted in one statement, worked by 1/2/4 `agentworker serve` processes at the default WORKER_CONCURRENCY on one database, project files on %s; the model runs in the bench process; CPU from /proc (serve processes; the database's backends); time from the insert to the last task's finish, by the database's clock", n, files)
+
+	b := &r.Replicas.Bounded
+	b.Tasks, b.Concurrency, b.ModelDelayMS = 300, 5, 100
+	if opts.Quick {
+		b.Tasks, b.Concurrency, b.ModelDelayMS = 40, 4, 20
+	}
+	slow, err := scripted.ListenLoopback(fixedDelayModel(time.Duration(b.ModelDelayMS) * time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = slow.Close() }()
+	if b.Runs, err = replicaSeries(ctx, opts, slow.URL, root, counts, b.Concurrency, b.Tasks); err != nil {
+		return fmt.Errorf("bounded: %w", err)
+	}
+	r.note("replicas, bounded: %d build tasks as above, each process at WORKER_CONCURRENCY=%d against a model answering each call after %.0f ms, so that one process is bounded by its own tasks (at most %.0f/s), not by the machine; scaling is tasks/s ÷ (processes × one process's tasks/s)",
+		b.Tasks, b.Concurrency, b.ModelDelayMS, float64(b.Concurrency)/(2*b.ModelDelayMS/1000))
 	return nil
 }
 
-func replicaRun(ctx context.Context, opts Options, modelURL, root string, k, n int) (ReplicaRun, error) {
+// replicaSeries runs n tasks on each count of serve processes in turn,
+// each process at the given concurrency, and sets each run's scaling
+// against the first (one process).
+func replicaSeries(ctx context.Context, opts Options, modelURL, root string, counts []int, concurrency, n int) ([]ReplicaRun, error) {
+	var runs []ReplicaRun
+	for _, k := range counts {
+		run, err := replicaRun(ctx, opts, modelURL, root, k, n, concurrency)
+		if err != nil {
+			return nil, fmt.Errorf("%d replicas: %w", k, err)
+		}
+		runs = append(runs, run)
+	}
+	scale(runs)
+	return runs, nil
+}
+
+// scale sets each run's Scaling against the run of one process.
+func scale(runs []ReplicaRun) {
+	var one float64
+	for _, run := range runs {
+		if run.Replicas == 1 {
+			one = run.TasksPerS
+		}
+	}
+	for i := range runs {
+		runs[i].Scaling = ratio(runs[i].TasksPerS, float64(runs[i].Replicas)*one)
+	}
+}
+
+func replicaRun(ctx context.Context, opts Options, modelURL, root string, k, n, concurrency int) (ReplicaRun, error) {
 	run := ReplicaRun{Replicas: k}
 	db, err := newDatabase(ctx, opts.AdminURL, 5)
 	if err != nil {
@@ -86,7 +148,7 @@ func replicaRun(ctx context.Context, opts Options, modelURL, root string, k, n i
 	defer os.RemoveAll(dir)
 	var pids []int
 	for range k {
-		cmd, stop, err := startServe(ctx, opts, db, dir, modelURL, worker.DefaultConcurrency)
+		cmd, stop, err := startServe(ctx, opts, db, dir, modelURL, concurrency)
 		if err != nil {
 			return run, err
 		}
@@ -148,7 +210,7 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	var run ReplicaRound
 	backends := newBackendCPU(ctx, db)
 	worker0 := proccpu.Sum(pids)
-	commits0, err := commits(ctx, db)
+	writes0, err := writes(ctx, db)
 	if err != nil {
 		return run, err
 	}
@@ -170,8 +232,7 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	if err := db.pool.QueryRow(ctx, `SELECT max(finished_at) FROM ai_tasks`).Scan(&finished); err != nil {
 		return run, err
 	}
-	time.Sleep(1500 * time.Millisecond) // pg_stat_database's report interval, not a result
-	commits1, err := commits(ctx, db)
+	writes1, err := writes(ctx, db)
 	if err != nil {
 		return run, err
 	}
@@ -179,7 +240,7 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	run.TasksPerS = ratio(float64(n), finished.Sub(inserted).Seconds())
 	run.WorkerCPUMSPerTask = ratio(float64(workerTicks)*msPerTick, float64(n))
 	run.PostgresCPUMSPerTask = ratio(float64(backends.total())*msPerTick, float64(n))
-	run.CommitsPerTask = ratio(float64(commits1-commits0), float64(n))
+	run.CommitsPerTask = ratio(float64(writes1-writes0), float64(n))
 	return run, nil
 }
 

@@ -91,3 +91,34 @@ func TestWaitDone(t *testing.T) {
 		})
 	}
 }
+
+// TestScaleAgainstOneProcess: each run's scaling is its throughput over
+// that many copies of the one-process run's; without a one-process run
+// there is nothing to scale against.
+func TestScaleAgainstOneProcess(t *testing.T) {
+	t.Parallel()
+	run := func(k int, perS float64) ReplicaRun {
+		return ReplicaRun{Replicas: k, ReplicaRound: ReplicaRound{TasksPerS: perS}}
+	}
+	tests := []struct {
+		name string
+		runs []ReplicaRun
+		want []float64
+	}{
+		{name: "Linear", runs: []ReplicaRun{run(1, 50), run(2, 100), run(4, 200)}, want: []float64{1, 1, 1}},
+		{name: "Flat", runs: []ReplicaRun{run(1, 300), run(2, 300), run(4, 300)}, want: []float64{1, 0.5, 0.25}},
+		{name: "OneLast", runs: []ReplicaRun{run(2, 90), run(1, 50)}, want: []float64{0.9, 1}},
+		{name: "NoOneProcess", runs: []ReplicaRun{run(2, 90), run(4, 170)}, want: []float64{0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			scale(tt.runs)
+			for i, r := range tt.runs {
+				if r.Scaling != tt.want[i] {
+					t.Errorf("%d processes at %.0f/s: scaling %.2f, want %.2f", r.Replicas, r.TasksPerS, r.Scaling, tt.want[i])
+				}
+			}
+		})
+	}
+}
