@@ -38,14 +38,14 @@ func (r Report) Markdown() string {
 		row("of which the write / commit → receipt (ms)", pc(f.EventWriteMS)+"; "+pc(f.EventAfterCommitMS), "", "")
 	}
 	round := func(x ReplicaRound) string {
-		return fmt.Sprintf("%.0f/s; %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.CommitsPerTask)
+		return fmt.Sprintf("%.0f/s; %.1f / %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.BenchCPUMSPerTask, x.CommitsPerTask)
 	}
 	for _, run := range r.Replicas.Runs {
 		ours := round(run.ReplicaRound) + fmt.Sprintf("; scaling %.2f", run.Scaling)
 		if run.Cold != nil {
 			ours += " (first round: " + round(*run.Cold) + ")"
 		}
-		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres; commits)", run.Replicas, r.Replicas.Tasks),
+		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres / bench and model; commits)", run.Replicas, r.Replicas.Tasks),
 			ours, "", "grows with replicas; CPU ≤ 5 ms")
 	}
 	bd := r.Replicas.Bounded

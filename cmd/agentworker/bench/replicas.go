@@ -62,6 +62,10 @@ type ReplicaRound struct {
 	TasksPerS            float64 `json:"tasks_per_s"`
 	WorkerCPUMSPerTask   float64 `json:"worker_cpu_ms_per_task"`
 	PostgresCPUMSPerTask float64 `json:"postgres_cpu_ms_per_task"`
+	// BenchCPUMSPerTask is this process's: the scripted model answering
+	// the tasks' calls, and the polls. It shares the machine with the
+	// tasks, where a real model would not.
+	BenchCPUMSPerTask float64 `json:"bench_cpu_ms_per_task"`
 	// CommitsPerTask counts the transactions that wrote (see writes).
 	CommitsPerTask float64 `json:"commits_per_task"`
 }
@@ -209,7 +213,7 @@ func writableTmpfs(dir string) bool {
 func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (ReplicaRound, error) {
 	var run ReplicaRound
 	backends := newBackendCPU(ctx, db)
-	worker0 := proccpu.Sum(pids)
+	worker0, self0 := proccpu.Sum(pids), proccpu.Sum([]int{os.Getpid()})
 	writes0, err := writes(ctx, db)
 	if err != nil {
 		return run, err
@@ -227,7 +231,7 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 		return run, err
 	}
 	backends.sample()
-	workerTicks := proccpu.Sum(pids) - worker0
+	workerTicks, selfTicks := proccpu.Sum(pids)-worker0, proccpu.Sum([]int{os.Getpid()})-self0
 	var finished time.Time
 	if err := db.pool.QueryRow(ctx, `SELECT max(finished_at) FROM ai_tasks`).Scan(&finished); err != nil {
 		return run, err
@@ -239,6 +243,7 @@ func replicaRound(ctx context.Context, db *database, pids []int, done, n int) (R
 	msPerTick := float64(proccpu.Tick.Milliseconds())
 	run.TasksPerS = ratio(float64(n), finished.Sub(inserted).Seconds())
 	run.WorkerCPUMSPerTask = ratio(float64(workerTicks)*msPerTick, float64(n))
+	run.BenchCPUMSPerTask = ratio(float64(selfTicks)*msPerTick, float64(n))
 	run.PostgresCPUMSPerTask = ratio(float64(backends.total())*msPerTick, float64(n))
 	run.CommitsPerTask = ratio(float64(writes1-writes0), float64(n))
 	return run, nil
