@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/internal/devenv/localpg"
+	"github.com/agentworker/agentworker/testing/prereq"
 )
 
 func TestMain(m *testing.M) {
@@ -222,7 +223,7 @@ func TestPrivateCluster(t *testing.T) {
 
 	b, err := startPrivateCluster(t.Context())
 	if errors.Is(err, localpg.ErrNotInstalled) {
-		t.Skipf("private cluster: %v", err)
+		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
 	}
 	if err != nil {
 		t.Fatal(err)
