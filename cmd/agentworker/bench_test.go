@@ -72,7 +72,10 @@ func TestBenchQuickSmoke(t *testing.T) {
 	// round at quick sizes: measured over all the rounds.
 	var benchCPU float64
 	for _, run := range r.Replicas.Runs {
-		benchCPU += run.BenchCPUMSPerTask + run.Cold.BenchCPUMSPerTask
+		benchCPU += run.BenchCPUMSPerTask
+		if run.Cold != nil {
+			benchCPU += run.Cold.BenchCPUMSPerTask
+		}
 	}
 	if benchCPU <= 0 {
 		t.Errorf("replicas: no CPU of the bench process measured in %+v", r.Replicas.Runs)

@@ -321,13 +321,12 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 // writes returns the cluster's next transaction id. Every transaction that
 // writes takes one, and only those write a commit record, so the
 // difference of two readings counts the writing transactions in between
-// (the scenarios run one at a time, so they are the scenario's). It is
-// read as they happen: pg_stat_database's xact_commit also counts
-// read-only transactions, and a busy backend reports it late — at most
-// once a second, not while another backend updates the same entry, and a
-// backend that turns idle keeps its last second's for ten more — which
-// carried one round's commits into the next (24–31 per task with four
-// processes, where they sent 13 statements).
+// (the scenarios run one at a time, so they are the scenario's), as they
+// happen. pg_stat_database's xact_commit also counts read-only
+// transactions, and a busy backend reports it late (at most once a
+// second, not while another backend updates the same entry, and ten
+// seconds after it turns idle), which carried one round's commits into
+// the next.
 func writes(ctx context.Context, db *database) (int64, error) {
 	var n int64
 	err := db.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n)

@@ -44,8 +44,9 @@ type BoundedReplicas struct {
 	Runs         []ReplicaRun `json:"runs"`
 }
 
-// ReplicaRun is one replica count's result. CPU is per task: the serve
-// processes' own (user + system), and that of the database's backends.
+// ReplicaRun is one replica count's result. CPU is per task (user +
+// system): the serve processes', the database's backends', and this
+// process's.
 type ReplicaRun struct {
 	Replicas int `json:"replicas"`
 	// Scaling is tasks/s ÷ (replicas × one process's tasks/s): 1 when
