@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,11 @@ func TestPoolSizeFollowsConcurrency(t *testing.T) {
 	}
 	if c := worker.DefaultConfig().Concurrency; c < 100 {
 		t.Errorf("default concurrency %d: an I/O-bound worker should run hundreds", c)
+	}
+	// Of those, a few per CPU work at once: enough to keep the CPUs busy,
+	// few enough that the rest of the process is not kept waiting for one.
+	if a, cpus := worker.DefaultConfig().ActiveLimit, runtime.GOMAXPROCS(0); a != worker.DefaultActivePerCPU*cpus || a > 4*cpus {
+		t.Errorf("default active limit %d on %d CPUs: want %d per CPU, a few", a, cpus, worker.DefaultActivePerCPU)
 	}
 }
 

@@ -38,7 +38,7 @@ type config struct {
 	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1" desc:"model of the generate_image tool (Images API at the same endpoint)"`
 
 	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it and kept open: 10 + 1 per 20 tasks, at most 50 connections)"`
-	WorkerActiveLimit int           `envconfig:"WORKER_ACTIVE_LIMIT" default:"0" desc:"how many of those tasks work at once rather than wait: a task gives up its turn while it waits on its model, a tool or a check, so a burst of answers is worked first come, first done (0: 32 per CPU Go may use)"`
+	WorkerActiveLimit int           `envconfig:"WORKER_ACTIVE_LIMIT" default:"0" desc:"how many of those tasks work at once rather than wait: a task gives up its turn while it waits on its model, a tool or a check, so a burst of answers is worked first come, first done (0: 2 per CPU Go may use; raise it when storage is far away)"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
 	BudgetMaxTokens   int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"token budget of a task and its ceiling, all attempts (0: none; input.budget.max_tokens may lower it, or set one where this is 0)"`
 	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
@@ -75,7 +75,7 @@ func loadConfig() (config, error) {
 	case c.WorkerConcurrency < 1:
 		return c, fmt.Errorf("config: WORKER_CONCURRENCY must be at least 1, got %d", c.WorkerConcurrency)
 	case c.WorkerActiveLimit < 0:
-		return c, fmt.Errorf("config: WORKER_ACTIVE_LIMIT must be 0 (32 per CPU) or more, got %d", c.WorkerActiveLimit)
+		return c, fmt.Errorf("config: WORKER_ACTIVE_LIMIT must be 0 (2 per CPU) or more, got %d", c.WorkerActiveLimit)
 	case c.MaxIterations < 1:
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
 	case c.BudgetMaxTokens < 0 || c.BudgetMaxCostUSD < 0:

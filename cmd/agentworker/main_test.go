@@ -36,7 +36,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	}{
 		{map[string]string{"WORKER_CONCURRENCY": "many"}, "WORKER_CONCURRENCY"},
 		{map[string]string{"WORKER_CONCURRENCY": "0"}, "WORKER_CONCURRENCY must be at least 1"},
-		{map[string]string{"WORKER_ACTIVE_LIMIT": "-1"}, "WORKER_ACTIVE_LIMIT must be 0 (32 per CPU) or more"},
+		{map[string]string{"WORKER_ACTIVE_LIMIT": "-1"}, "WORKER_ACTIVE_LIMIT must be 0 (2 per CPU) or more"},
 		{map[string]string{"MAX_ITERATIONS": "-1"}, "MAX_ITERATIONS"},
 		{map[string]string{"TASK_LEASE": "soon"}, "TASK_LEASE"},
 		{map[string]string{"S3_USE_SSL": "maybe"}, "S3_USE_SSL"},
