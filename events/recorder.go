@@ -386,7 +386,7 @@ func (r *Recorder) pipeline(ctx context.Context, db Pipeliner, todo []batch, las
 			return nil, false, err
 		}
 	}
-	merged := unpaused != nil && lastNew && len(todo) > 0 && r.fence != nil
+	merged := unpaused != nil && lastNew && r.fence != nil // lastNew: todo ends with that batch
 	if merged {
 		ebs[len(ebs)-1].Next = &agentsql.NextBatch{Key: next.Key, Events: next.Events}
 	}

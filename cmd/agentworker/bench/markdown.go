@@ -40,8 +40,11 @@ func (r Report) Markdown() string {
 	round := func(x ReplicaRound) string {
 		return fmt.Sprintf("%.0f/s; %.1f / %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.BenchCPUMSPerTask, x.CommitsPerTask)
 	}
+	scaled := func(run ReplicaRun) string {
+		return round(run.ReplicaRound) + fmt.Sprintf("; scaling %.2f", run.Scaling)
+	}
 	for _, run := range r.Replicas.Runs {
-		ours := round(run.ReplicaRound) + fmt.Sprintf("; scaling %.2f", run.Scaling)
+		ours := scaled(run)
 		if run.Cold != nil {
 			ours += " (first round: " + round(*run.Cold) + ")"
 		}
@@ -51,7 +54,7 @@ func (r Report) Markdown() string {
 	bd := r.Replicas.Bounded
 	for _, run := range bd.Runs {
 		row(fmt.Sprintf("%d serve process(es) bounded by their tasks (%d each, %.0f ms model), %d tasks", run.Replicas, bd.Concurrency, bd.ModelDelayMS, bd.Tasks),
-			round(run.ReplicaRound)+fmt.Sprintf("; scaling %.2f", run.Scaling), "", "grows with replicas")
+			scaled(run), "", "grows with replicas")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
