@@ -50,6 +50,8 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"tool_call_ms.edit.p50": r.ToolCallMS.Edit.P50, "loop_overhead_ms": r.LoopOverheadMS,
 		"in_flight.median_ratio": r.InFlight.MedianRatio, "in_flight.statements_per_task": r.InFlight.StatementsPerTask,
 		"in_flight.commits_per_task": r.InFlight.CommitsPerTask, "in_flight.round_trips_per_task": r.InFlight.RoundTripsPerTask, "in_flight.event_receipt_ms.p99": r.InFlight.EventReceiptMS.P99,
+		"steady.events_per_s": r.Steady.EventsPerS, "steady.in_flight_median": float64(r.Steady.InFlightMedian),
+		"steady.cpu_busy": r.Steady.CPUBusy, "steady.event_receipt_ms.p99": r.Steady.EventReceiptMS.P99,
 		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
 	} {
 		if v <= 0 {

@@ -98,6 +98,7 @@ type Report struct {
 	LoopOverheadMS float64 `json:"loop_overhead_ms"`
 
 	InFlight InFlight `json:"in_flight"`
+	Steady   Steady   `json:"steady"`
 	Replicas Replicas `json:"replicas"`
 
 	RSSMB struct {
@@ -149,6 +150,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"storage", runStorage},
 		{"loop", runLoopOverhead},
 		{"inflight", runInFlight},
+		{"steady", runSteady},
 		{"replicas", runReplicas},
 		{"memory", runMemory},
 	}

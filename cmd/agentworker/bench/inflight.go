@@ -100,22 +100,11 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	defer db.drop()
 	o := opts
 	o.Concurrency = n
-	p, err := startPipeline(ctx, o, db, fixedDelayModel(delay), true)
+	p, err := startWarm(ctx, o, db, fixedDelayModel(delay))
 	if err != nil {
 		return err
 	}
 	defer p.stop(ctx)
-	// One task first, so River and the pools are warm when the clock starts.
-	warm, err := insertTask(ctx, db, "warm-up")
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = waitFor(wctx, p.timed.done, warm)
-	cancel()
-	if err != nil {
-		return err
-	}
 
 	sctx, stopSampling := context.WithCancel(ctx)
 	locks := sampleLocks(sctx, db)
@@ -222,9 +211,13 @@ func sampleLocks(ctx context.Context, db *database) <-chan lockSamples {
 	return out
 }
 
-// receiptSamples are the latencies of the events received; write and
-// afterCommit split them where the commit time is known.
-type receiptSamples struct{ lat, write, afterCommit []time.Duration }
+// receiptSamples are the latencies of the events received, and when each
+// was written (created, by lat's index); write and afterCommit split them
+// where the commit time is known.
+type receiptSamples struct {
+	lat, write, afterCommit []time.Duration
+	created                 []time.Time
+}
 
 // listenReceipts follows every task's events as a subscriber does: LISTEN,
 // and on each announcement read the named tasks' events after their
@@ -244,7 +237,7 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 		out <- receiptSamples{}
 		return out
 	}
-	reader, err := pgx.Connect(ctx, db.url)
+	reader, err := connectReceiptReader(ctx, db.url)
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		out <- receiptSamples{}
@@ -281,11 +274,7 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 			for i, t := range n.a.Tasks {
 				seqs[i] = int32(cursor[t])
 			}
-			rows, err := reader.Query(context.WithoutCancel(ctx), `SELECT e.task_id, e.seq, e.created_at,
-					CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(e.xmin) END
-				FROM agent_events e
-				JOIN unnest($1::uuid[], $2::int[]) c(t, s) ON e.task_id = c.t AND e.seq > c.s
-				ORDER BY e.task_id, e.seq`, n.a.Tasks, seqs)
+			rows, err := reader.Query(context.WithoutCancel(ctx), receiptQuery, n.a.Tasks, seqs)
 			if err != nil {
 				continue
 			}
@@ -305,6 +294,7 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 					continue
 				}
 				s.lat = append(s.lat, n.at.Sub(created))
+				s.created = append(s.created, created)
 				if committed != nil {
 					s.write = append(s.write, committed.Sub(created))
 					s.afterCommit = append(s.afterCommit, n.at.Sub(*committed))
@@ -316,6 +306,29 @@ func listenReceipts(ctx context.Context, db *database) <-chan receiptSamples {
 		out <- s
 	}()
 	return out
+}
+
+// receiptQuery reads the events of the tasks $1 after their seqs $2, with
+// their commit times where tracked, each task's through its index.
+const receiptQuery = `SELECT c.t, e.seq, e.created_at, e.committed
+	FROM unnest($1::uuid[], $2::int[]) c(t, s)
+	CROSS JOIN LATERAL (SELECT seq, created_at,
+			CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(xmin) END AS committed
+		FROM agent_events WHERE task_id = c.t AND seq > c.s ORDER BY seq) e
+	ORDER BY c.t, e.seq`
+
+// connectReceiptReader connects the listener's reader. Its statement is
+// planned on every call: a scenario's table grows from empty faster than
+// it is analyzed, and a plan kept from its first minute scanned the whole
+// table (hashing the tasks) on every announcement, half a CPU of the
+// machine the receipts were measured on.
+func connectReceiptReader(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // writes returns the cluster's next transaction id. Every transaction that

@@ -37,6 +37,9 @@ func (r Report) Markdown() string {
 	if f.EventAfterCommitMS != (Percentiles{}) {
 		row("of which the write / commit → receipt (ms)", pc(f.EventWriteMS)+"; "+pc(f.EventAfterCommitMS), "", "")
 	}
+	st := r.Steady
+	row(fmt.Sprintf("event receipt at a steady %.0f events/s, %d tasks in flight (median; CPUs %.0f %% busy) (ms)", st.EventsPerS, st.InFlightMedian, 100*st.CPUBusy),
+		pc(st.EventReceiptMS), "", "p99 < 20")
 	round := func(x ReplicaRound) string {
 		return fmt.Sprintf("%.0f/s; %.1f / %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.BenchCPUMSPerTask, x.CommitsPerTask)
 	}

@@ -140,6 +140,26 @@ func (p *pipeline) stop(ctx context.Context) {
 	_ = p.model.Close()
 }
 
+// startWarm starts the pipeline and runs one task through it, so that River
+// and the pools are warm when a scenario's clock starts.
+func startWarm(ctx context.Context, opts Options, db *database, responder scripted.Responder) (*pipeline, error) {
+	p, err := startPipeline(ctx, opts, db, responder, true)
+	if err != nil {
+		return nil, err
+	}
+	warm, err := insertTask(ctx, db, "warm-up")
+	if err == nil {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = waitFor(wctx, p.timed.done, warm)
+		cancel()
+	}
+	if err != nil {
+		p.stop(ctx)
+		return nil, err
+	}
+	return p, nil
+}
+
 // insertTask inserts a build task with plain SQL, as an app would.
 func insertTask(ctx context.Context, db *database, prompt string) (uuid.UUID, error) {
 	var id uuid.UUID
