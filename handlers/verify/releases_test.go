@@ -1,10 +1,12 @@
 package verify_test
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentworker/agentworker/handlers/tools/patch/corpus"
@@ -198,4 +200,49 @@ func storeOf(t *testing.T, files map[string]string) *storage.Local {
 		}
 	}
 	return store
+}
+
+// listings is a project store that counts how often it is listed.
+type listings struct {
+	*storage.Local
+	n atomic.Int32
+}
+
+func (l *listings) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
+	l.n.Add(1)
+	return l.Local.List(ctx, projectID, dir)
+}
+
+// A change whose files check clean never lists the project as it was
+// before: the before state only tells a new problem from an old one. A
+// change with a problem lists it once, however many files it checks.
+func TestCheckChangeListsTheBeforeStateOnlyForFindings(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"src/a.ts": "export const a = 1\n", "src/b.ts": "export const b = 2\n"}
+	tests := []struct {
+		name       string
+		a, b       string
+		wantListed int32
+		wantPassed bool
+	}{
+		{"Clean", "import { b } from './b'\nexport const a = b\n", "export const b = 3\n", 0, true},
+		{"TwoBroken", "import { x } from './missing'\nexport const a = x\n", "import { y } from './gone'\nexport const b = y\n", 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			before := &listings{Local: storeOf(t, base)}
+			after := storeOf(t, map[string]string{"src/a.ts": tt.a, "src/b.ts": tt.b})
+			rep, err := verify.CheckChange(t.Context(), before, after, "p", []verify.Change{{Path: "src/a.ts"}, {Path: "src/b.ts"}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Passed() != tt.wantPassed {
+				t.Fatalf("passed = %v, want %v\n%s", rep.Passed(), tt.wantPassed, rep)
+			}
+			if got := before.n.Load(); got != tt.wantListed {
+				t.Errorf("the before state was listed %d times, want %d", got, tt.wantListed)
+			}
+		})
+	}
 }

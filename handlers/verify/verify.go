@@ -154,10 +154,9 @@ func Check(ctx context.Context, files Files, projectID string, paths []string) (
 // deletes or moves away; the files that import them are checked too, so a
 // deletion that breaks an import elsewhere is caught.
 func CheckChange(ctx context.Context, before, after Files, projectID string, changed []Change, removed []string) (Report, error) {
-	was, err := newProject(ctx, before, projectID)
-	if err != nil {
-		return Report{}, err
-	}
+	// The project before the change is listed only for a file with
+	// findings to compare: a clean change lists the project once.
+	var was *project
 	is, err := newProject(ctx, after, projectID)
 	if err != nil {
 		return Report{}, err
@@ -179,6 +178,11 @@ func CheckChange(ctx context.Context, before, after Files, projectID string, cha
 			from = c.Path
 		}
 		var old findings
+		if was == nil {
+			if was, err = newProject(ctx, before, projectID); err != nil {
+				return rep, err
+			}
+		}
 		if was.exists[from] {
 			var scratch Report
 			if old, err = checkFile(ctx, was, from, &scratch); err != nil {
