@@ -12,7 +12,7 @@ import (
 
 // Steady is event receipt at a steady load: build tasks arrive at a
 // constant rate and live on their model long enough that about a thousand
-// are in flight while they write about a thousand events a second. The
+// are in flight while they write over a thousand events a second. The
 // in-flight scenario's tasks all start and answer together, so there the
 // receipt is measured while each burst holds the machine's CPUs; here it
 // is measured at the load itself.
@@ -35,8 +35,8 @@ type Steady struct {
 }
 
 func runSteady(ctx context.Context, opts Options, r *Report) error {
-	// A task lives 2 × delay and writes ~25 events: at 40 arrivals a second,
-	// 1,000 tasks are in flight, writing ~1,000 events a second.
+	// A task lives 2 × delay and writes about 33 events: at 40 arrivals a
+	// second, 1,000 tasks are in flight, writing some 1,300 events a second.
 	rate, delay, window := 40.0, 12500*time.Millisecond, 20*time.Second
 	if opts.Quick {
 		rate, delay, window = 50, 100*time.Millisecond, time.Second
