@@ -43,13 +43,13 @@ func runSteady(ctx context.Context, opts Options, r *Report) error {
 	}
 	life := 2 * delay
 	expected := int(rate * life.Seconds())
-	db, err := newWorkerDatabase(ctx, opts.AdminURL, expected, nil)
+	o := opts
+	o.Concurrency = expected * 5 / 4 // room for the number in flight to wander above its mean
+	db, err := newWorkerDatabase(ctx, opts.AdminURL, o.Concurrency, nil)
 	if err != nil {
 		return err
 	}
 	defer db.drop()
-	o := opts
-	o.Concurrency = expected * 5 / 4 // room for the number in flight to wander above its mean
 	p, err := startWarm(ctx, o, db, fixedDelayModel(delay))
 	if err != nil {
 		return err
@@ -78,8 +78,8 @@ func runSteady(ctx context.Context, opts Options, r *Report) error {
 	var (
 		inserted  int64
 		inFlight  []int
-		busy0     int64
-		total0    int64
+		busy0     float64
+		total0    float64
 		haveStart bool
 	)
 	tick := time.NewTicker(25 * time.Millisecond)
@@ -151,7 +151,7 @@ func runSteady(ctx context.Context, opts Options, r *Report) error {
 	s.WindowS = windowEnd.Sub(start).Seconds()
 	s.InFlightMedian, s.InFlightMin = inFlight[len(inFlight)/2], inFlight[0]
 	s.EventsPerS = float64(written) / s.WindowS
-	s.CPUBusy = ratio(float64(busy1-busy0), float64(total1-total0))
+	s.CPUBusy = ratio(busy1-busy0, total1-total0)
 	s.EventReceiptMS = percentiles(lat)
 	r.note("steady: build tasks inserted at %.0f/s (2 model calls of %s each), measured over %.0f s once about %d were in flight; the machine's CPU busy share is over that window",
 		rate, delay, s.WindowS, expected)

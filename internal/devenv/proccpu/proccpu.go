@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Tick is one clock tick of /proc's CPU times (USER_HZ is 100 on Linux).
@@ -53,35 +55,19 @@ func parse(stat string) (int64, bool) {
 	return user + system, true
 }
 
-// Machine is the CPU time of the whole machine, all CPUs together, in clock
-// ticks: busy (anything but idle and waiting for I/O) and total; ok is false
-// when /proc/stat cannot be read.
-func Machine() (busy, total int64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
+// Machine is the CPU time of the whole machine, all CPUs together, in
+// seconds: busy (anything but idle and waiting for I/O) and total; ok is
+// false when /proc/stat cannot be read.
+func Machine() (busy, total float64, ok bool) {
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0, 0, false
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return parseMachine(line)
-}
-
-// parseMachine reads /proc/stat's first line: "cpu" and the ticks spent in
-// user, nice, system, idle, iowait, irq, softirq, steal (and guest time,
-// already counted in user and nice).
-func parseMachine(line string) (busy, total int64, ok bool) {
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
+	st, err := fs.Stat()
+	if err != nil {
 		return 0, 0, false
 	}
-	for i, s := range f[1:9] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, 0, false
-		}
-		total += n
-		if i != 3 && i != 4 { // idle, iowait
-			busy += n
-		}
-	}
-	return busy, total, true
+	c := st.CPUTotal // guest time is already counted in user and nice
+	busy = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+	return busy, busy + c.Idle + c.Iowait, true
 }
