@@ -4,9 +4,6 @@
 package proccpu
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -18,11 +15,19 @@ const Tick = 10 * time.Millisecond
 // Ticks is the user and system CPU time of process pid, in clock ticks; ok
 // is false when it cannot be read (no such process on this machine).
 func Ticks(pid int) (ticks int64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0, false
 	}
-	return parse(string(b))
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return 0, false
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, false
+	}
+	return int64(st.UTime + st.STime), true
 }
 
 // Sum is the CPU time of those of pids that can be read, in clock ticks.
@@ -33,26 +38,6 @@ func Sum(pids []int) int64 {
 		sum += t
 	}
 	return sum
-}
-
-// parse reads utime and stime from a /proc/<pid>/stat line. The command
-// name (field 2, in parentheses) may hold spaces and parentheses, so fields
-// are counted after its last ')': state is field 3, utime 14, stime 15.
-func parse(stat string) (int64, bool) {
-	end := strings.LastIndexByte(stat, ')')
-	if end < 0 {
-		return 0, false
-	}
-	f := strings.Fields(stat[end+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	user, err1 := strconv.ParseInt(f[11], 10, 64)
-	system, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return user + system, true
 }
 
 // Machine is the CPU time of the whole machine, all CPUs together, in

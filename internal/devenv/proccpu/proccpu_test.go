@@ -6,30 +6,6 @@ import (
 	"time"
 )
 
-func TestParse(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name  string
-		stat  string
-		ticks int64
-		ok    bool
-	}{
-		{"Plain", "42 (postgres) S 1 42 42 0 -1 4194304 100 0 0 0 7 5 0 0 20 0 1 0", 12, true},
-		{"NameWithSpacesAndParens", "42 (a) b (c)) R 1 42 42 0 -1 4194304 100 0 0 0 30 4 0 0", 34, true},
-		{"Truncated", "42 (postgres) S 1 42 42", 0, false},
-		{"NoName", "42 postgres S 1", 0, false},
-		{"NotANumber", "42 (x) S 1 42 42 0 -1 4194304 100 0 0 0 u s 0 0", 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if ticks, ok := parse(tt.stat); ticks != tt.ticks || ok != tt.ok {
-				t.Errorf("parse(%q) = %d, %v; want %d, %v", tt.stat, ticks, ok, tt.ticks, tt.ok)
-			}
-		})
-	}
-}
-
 // TestTicksOfThisProcess: spending CPU shows in the process's own ticks,
 // and a process that is not there reads as nothing.
 func TestTicksOfThisProcess(t *testing.T) { // not parallel: it measures its own CPU
