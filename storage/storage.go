@@ -91,3 +91,27 @@ type Store interface {
 	// to exists and overwrite is false.
 	Move(ctx context.Context, projectID, from, to string, overwrite bool) error
 }
+
+// Upserter is a Store whose writes tell whether they created the file,
+// from the lookup the write makes anyway (a build's change set looks up
+// the version a first change is made against).
+type Upserter interface {
+	// Upsert is Write, reporting whether the file did not exist before.
+	Upsert(ctx context.Context, projectID, path string, content []byte) (info FileInfo, created bool, err error)
+}
+
+// Upsert creates or replaces a file and reports whether it created it:
+// with one lookup fewer where s is an Upserter, else by a Stat before the
+// write.
+func Upsert(ctx context.Context, s Store, projectID, path string, content []byte) (info FileInfo, created bool, err error) {
+	if u, ok := s.(Upserter); ok {
+		return u.Upsert(ctx, projectID, path, content)
+	}
+	if _, err := s.Stat(ctx, projectID, path); errors.Is(err, ErrNotFound) {
+		created = true
+	} else if err != nil {
+		return FileInfo{}, false, err
+	}
+	info, err = s.Write(ctx, projectID, path, content)
+	return info, created, err
+}

@@ -18,23 +18,7 @@ import (
 // "not found" and makes no change (so no file_update event) in both.
 func TestDeleteFile(t *testing.T) {
 	t.Parallel()
-	stores := []struct {
-		name string
-		open func(t *testing.T, base storage.Store, projectID uuid.UUID) storage.Store
-	}{
-		{name: "Store", open: func(t *testing.T, base storage.Store, _ uuid.UUID) storage.Store { return base }},
-		{name: "ChangeSet", open: func(t *testing.T, base storage.Store, projectID uuid.UUID) storage.Store {
-			t.Helper()
-			pool := dbtest.New(t)
-			fence := dbtest.HeldBuild(t, pool, projectID, "x")
-			set, _, err := changeset.Open(t.Context(), pool, base, fence, projectID)
-			if err != nil {
-				t.Fatalf("open change set: %v", err)
-			}
-			return set
-		}},
-	}
-	for _, st := range stores {
+	for _, st := range taskStores() {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			base, err := storage.NewLocal(t.TempDir())
@@ -75,5 +59,29 @@ func TestDeleteFile(t *testing.T) {
 				t.Errorf("a.txt still readable after delete_file")
 			}
 		})
+	}
+}
+
+// taskStore opens the store a task's tools see over a project's base store.
+type taskStore struct {
+	name string
+	open func(t *testing.T, base storage.Store, projectID uuid.UUID) storage.Store
+}
+
+// taskStores are the project's store itself, as chat and plan tasks see
+// it, and a build's change set over it.
+func taskStores() []taskStore {
+	return []taskStore{
+		{name: "Store", open: func(t *testing.T, base storage.Store, _ uuid.UUID) storage.Store { return base }},
+		{name: "ChangeSet", open: func(t *testing.T, base storage.Store, projectID uuid.UUID) storage.Store {
+			t.Helper()
+			pool := dbtest.New(t)
+			fence := dbtest.HeldBuild(t, pool, projectID, "x")
+			set, _, err := changeset.Open(t.Context(), pool, base, fence, projectID)
+			if err != nil {
+				t.Fatalf("open change set: %v", err)
+			}
+			return set
+		}},
 	}
 }

@@ -78,15 +78,13 @@ func generateImageTool() Tool {
 			if err != nil {
 				return Fail(fmt.Sprintf("generate_image: the image model answered with %d bytes that are not a PNG: %v", len(pic), err), "try again, or continue without the picture")
 			}
-			op := events.OpUpdate
-			if _, err := env.Store.Stat(ctx, env.ProjectID, p); errors.Is(err, storage.ErrNotFound) {
-				op = events.OpCreate
-			} else if err != nil {
-				return storageFail("generate_image", p, err)
-			}
-			info, err := env.Store.Write(ctx, env.ProjectID, p, pic)
+			info, created, err := storage.Upsert(ctx, env.Store, env.ProjectID, p, pic)
 			if err != nil {
 				return storageFail("generate_image", p, err)
+			}
+			op := events.OpUpdate
+			if created {
+				op = events.OpCreate
 			}
 			summary := fmt.Sprintf("generated %s (%dx%d PNG, %d bytes)", p, cfg.Width, cfg.Height, info.Size)
 			r := OK(summary, map[string]any{"path": p, "op": op, "bytes": info.Size, "width": cfg.Width, "height": cfg.Height, "mimeType": "image/png"})

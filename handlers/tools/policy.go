@@ -100,6 +100,18 @@ func (g guarded) Write(ctx context.Context, projectID, p string, content []byte)
 	return g.Store.Write(ctx, projectID, clean, content)
 }
 
+// Upsert implements storage.Upserter with the checks of Write.
+func (g guarded) Upsert(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, bool, error) {
+	clean, err := g.writable(p)
+	if err != nil {
+		return storage.FileInfo{}, false, err
+	}
+	if err := storage.CheckSize(clean, int64(len(content)), g.maxWrite); err != nil {
+		return storage.FileInfo{}, false, err
+	}
+	return storage.Upsert(ctx, g.Store, projectID, clean, content)
+}
+
 func (g guarded) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
 	clean, err := g.writable(p)
 	if err != nil {

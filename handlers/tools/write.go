@@ -41,15 +41,13 @@ func writeFileTool() Tool {
 			if len(*args.Content) > maxWriteBytes {
 				return Fail(fmt.Sprintf("write_file: content of %s is %d bytes, over the %d byte limit", p, len(*args.Content), maxWriteBytes), "")
 			}
-			op := events.OpUpdate
-			if _, err := env.Store.Stat(ctx, env.ProjectID, p); errors.Is(err, storage.ErrNotFound) {
-				op = events.OpCreate
-			} else if err != nil {
-				return storageFail("write_file", p, err)
-			}
-			info, err := env.Store.Write(ctx, env.ProjectID, p, []byte(*args.Content))
+			info, created, err := storage.Upsert(ctx, env.Store, env.ProjectID, p, []byte(*args.Content))
 			if err != nil {
 				return storageFail("write_file", p, err)
+			}
+			op := events.OpUpdate
+			if created {
+				op = events.OpCreate
 			}
 			summary := fmt.Sprintf("%sd %s (%d bytes)", op, p, info.Size)
 			r := OK(summary, map[string]any{"path": p, "bytes": info.Size, "op": op})

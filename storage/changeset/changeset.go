@@ -328,17 +328,32 @@ func (s *Set) Write(ctx context.Context, projectID, p string, content []byte) (s
 	}
 	s.writing.Lock()
 	defer s.writing.Unlock()
+	info, _, err := s.stageWrite(ctx, clean, content)
+	return info, err
+}
+
+// Upsert implements storage.Upserter: Write, telling from the lookup that
+// sets a first change's base version whether the file is new to the build.
+func (s *Set) Upsert(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, bool, error) {
+	clean, err := s.clean(projectID, p)
+	if err != nil {
+		return storage.FileInfo{}, false, err
+	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
 	return s.stageWrite(ctx, clean, content)
 }
 
-// stageWrite stages content at a clean path; the caller holds s.writing.
-func (s *Set) stageWrite(ctx context.Context, clean string, content []byte) (storage.FileInfo, error) {
+// stageWrite stages content at a clean path and reports whether the file
+// was absent from the build's view; the caller holds s.writing.
+func (s *Set) stageWrite(ctx context.Context, clean string, content []byte) (storage.FileInfo, bool, error) {
 	e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeWrite, Content: content}
-	if err := s.stage(ctx, s.pool, &e); err != nil {
+	created, err := s.stage(ctx, s.pool, &e)
+	if err != nil {
 		s.changed()
-		return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, err)
+		return storage.FileInfo{}, false, fmt.Errorf("write %q: %w", clean, err)
 	}
-	return stagedInfo(e), nil
+	return stagedInfo(e), created, nil
 }
 
 // WriteIf implements storage.Store: it stages content only if the file, as
@@ -366,7 +381,8 @@ func (s *Set) WriteIf(ctx context.Context, projectID, p string, content []byte, 
 		}
 		return storage.FileInfo{}, fmt.Errorf("write %q: %w", clean, &storage.ConflictError{Path: clean, Exists: true, Current: content, ETag: info.ETag})
 	}
-	return s.stageWrite(ctx, clean, content)
+	info, _, err := s.stageWrite(ctx, clean, content)
+	return info, err
 }
 
 // Delete implements storage.Store: it stages the deletion.
@@ -452,7 +468,7 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		e := agentsql.ChangeEntry{Path: cto, Op: agentsql.ChangeWrite, Content: content, FromPath: cfrom}
-		if err := s.stage(ctx, tx, &e); err != nil {
+		if _, err := s.stage(ctx, tx, &e); err != nil {
 			return fmt.Errorf("move to %q: %w", cto, err)
 		}
 		return s.del(ctx, tx, cfrom)
@@ -465,26 +481,27 @@ func (s *Set) Move(ctx context.Context, projectID, from, to string, overwrite bo
 
 // stage records e, setting its base version for a path the build has not
 // touched yet, and refusing the change when the file changed since the
-// agent read it.
-func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEntry) error {
+// agent read it. created reports that the path had no file in the build's
+// view before.
+func (s *Set) stage(ctx context.Context, db agentsql.DBTX, e *agentsql.ChangeEntry) (created bool, err error) {
 	prev, ok, err := s.entry(ctx, e.Path)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ok {
 		e.BaseETag = prev.BaseETag
-		return s.putEntry(ctx, db, *e)
+		return prev.Op == agentsql.ChangeDelete, s.putEntry(ctx, db, *e)
 	}
 	info, err := s.base.Stat(ctx, s.projectID, e.Path)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		e.BaseETag = ""
+		e.BaseETag, created = "", true
 	case err != nil:
-		return err
+		return false, err
 	default:
 		e.BaseETag = info.ETag
 	}
-	return s.stageFirst(ctx, db, *e)
+	return created, s.stageFirst(ctx, db, *e)
 }
 
 // stageFirst stages the first change of a path, made against its base
