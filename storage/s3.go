@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -198,12 +199,11 @@ func (s *S3) put(ctx context.Context, key, clean string, content []byte, opts mi
 	}
 	info := FileInfo{Path: clean, Size: int64(len(content)), ETag: up.ETag, ModTime: up.LastModified}
 	if info.ModTime.IsZero() {
-		// A PUT response carries no Last-Modified; ask for it.
-		oi, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
-		if err != nil {
-			return FileInfo{}, fmt.Errorf("stat after put: %w", s3Error(err))
-		}
-		info.ModTime = oi.LastModified
+		// A PUT's answer carries no Last-Modified. The write's time is when
+		// S3 acknowledged it, by this process's clock, as a build's staged
+		// write reports its own; asking S3 would be a HEAD per write, for a
+		// time Stat and List report anyway.
+		info.ModTime = time.Now()
 	}
 	return info, nil
 }

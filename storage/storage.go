@@ -58,9 +58,13 @@ func conflict(path string, read func() ([]byte, FileInfo, error)) error {
 // FileInfo describes one stored file. Path is relative to the project root,
 // slash-separated, without a leading slash.
 type FileInfo struct {
-	Path    string
-	Size    int64
-	ETag    string // content version: S3 ETag, or a content hash for the local store
+	Path string
+	Size int64
+	ETag string // content version: S3 ETag, or a content hash for the local store
+	// ModTime is when the file was last written, as the store records it;
+	// in the info a write returns, where the store's answer does not say
+	// (an S3 PUT), when the store acknowledged the write by the writer's
+	// clock.
 	ModTime time.Time
 }
 
