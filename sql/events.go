@@ -283,22 +283,12 @@ func eventBatchOutcome(ctx context.Context, db DBTX, b EventBatch, out []EventRo
 	return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, ErrFenced)
 }
 
-// planEveryRead runs a follower's read as an unnamed statement, which
-// Postgres plans with the call's own values every time (still one round
-// trip: pgx caches only its description). Kept prepared, Postgres settles
-// on a generic plan after five runs; one made while agent_events held a few
-// rows (a fresh deployment) scans the whole table on every read and keeps
-// doing so as the table grows, until autovacuum next analyzes it. A plan
-// costs a fraction of a millisecond; a follower reads once per
-// announcement, not once per event.
-const planEveryRead = pgx.QueryExecModeCacheDescribe
-
 // TaskEventsAfter returns a task's events with seq > afterSeq, in seq order.
 // Per-task seq order is commit order (seq is taken under the task row lock),
 // so a reader that advances its cursor to the last seq it saw never skips one.
 func TaskEventsAfter(ctx context.Context, db DBTX, taskID uuid.UUID, afterSeq, limit int) ([]EventRow, error) {
 	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM agent_events
-		WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, planEveryRead, taskID, afterSeq, limit)
+		WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, taskID, afterSeq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events of task %s after seq %d: %w", taskID, afterSeq, err)
 	}
@@ -331,7 +321,7 @@ func TasksEventsAfter(ctx context.Context, db DBTX, cursors []TaskCursor, limit 
 		FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS c(task_id, after_seq, n)
 		CROSS JOIN LATERAL (SELECT `+eventColumns+` FROM agent_events
 			WHERE task_id = c.task_id AND seq > c.after_seq ORDER BY seq LIMIT $3) e
-		ORDER BY c.n, e.seq`, planEveryRead, ids, after, limit)
+		ORDER BY c.n, e.seq`, ids, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
 	}
@@ -369,19 +359,23 @@ type ProjectEventRow struct {
 func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur ProjectCursor, limit int) (rows []ProjectEventRow, held bool, err error) {
 	// One statement, so the rows and held see the same snapshot: with two,
 	// xmin could advance in between and hide rows without reporting them held.
-	// The rows are ordered by the stored xid, not by its bigint output, so
-	// the (project_id, xid, id) index gives them in order and the read stops
-	// after limit rows instead of sorting all the project's later events.
+	// Both parts read the (project_id, xid, id) index a few entries deep:
+	// the rows are ordered by the stored xid, not by its bigint output, so
+	// the read stops after limit rows instead of sorting all the project's
+	// later events; held compares the project's newest xid with xmin. Asked
+	// as "does a row with xid >= xmin exist", Postgres scanned the table
+	// expecting to meet one early, while held rows are the newest, at its
+	// end.
 	r, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at, e.xid, h.held
-		FROM (SELECT EXISTS (SELECT 1 FROM agent_events
-		        WHERE project_id = $1 AND xid >= pg_snapshot_xmin(pg_current_snapshot())) AS held) h
+		FROM (SELECT coalesce((SELECT xid FROM agent_events WHERE project_id = $1 ORDER BY xid DESC LIMIT 1)
+		        >= pg_snapshot_xmin(pg_current_snapshot()), false) AS held) h
 		LEFT JOIN LATERAL (
 		    SELECT `+eventColumns+`, xid::text::bigint AS xid FROM agent_events
 		    WHERE project_id = $1
 		      AND (xid, id) > ($2::bigint::text::xid8, $3)
 		      AND xid < pg_snapshot_xmin(pg_current_snapshot())
 		    ORDER BY agent_events.xid, agent_events.id LIMIT $4) e ON true
-		ORDER BY e.xid, e.id`, planEveryRead, projectID, cur.Xid, cur.ID, limit)
+		ORDER BY e.xid, e.id`, projectID, cur.Xid, cur.ID, limit)
 	if err != nil {
 		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
 	}
