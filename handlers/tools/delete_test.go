@@ -21,19 +21,9 @@ func TestDeleteFile(t *testing.T) {
 	for _, st := range taskStores() {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			base, err := storage.NewLocal(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			projectID := uuid.New()
-			if _, err := base.Write(t.Context(), projectID.String(), "a.txt", []byte("a")); err != nil {
-				t.Fatal(err)
-			}
+			base, projectID := projectWithA(t)
 			env := tools.Env{Store: st.open(t, base, projectID), ProjectID: projectID.String()}
-			reg, err := tools.ForTaskType("build")
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg := buildTools(t)
 
 			for _, step := range []struct {
 				name, path string
@@ -84,4 +74,28 @@ func taskStores() []taskStore {
 			return set
 		}},
 	}
+}
+
+// projectWithA returns a local store holding one project with a.txt.
+func projectWithA(t *testing.T) (*storage.Local, uuid.UUID) {
+	t.Helper()
+	base, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	projectID := uuid.New()
+	if _, err := base.Write(t.Context(), projectID.String(), "a.txt", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	return base, projectID
+}
+
+// buildTools returns the tools of a build task.
+func buildTools(t *testing.T) *tools.Registry {
+	t.Helper()
+	reg, err := tools.ForTaskType("build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }

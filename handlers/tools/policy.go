@@ -89,12 +89,18 @@ func (g guarded) List(ctx context.Context, projectID, dir string) ([]storage.Fil
 	return out, nil
 }
 
-func (g guarded) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
+// writableContent checks a path and the content to be written there.
+func (g guarded) writableContent(p string, content []byte) (string, error) {
 	clean, err := g.writable(p)
 	if err != nil {
-		return storage.FileInfo{}, err
+		return "", err
 	}
-	if err := storage.CheckSize(clean, int64(len(content)), g.maxWrite); err != nil {
+	return clean, storage.CheckSize(clean, int64(len(content)), g.maxWrite)
+}
+
+func (g guarded) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
+	clean, err := g.writableContent(p, content)
+	if err != nil {
 		return storage.FileInfo{}, err
 	}
 	return g.Store.Write(ctx, projectID, clean, content)
@@ -102,22 +108,16 @@ func (g guarded) Write(ctx context.Context, projectID, p string, content []byte)
 
 // Upsert implements storage.Upserter with the checks of Write.
 func (g guarded) Upsert(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, bool, error) {
-	clean, err := g.writable(p)
+	clean, err := g.writableContent(p, content)
 	if err != nil {
-		return storage.FileInfo{}, false, err
-	}
-	if err := storage.CheckSize(clean, int64(len(content)), g.maxWrite); err != nil {
 		return storage.FileInfo{}, false, err
 	}
 	return storage.Upsert(ctx, g.Store, projectID, clean, content)
 }
 
 func (g guarded) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
-	clean, err := g.writable(p)
+	clean, err := g.writableContent(p, content)
 	if err != nil {
-		return storage.FileInfo{}, err
-	}
-	if err := storage.CheckSize(clean, int64(len(content)), g.maxWrite); err != nil {
 		return storage.FileInfo{}, err
 	}
 	return g.Store.WriteIf(ctx, projectID, clean, content, ifMatch)

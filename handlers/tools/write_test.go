@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/storage"
@@ -36,20 +34,10 @@ func TestWriteFileTellsCreateFromUpdate(t *testing.T) {
 	for _, st := range taskStores() {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			local, err := storage.NewLocal(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			projectID := uuid.New()
-			if _, err := local.Write(t.Context(), projectID.String(), "a.txt", []byte("a")); err != nil {
-				t.Fatal(err)
-			}
+			local, projectID := projectWithA(t)
 			base := statCounting{Store: local, stats: new(atomic.Int64)}
 			env := tools.Env{Store: st.open(t, base, projectID), ProjectID: projectID.String()}
-			reg, err := tools.ForTaskType("build")
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg := buildTools(t)
 			for _, step := range []struct {
 				tool, path string
 				want       string

@@ -322,13 +322,7 @@ func (s *Set) List(ctx context.Context, projectID, dir string) ([]storage.FileIn
 
 // Write implements storage.Store: it stages the new content.
 func (s *Set) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
-	clean, err := s.clean(projectID, p)
-	if err != nil {
-		return storage.FileInfo{}, err
-	}
-	s.writing.Lock()
-	defer s.writing.Unlock()
-	info, _, err := s.stageWrite(ctx, clean, content)
+	info, _, err := s.Upsert(ctx, projectID, p, content)
 	return info, err
 }
 

@@ -15,11 +15,7 @@ const Tick = 10 * time.Millisecond
 // Ticks is the user and system CPU time of process pid, in clock ticks; ok
 // is false when it cannot be read (no such process on this machine).
 func Ticks(pid int) (ticks int64, ok bool) {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0, false
-	}
-	p, err := fs.Proc(pid)
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, false
 	}
