@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentworker/agentworker/handlers"
-	"github.com/agentworker/agentworker/handlers/tools/patch/corpus"
+	"github.com/agentworker/agentworker/testing/corpus"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/storage"

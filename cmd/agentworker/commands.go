@@ -21,7 +21,7 @@ import (
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
-	"github.com/agentworker/agentworker/events/timeline"
+	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/metrics"
@@ -217,7 +217,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st}).Register(mux)
-	mux.Handle("GET /", timeline.Handler())
+	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agentworker/agentworker/handlers/tools/patch/corpus"
+	"github.com/agentworker/agentworker/testing/corpus"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/storage"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/handlers/tools"
-	"github.com/agentworker/agentworker/handlers/tools/patch/corpus"
+	"github.com/agentworker/agentworker/testing/corpus"
 	"github.com/agentworker/agentworker/storage"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentworker/agentworker/handlers/tools/patch/corpus"
+	"github.com/agentworker/agentworker/testing/corpus"
 )
 
 var reference = flag.Bool("corpus.reference", false, "apply every form with GNU patch and git apply too, and print their scores (docs/edits.md)")

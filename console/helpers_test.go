@@ -1,4 +1,4 @@
-package timeline_test
+package console_test
 
 import (
 	"time"

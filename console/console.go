@@ -1,4 +1,4 @@
-// Package timeline is the console served by agentworker at "/": plain
+// Package console is the console served by agentworker at "/": plain
 // HTML, CSS and JavaScript modules embedded in the binary (no CDN, no build
 // step). For a project and its bearer token it lists the tasks, live from
 // the project's event stream; follows a task's own stream (stage and
@@ -7,7 +7,7 @@
 // error and the diff of its changes; steers it (cancel, pause, resume,
 // retry, answering its question); and shows the project's files, inbox and
 // usage. Everything it shows is read from the /v1 API.
-package timeline
+package console
 
 import (
 	"embed"

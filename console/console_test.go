@@ -1,4 +1,4 @@
-package timeline_test
+package console_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
-	"github.com/agentworker/agentworker/events/timeline"
+	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 func TestServesEmbeddedPage(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(timeline.Handler())
+	srv := httptest.NewServer(console.Handler())
 	defer srv.Close()
 	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript",
 		"/api.js": "text/javascript", "/style.css": "text/css"} {
@@ -76,10 +76,10 @@ func chromium(t *testing.T) string {
 	return path
 }
 
-// console is the real pipeline behind the page, wired as agentworker serve
+// pipeline is the real pipeline behind the page, wired as agentworker serve
 // wires it: Postgres, MinIO, a River worker with a scripted model, the API
 // and the page.
-type console struct {
+type pipeline struct {
 	verifier *auth.Verifier
 	pool     *pgxpool.Pool
 	store    *storage.S3
@@ -88,9 +88,9 @@ type console struct {
 	token    string
 }
 
-func newConsole(t *testing.T, model scripted.Responder) *console {
+func newConsole(t *testing.T, model scripted.Responder) *pipeline {
 	t.Helper()
-	c := &console{project: uuid.New()}
+	c := &pipeline{project: uuid.New()}
 	var err error
 	if c.pool, err = pgxpool.New(t.Context(), dbtest.NewURL(t)); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func newConsole(t *testing.T, model scripted.Responder) *console {
 	mux := http.NewServeMux()
 	streams := sse.NewStreams(c.pool, hub, sse.Config{Logger: logger})
 	api.New(c.pool, streams, api.Config{Verifier: c.verifier, Logger: logger, Store: c.store}).Register(mux)
-	mux.Handle("GET /", timeline.Handler())
+	mux.Handle("GET /", console.Handler())
 	c.srv = httptest.NewUnstartedServer(mux)
 	c.srv.Config.BaseContext = func(net.Listener) context.Context { return srvCtx }
 	c.srv.Start()
@@ -146,7 +146,7 @@ func newConsole(t *testing.T, model scripted.Responder) *console {
 
 // tokenFor signs a bearer token of the console's project only, as an
 // operator would get one, valid for d.
-func (c *console) tokenFor(t *testing.T, d time.Duration) string {
+func (c *pipeline) tokenFor(t *testing.T, d time.Duration) string {
 	t.Helper()
 	tok, err := c.verifier.Sign(auth.Claims{Projects: []string{c.project.String()},
 		RegisteredClaims: jwt.RegisteredClaims{Subject: "operator", ExpiresAt: jwt.NewNumericDate(time.Now().Add(d))}})
@@ -158,11 +158,11 @@ func (c *console) tokenFor(t *testing.T, d time.Duration) string {
 
 // page is the console's address with the project and token, as a link
 // handed to an operator.
-func (c *console) page() string {
+func (c *pipeline) page() string {
 	return c.pageWith(c.token)
 }
 
-func (c *console) pageWith(token string) string {
+func (c *pipeline) pageWith(token string) string {
 	return c.srv.URL + "/?" + url.Values{"project": {c.project.String()}, "token": {token}}.Encode()
 }
 
@@ -351,7 +351,7 @@ func TestActivityTimelineInChromium(t *testing.T) {
 func TestPageStateInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
-	srv := httptest.NewServer(timeline.Handler())
+	srv := httptest.NewServer(console.Handler())
 	t.Cleanup(srv.Close)
 	ctx := browse(t, 60*time.Second)
 	run(t, ctx, "open the page", chromedp.Navigate(srv.URL), chromedp.WaitReady(chromedp.CSS(`body`)))
