@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Change set statuses (migration 004).
+// Change set statuses (change_sets.status).
 const (
 	ChangeSetOpen      = "open"
 	ChangeSetApplying  = "applying"

@@ -12,7 +12,7 @@ import (
 )
 
 // Checkpoint is a task's task_checkpoints row: its conversation and loop
-// state after the last finished iteration (migration 005).
+// state after the last finished iteration (task_checkpoints).
 type Checkpoint struct {
 	TaskID    uuid.UUID
 	Attempt   int

@@ -179,7 +179,7 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		RETURNING ` + eventColumns
 	args := []any{b.TaskID, b.ProjectID, types, payloads, keyArg(b.Key), b.AfterCommit}
 	if b.Fence != nil {
-		// The holder's batch takes its seqs here (migration 010): the
+		// The holder's batch takes its seqs here (the baseline's agent_events_assign_seq): the
 		// update of the task row is the fence, the row lock and the seq
 		// counter at once, whatever the batch's size. The arrays hold the
 		// batch's $7 events, then Next's $11, written (and counted) only

@@ -27,7 +27,7 @@ var apiRoles = []string{"anon", "authenticated", "service_role"}
 // operation alone means on every row, "op:own" only on the rows of the
 // projects the token names. Everything not listed is refused: a relation a
 // migration adds is internal until it is listed here (see the rule at the
-// top of migration 008).
+// baseline's row level security section).
 var access = map[string]map[string][]string{
 	"ai_tasks": {
 		"authenticated": {"select:own", "insert:own"},

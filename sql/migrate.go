@@ -36,13 +36,26 @@ type Migration struct {
 
 // Migrations returns our embedded migrations in version order.
 func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	return ReadMigrations(sub)
+}
+
+// ReadMigrations reads the NNN_description.sql files at the top of fsys, in
+// version order.
+func ReadMigrations(fsys fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("read migrations: %w", err)
 	}
 	var out []Migration
 	for _, e := range entries {
 		name := e.Name()
+		if e.IsDir() || path.Ext(name) != ".sql" {
+			continue
+		}
 		prefix, _, ok := strings.Cut(name, "_")
 		if !ok {
 			return nil, fmt.Errorf("migration %q: name must be NNN_description.sql", name)
@@ -51,15 +64,28 @@ func Migrations() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migration %q: version prefix: %w", name, err)
 		}
-		body, err := fs.ReadFile(migrationFiles, path.Join("migrations", name))
+		body, err := fs.ReadFile(fsys, name)
 		if err != nil {
 			return nil, fmt.Errorf("read migration %q: %w", name, err)
 		}
 		out = append(out, Migration{Version: version, Name: strings.TrimSuffix(name, ".sql"), SQL: string(body)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("migrations %q and %q share version %d", out[i-1].Name, out[i].Name, out[i].Version)
+		}
+	}
 	return out, nil
 }
+
+// The schema was built by 15 migrations before they were squashed into the
+// baseline; a database migrated then holds exactly the baseline's schema.
+const (
+	historyFirst = "001_pipeline"
+	historyLast  = "015_lz4_for_written_values"
+	historyCount = 15
+)
 
 // MigrateResult says which of our migrations were applied by this call.
 type MigrateResult struct {
@@ -77,11 +103,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // MigrateWithResult is Migrate that also reports what it applied.
 func MigrateWithResult(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (MigrateResult, error) {
-	var res MigrateResult
 	migrations, err := Migrations()
 	if err != nil {
-		return res, err
+		return MigrateResult{}, err
 	}
+	return MigrateList(ctx, pool, logger, migrations)
+}
+
+// MigrateList is MigrateWithResult with the given migrations in place of
+// the embedded ones (the tests apply the pre-baseline history with it).
+func MigrateList(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, migrations []Migration) (MigrateResult, error) {
+	var res MigrateResult
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
 	if err != nil {
 		return res, fmt.Errorf("create river migrator: %w", err)
@@ -115,20 +147,15 @@ func MigrateWithResult(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return fmt.Errorf("create agentworker_migrations: %w", err)
 		}
-		applied := map[int]bool{}
-		rows, err := tx.Query(ctx, "SELECT version FROM agentworker_migrations")
+		applied, err := appliedMigrations(ctx, tx, migrations)
 		if err != nil {
-			return fmt.Errorf("read applied migrations: %w", err)
-		}
-		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-		if err != nil {
-			return fmt.Errorf("read applied migrations: %w", err)
-		}
-		for _, v := range versions {
-			applied[v] = true
+			return err
 		}
 		for _, m := range migrations {
-			if applied[m.Version] {
+			if name, ok := applied[m.Version]; ok {
+				if name != m.Name {
+					return fmt.Errorf("migration %d is recorded as %q, but this build's is %q: the database was migrated by a build with other migrations", m.Version, name, m.Name)
+				}
 				continue
 			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -140,7 +167,7 @@ func MigrateWithResult(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 			res.Applied = append(res.Applied, m.Name)
 		}
 		if len(res.RiverVersions) > 0 {
-			// Tables a newer River adds are internal too (migration 008);
+			// Tables a newer River adds are internal too (the baseline's row level security);
 			// on Supabase they were just granted to the API roles.
 			if _, err := tx.Exec(ctx, `DO $$ BEGIN
 				IF to_regprocedure('agentworker_seal_internal()') IS NOT NULL THEN
@@ -158,4 +185,37 @@ func MigrateWithResult(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 		logger.InfoContext(ctx, "migrations applied", slog.Any("river_versions", res.RiverVersions), slog.Any("applied", res.Applied))
 	}
 	return res, nil
+}
+
+// appliedMigrations reads which migrations the database holds, by version.
+// A database migrated with the pre-baseline history (when migrations lists
+// the baseline) is recorded again as holding the baseline, which is the
+// same schema.
+func appliedMigrations(ctx context.Context, tx pgx.Tx, migrations []Migration) (map[int]string, error) {
+	rows, err := tx.Query(ctx, "SELECT version, name FROM agentworker_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	applied := map[int]string{}
+	var version int
+	var name string
+	if _, err := pgx.ForEachRow(rows, []any{&version, &name}, func() error {
+		applied[version] = name
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	if applied[1] != historyFirst || len(migrations) == 0 || migrations[0].Name == historyFirst {
+		return applied, nil
+	}
+	if len(applied) != historyCount || applied[historyCount] != historyLast {
+		return nil, fmt.Errorf("the database holds %d of the %d migrations that preceded the baseline (last %q): migrate it with a build from before the squash first", len(applied), historyCount, historyLast)
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM agentworker_migrations"); err != nil {
+		return nil, fmt.Errorf("record the pre-baseline history as the baseline: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO agentworker_migrations (version, name) VALUES ($1, $2)", migrations[0].Version, migrations[0].Name); err != nil {
+		return nil, fmt.Errorf("record the pre-baseline history as the baseline: %w", err)
+	}
+	return map[int]string{migrations[0].Version: migrations[0].Name}, nil
 }

@@ -28,8 +28,7 @@ func newTask(t *testing.T, pool *pgxpool.Pool, projectID uuid.UUID) uuid.UUID {
 
 func TestSupabaseRealtimePublication(t *testing.T) {
 	t.Parallel()
-	pool := dbtest.New(t)
-	replicaIdentity := func() string {
+	replicaIdentity := func(pool *pgxpool.Pool) string {
 		t.Helper()
 		var ident string
 		if err := pool.QueryRow(t.Context(), `SELECT relreplident::text FROM pg_class WHERE oid = 'agent_events'::regclass`).Scan(&ident); err != nil {
@@ -37,7 +36,7 @@ func TestSupabaseRealtimePublication(t *testing.T) {
 		}
 		return ident
 	}
-	published := func() bool {
+	published := func(pool *pgxpool.Pool) bool {
 		t.Helper()
 		var ok bool
 		if err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_publication_tables
@@ -48,24 +47,27 @@ func TestSupabaseRealtimePublication(t *testing.T) {
 	}
 
 	// Without the publication the migration skipped it cleanly.
-	if published() || replicaIdentity() != "d" {
-		t.Fatalf("without supabase_realtime: published %v, replica identity %q, want false, d", published(), replicaIdentity())
+	plain := dbtest.New(t)
+	if published(plain) || replicaIdentity(plain) != "d" {
+		t.Fatalf("without supabase_realtime: published %v, replica identity %q, want false, d", published(plain), replicaIdentity(plain))
 	}
 
-	// As on Supabase: the publication exists when the migration runs.
-	if _, err := pool.Exec(t.Context(), `CREATE PUBLICATION supabase_realtime`); err != nil {
+	// As on Supabase: the publication exists when the migrations run.
+	supabase, err := pgxpool.New(t.Context(), dbtest.NewEmptyURL(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(t.Context(), `DELETE FROM agentworker_migrations WHERE version = 2`); err != nil {
+	t.Cleanup(supabase.Close)
+	if _, err := supabase.Exec(t.Context(), `CREATE PUBLICATION supabase_realtime`); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // the second run finds nothing to do
-		if err := agentsql.Migrate(t.Context(), pool); err != nil {
+		if err := agentsql.Migrate(t.Context(), supabase); err != nil {
 			t.Fatalf("migrate with supabase_realtime: %v", err)
 		}
 	}
-	if !published() || replicaIdentity() != "f" {
-		t.Fatalf("with supabase_realtime: published %v, replica identity %q, want true, f", published(), replicaIdentity())
+	if !published(supabase) || replicaIdentity(supabase) != "f" {
+		t.Fatalf("with supabase_realtime: published %v, replica identity %q, want true, f", published(supabase), replicaIdentity(supabase))
 	}
 }
 

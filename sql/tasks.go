@@ -45,7 +45,7 @@ func (t TaskType) Valid() bool {
 type Status string
 
 // Task statuses; the legal moves between them are CanTransition, mirrored by
-// the agentworker_task_transitions table (migration 003).
+// the agentworker_task_transitions table.
 const (
 	StatusQueued        Status = "queued"
 	StatusRunning       Status = "running"

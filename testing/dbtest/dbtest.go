@@ -91,9 +91,20 @@ func New(t testing.TB) *pgxpool.Pool {
 // still connected to it.
 func NewURL(t testing.TB) string {
 	t.Helper()
-
 	srv := sharedServer(t)
-	name, err := srv.createDatabase(t.Context())
+	return newDatabase(t, srv, srv.template)
+}
+
+// NewEmptyURL is NewURL for a database with no schema of ours or River's,
+// for tests of the migrations themselves.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, sharedServer(t), "template0")
+}
+
+func newDatabase(t testing.TB, srv *server, template string) string {
+	t.Helper()
+	name, err := srv.createDatabaseFrom(t.Context(), template)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}

@@ -239,7 +239,7 @@ func TestPrivateCluster(t *testing.T) {
 		}
 	})
 
-	name, err := srv.createDatabase(t.Context())
+	name, err := srv.createDatabaseFrom(t.Context(), srv.template)
 	if err != nil {
 		t.Fatal(err)
 	}

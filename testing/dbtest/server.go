@@ -316,20 +316,20 @@ func (s *server) createTemplate(ctx context.Context) error {
 	return nil
 }
 
-// createDatabase copies the template into a new database and returns its
-// name.
-func (s *server) createDatabase(ctx context.Context) (string, error) {
+// createDatabaseFrom copies template (template0: an empty database) into a
+// new database and returns its name.
+func (s *server) createDatabaseFrom(ctx context.Context, template string) (string, error) {
 	name := fmt.Sprintf("%s%s_%d", testPrefix, s.tag, s.seq.Add(1))
 
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	err := s.withAdmin(ctx, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
-			" TEMPLATE "+pgx.Identifier{s.template}.Sanitize())
+			" TEMPLATE "+pgx.Identifier{template}.Sanitize())
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("create database %s from template %s on %s: %w", name, s.template, s.name, err)
+		return "", fmt.Errorf("create database %s from template %s on %s: %w", name, template, s.name, err)
 	}
 	return name, nil
 }
