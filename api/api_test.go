@@ -397,6 +397,50 @@ func TestCreateTask(t *testing.T) {
 	}
 }
 
+// TestCreateTaskGraph: a task is created with its priority, parent and
+// dependencies in one request; one the graph's rules refuse is a 400 with
+// the rule's code, and nothing is created.
+func TestCreateTaskGraph(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectID := uuid.New()
+	tok := e.token(t, "", "authenticated", projectID)
+	submit := "/v1/projects/" + projectID.String() + "/tasks"
+	create := func(body string) (api.TaskView, reply) {
+		t.Helper()
+		rp := e.call(t, "POST", submit, tok, body, nil)
+		var task api.TaskView
+		if rp.status == http.StatusCreated {
+			if err := json.Unmarshal(rp.body, &task); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return task, rp
+	}
+	head, rp := create(`{"type":"plan","prompt":"head"}`)
+	if rp.status != http.StatusCreated || head.Priority != 2 {
+		t.Fatalf("head: %d %s", rp.status, rp.body)
+	}
+	next, rp := create(`{"type":"chat","prompt":"next","priority":1,"parent_task_id":"` + head.ID.String() + `","depends_on":["` + head.ID.String() + `"]}`)
+	if rp.status != http.StatusCreated || next.Status != "waiting" || next.Priority != 1 || next.ParentTaskID == nil || *next.ParentTaskID != head.ID {
+		t.Fatalf("dependent: %d %s", rp.status, rp.body)
+	}
+	for _, tt := range []struct{ name, body, code string }{
+		{"MissingDependency", `{"type":"chat","prompt":"x","depends_on":["` + uuid.NewString() + `"]}`, "INVALID_TASK_DEPENDENCY"},
+		{"MissingAgent", `{"type":"chat","prompt":"x","agent_id":"` + uuid.NewString() + `"}`, "INVALID_ASSIGNEE"},
+		{"ParentOfAnotherProject", `{"type":"chat","prompt":"x","parent_task_id":"` + uuid.NewString() + `"}`, "INVALID_PARENT_TASK"},
+		{"Priority", `{"type":"chat","prompt":"x","priority":9}`, api.CodeValidation},
+	} {
+		if _, rp := create(tt.body); rp.status != http.StatusBadRequest || errorCode(t, rp) != tt.code {
+			t.Errorf("%s: %d %s, want 400 %s", tt.name, rp.status, rp.body, tt.code)
+		}
+	}
+	var n int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM ai_tasks WHERE project_id = $1`, projectID).Scan(&n); err != nil || n != 2 {
+		t.Errorf("the project holds %d tasks (%v), want the 2 created", n, err)
+	}
+}
+
 // TestStreamRefusals: a malformed cursor is refused in the error body.
 func TestStreamRefusals(t *testing.T) {
 	t.Parallel()

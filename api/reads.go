@@ -29,6 +29,9 @@ type TaskView struct {
 	ProjectID    uuid.UUID       `json:"project_id"`
 	Type         string          `json:"type"`
 	Status       string          `json:"status"`
+	Priority     int             `json:"priority,omitempty"`
+	AgentID      *uuid.UUID      `json:"agent_id,omitempty"`
+	ParentTaskID *uuid.UUID      `json:"parent_task_id,omitempty"`
 	Prompt       string          `json:"prompt"`
 	Model        string          `json:"model,omitempty"`
 	Attempt      int             `json:"attempt"`
@@ -122,7 +125,8 @@ func viewOf(t agentsql.Task, iterations int) TaskView {
 	v := TaskView{ID: t.ID, ProjectID: t.ProjectID, Type: string(t.Type), Status: string(t.Status), Prompt: t.Prompt,
 		Model: t.Model, Attempt: t.Attempt, Iterations: iterations, TokensIn: t.TokensIn, TokensOut: t.TokensOut,
 		CostUSD: t.Cost, Input: t.Input, Result: t.Result, Error: t.Error, Version: t.Version,
-		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+		Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID}
 	var result struct {
 		Summary string `json:"summary"`
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/google/uuid"
+
 	"github.com/agentworker/agentworker/auth"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
@@ -15,6 +17,14 @@ type TaskRequest struct {
 	Type   string          `json:"type"`
 	Prompt string          `json:"prompt"`
 	Input  json.RawMessage `json:"input,omitempty"`
+	// AgentID names an enabled agent of the project to run the task as.
+	AgentID *uuid.UUID `json:"agent_id,omitempty"`
+	// Priority is 1 (most urgent) … 4; absent, 2.
+	Priority int `json:"priority,omitempty"`
+	// ParentTaskID names a task of the project this one is part of.
+	ParentTaskID *uuid.UUID `json:"parent_task_id,omitempty"`
+	// DependsOn lists tasks of the project that must succeed first.
+	DependsOn []uuid.UUID `json:"depends_on,omitempty"`
 }
 
 const (
@@ -30,7 +40,10 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxTaskBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return validation(`body must be {"type", "prompt", "input"}`)
+		return validation(`body must be {"type", "prompt", "input", "agent_id", "priority", "parent_task_id", "depends_on"}`)
+	}
+	if req.Priority < 0 || req.Priority > 4 {
+		return validation("priority must be 1 (most urgent) to 4")
 	}
 	switch req.Type {
 	case "chat", "plan", "build":
@@ -43,7 +56,12 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return validation("input must be JSON")
 	}
-	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type), Prompt: req.Prompt, Input: req.Input})
+	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type),
+		Prompt: req.Prompt, Input: req.Input, AgentID: req.AgentID, Priority: req.Priority, ParentTaskID: req.ParentTaskID, DependsOn: req.DependsOn})
+	var rule *agentsql.RuleError
+	if errors.As(err, &rule) {
+		return &apiError{http.StatusBadRequest, rule.Code, rule.Message}
+	}
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,14 @@ var access = map[string]map[string][]string{
 	"inbox_items":         {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"project_usage_daily": {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"usage_daily":         {"service_role": {"select"}},
+	"agents": {
+		"authenticated": {"select:own", "insert:own", "update:own", "delete:own"},
+		"service_role":  {"select", "insert", "update", "delete"},
+	},
+	"task_dependencies": {
+		"authenticated": {"select:own", "insert:own"},
+		"service_role":  {"select", "insert", "delete"},
+	},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -79,7 +87,7 @@ func expected(rel, role, op, scope string) string {
 		if own == "" || scope != scopeOther {
 			return outRows
 		}
-		if op == "select" {
+		if op != "insert" { // another project's rows are invisible: nothing to read, change or delete
 			return outNone
 		}
 		return outDenied
@@ -299,6 +307,19 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 					args = append(args, p.project)
 				}
 				if _, err := tx.Exec(t.Context(), q, args...); err != nil {
+					return fmt.Errorf("%s: %w", q, err)
+				}
+			}
+			// An agent, and an edge between two tasks of their own, inserted
+			// after the task the probes of ai_tasks take (the first row).
+			for _, q := range []string{
+				`INSERT INTO agents (project_id, name) VALUES ($1, 'seed')`,
+				`INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'dependency'), ($1, 'chat', 'dependent')`,
+				`INSERT INTO task_dependencies (task_id, depends_on_task_id)
+				 SELECT w.id, d.id FROM ai_tasks w, ai_tasks d
+				 WHERE w.project_id = $1 AND w.prompt = 'dependent' AND d.project_id = $1 AND d.prompt = 'dependency'`,
+			} {
+				if _, err := tx.Exec(t.Context(), q, p.project); err != nil {
 					return fmt.Errorf("%s: %w", q, err)
 				}
 			}

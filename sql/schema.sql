@@ -64,7 +64,11 @@ CREATE TABLE public.ai_tasks (
     pause_requested boolean DEFAULT false NOT NULL,
     fence bigint DEFAULT 0 NOT NULL,
     retries integer DEFAULT 0 NOT NULL,
-    CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text]))),
+    agent_id uuid,
+    priority smallint DEFAULT 2 NOT NULL,
+    parent_task_id uuid,
+    CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
+    CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text]))),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
 
@@ -119,6 +123,15 @@ COMMENT ON COLUMN public.ai_tasks.fence IS 'The lease epoch: one more at every m
 -- COMMENT: COLUMN ai_tasks.retries
 COMMENT ON COLUMN public.ai_tasks.retries IS 'Transient failures since the task was created or last retried by a person: the task''s own budget, whatever River job carries it.';
 
+-- COMMENT: COLUMN ai_tasks.agent_id
+COMMENT ON COLUMN public.ai_tasks.agent_id IS 'The agent the task runs as (an enabled agent of its project).';
+
+-- COMMENT: COLUMN ai_tasks.priority
+COMMENT ON COLUMN public.ai_tasks.priority IS '1 (most urgent) … 4; River''s job priority, so urgent tasks start first when more are ready than workers.';
+
+-- COMMENT: COLUMN ai_tasks.parent_task_id
+COMMENT ON COLUMN public.ai_tasks.parent_task_id IS 'A task of the same project this one is part of: cancelling it cancels its unfinished children.';
+
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
     LANGUAGE sql STABLE
@@ -171,6 +184,21 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agents_guard_delete()
+CREATE FUNCTION public.agents_guard_delete() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ai_tasks WHERE agent_id = OLD.id
+               AND status NOT IN ('succeeded', 'failed', 'blocked', 'cancelled')) THEN
+        RAISE EXCEPTION 'AGENT_HAS_TASKS: agent % has unfinished tasks', OLD.id
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'agents_tasks';
+    END IF;
+    RETURN OLD;
+END
+$$;
+
 -- FUNCTION: agentworker_announce_payloads(uuid[], uuid[])
 CREATE FUNCTION public.agentworker_announce_payloads(p_tasks uuid[], p_projects uuid[]) RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
@@ -188,6 +216,34 @@ CREATE FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expec
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'answer', expected_version, actor, answer) $$;
+
+-- FUNCTION: agentworker_block_dependent(uuid, public.ai_tasks)
+CREATE FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_task ai_tasks;
+BEGIN
+    -- A sibling cancelled with its parent: the parent's cancel is on its way.
+    IF EXISTS (SELECT 1 FROM ai_tasks WHERE id = p_task_id
+               AND parent_task_id::text = current_setting('agentworker.cancelling_parent', true)) THEN
+        RETURN;
+    END IF;
+    UPDATE ai_tasks SET status = 'blocked', updated_at = now(), finished_at = now(),
+        error = jsonb_build_object('code', 'dependency_failed',
+            'message', format('dependency %s ended %s', p_dep.id, p_dep.status),
+            'recoverable', true, 'dependency', p_dep.id)
+    WHERE id = p_task_id AND status = 'waiting'
+    RETURNING * INTO v_task;
+    IF FOUND THEN
+        INSERT INTO agent_events (task_id, project_id, type, payload)
+        VALUES (v_task.id, v_task.project_id, 'agent_phase', jsonb_build_object(
+            'phase', 'blocked', 'status', 'blocked', 'taskType', v_task.type,
+            'summary', format('dependency %s ended %s', p_dep.id, p_dep.status)));
+    END IF;
+END
+$$;
 
 -- FUNCTION: agentworker_caller_may_access(uuid)
 CREATE FUNCTION public.agentworker_caller_may_access(p_project_id uuid) RETURNS boolean
@@ -350,8 +406,8 @@ BEGIN
     END IF;
 
     CASE p_action
-        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input'];
-        WHEN 'pause'  THEN v_target := 'paused';    v_sources := ARRAY['queued', 'running'];
+        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting'];
+        WHEN 'pause'  THEN v_target := 'paused';    v_sources := ARRAY['queued', 'running', 'waiting'];
         WHEN 'resume' THEN v_target := 'queued';    v_sources := ARRAY['paused'];
         WHEN 'retry'  THEN v_target := 'queued';    v_sources := ARRAY['failed', 'blocked', 'cancelled'];
         WHEN 'answer' THEN v_target := 'queued';    v_sources := ARRAY['awaiting_input'];
@@ -477,7 +533,8 @@ DECLARE
     v_job_id bigint;
 BEGIN
     INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    VALUES (jsonb_build_object('task_id', p_task_id), 'ai_task', 'ai_tasks', 5, 1, 'available')
+    SELECT jsonb_build_object('task_id', p_task_id), 'ai_task', 'ai_tasks', 5, t.priority, 'available'
+    FROM ai_tasks t WHERE t.id = p_task_id
     RETURNING id INTO v_job_id;
     PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
     RETURN v_job_id;
@@ -629,6 +686,61 @@ CREATE FUNCTION public.ai_tasks(public.agent_events) RETURNS SETOF public.ai_tas
     SET search_path TO 'public', 'pg_temp'
     AS $_$ SELECT * FROM ai_tasks WHERE id = $1.task_id $_$;
 
+-- FUNCTION: ai_tasks_cancel_children()
+CREATE FUNCTION public.ai_tasks_cancel_children() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id   uuid;
+    v_prev text := coalesce(current_setting('agentworker.cancelling_parent', true), '');
+BEGIN
+    -- While the children go, one cancelled before its waiting sibling does
+    -- not block that sibling (agentworker_block_dependent): it is cancelled
+    -- too.
+    PERFORM set_config('agentworker.cancelling_parent', NEW.id::text, true);
+    FOR v_id IN
+        SELECT id FROM ai_tasks
+        WHERE parent_task_id = NEW.id AND status IN ('queued', 'running', 'paused', 'awaiting_input', 'waiting')
+    LOOP
+        PERFORM agentworker_control_task(v_id, 'cancel', NULL, format('parent task %s', NEW.id));
+    END LOOP;
+    PERFORM set_config('agentworker.cancelling_parent', v_prev, true);
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_check_refs()
+CREATE FUNCTION public.ai_tasks_check_refs() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_project uuid;
+    v_status  text;
+BEGIN
+    IF NEW.agent_id IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.agent_id IS DISTINCT FROM OLD.agent_id) THEN
+        SELECT project_id, status INTO v_project, v_status FROM agents WHERE id = NEW.agent_id;
+        IF NOT FOUND OR v_project <> NEW.project_id THEN
+            RAISE EXCEPTION 'INVALID_ASSIGNEE: agent % is not an agent of project %', NEW.agent_id, NEW.project_id
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_agent';
+        END IF;
+        IF v_status <> 'enabled' THEN
+            RAISE EXCEPTION 'INVALID_ASSIGNEE: agent % is disabled', NEW.agent_id
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_agent';
+        END IF;
+    END IF;
+    IF NEW.parent_task_id IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.parent_task_id IS DISTINCT FROM OLD.parent_task_id) THEN
+        IF NEW.parent_task_id = NEW.id
+           OR NOT EXISTS (SELECT 1 FROM ai_tasks WHERE id = NEW.parent_task_id AND project_id = NEW.project_id) THEN
+            RAISE EXCEPTION 'INVALID_PARENT_TASK: task % is not another task of project %', NEW.parent_task_id, NEW.project_id
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_parent';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION: ai_tasks_clear_pause()
 CREATE FUNCTION public.ai_tasks_clear_pause() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -639,6 +751,27 @@ BEGIN
         NEW.pause_requested := false;
     END IF;
     RETURN NEW;
+END
+$$;
+
+-- FUNCTION: ai_tasks_delete_dependencies()
+CREATE FUNCTION public.ai_tasks_delete_dependencies() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v record;
+BEGIN
+    SELECT d.task_id, d.depends_on_task_id INTO v
+    FROM task_dependencies d JOIN old_rows o ON o.id = d.depends_on_task_id
+    WHERE NOT EXISTS (SELECT 1 FROM old_rows x WHERE x.id = d.task_id)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'TASK_HAS_DEPENDENTS: task % is a dependency of task %', v.depends_on_task_id, v.task_id
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
+    DELETE FROM task_dependencies d USING old_rows o WHERE d.depends_on_task_id = o.id;
+    RETURN NULL;
 END
 $$;
 
@@ -678,7 +811,7 @@ BEGIN
         RETURN NULL;
     END IF;
     INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    SELECT jsonb_build_object('task_id', n.id), 'ai_task', 'ai_tasks', 5, 1, 'available'
+    SELECT jsonb_build_object('task_id', n.id), 'ai_task', 'ai_tasks', 5, n.priority, 'available'
     FROM new_rows n WHERE n.status = 'queued';
     IF FOUND THEN
         PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
@@ -727,6 +860,20 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_hold_for_dependencies()
+CREATE FUNCTION public.ai_tasks_hold_for_dependencies() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM task_dependencies d JOIN ai_tasks u ON u.id = d.depends_on_task_id
+               WHERE d.task_id = NEW.id AND u.status <> 'succeeded') THEN
+        NEW.status := 'waiting';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION: ai_tasks_inbox_completed()
 CREATE FUNCTION public.ai_tasks_inbox_completed() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -738,6 +885,55 @@ BEGIN
         VALUES (NEW.project_id, NEW.id, 'task_completed', 'completed',
                 NEW.type || ' task completed',
                 coalesce(NEW.result ->> 'summary', ''));
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_release_dependents()
+CREATE FUNCTION public.ai_tasks_release_dependents() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    IF NEW.status = 'succeeded' THEN
+        FOR v_id IN
+            SELECT t.id FROM task_dependencies d JOIN ai_tasks t ON t.id = d.task_id
+            WHERE d.depends_on_task_id = NEW.id AND t.status = 'waiting'
+              AND NOT EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+                              WHERE o.task_id = t.id AND u.status <> 'succeeded')
+            ORDER BY t.priority, t.created_at
+            FOR UPDATE OF t
+        LOOP
+            UPDATE ai_tasks SET status = 'queued', updated_at = now() WHERE id = v_id AND status = 'waiting';
+            INSERT INTO agent_events (task_id, project_id, type, payload)
+            SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
+                'phase', 'queued', 'status', 'queued', 'taskType', t.type,
+                'summary', format('dependency %s succeeded; every dependency has', NEW.id))
+            FROM ai_tasks t WHERE t.id = v_id;
+        END LOOP;
+    ELSIF NEW.status IN ('failed', 'cancelled', 'blocked') THEN
+        FOR v_id IN
+            SELECT d.task_id FROM task_dependencies d WHERE d.depends_on_task_id = NEW.id
+        LOOP
+            PERFORM agentworker_block_dependent(v_id, NEW);
+        END LOOP;
+    ELSE
+        FOR v_id IN
+            SELECT t.id FROM task_dependencies d JOIN ai_tasks t ON t.id = d.task_id
+            WHERE d.depends_on_task_id = NEW.id AND t.status = 'blocked'
+              AND t.error ->> 'code' = 'dependency_failed' AND t.error ->> 'dependency' = NEW.id::text
+            FOR UPDATE OF t
+        LOOP
+            UPDATE ai_tasks SET status = 'waiting', error = NULL, finished_at = NULL, updated_at = now() WHERE id = v_id;
+            INSERT INTO agent_events (task_id, project_id, type, payload)
+            SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
+                'phase', 'waiting', 'status', 'waiting', 'taskType', t.type,
+                'summary', format('dependency %s is running again', NEW.id))
+            FROM ai_tasks t WHERE t.id = v_id;
+        END LOOP;
     END IF;
     RETURN NULL;
 END
@@ -765,6 +961,70 @@ CREATE FUNCTION public.ai_tasks_truncate_events() RETURNS trigger
 BEGIN
     DELETE FROM agent_events WHERE task_id IS NOT NULL;
     RETURN NULL;
+END
+$$;
+
+-- FUNCTION: task_dependencies_check()
+CREATE FUNCTION public.task_dependencies_check() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_task ai_tasks;
+    v_dep  ai_tasks;
+BEGIN
+    IF NEW.task_id = NEW.depends_on_task_id THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % cannot depend on itself', NEW.task_id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
+    -- The project's lock first, then the rows: two transactions adding
+    -- edges in one project take their turns instead of deadlocking.
+    PERFORM pg_advisory_xact_lock(hashtextextended('agentworker.task_graph/' || t.project_id::text, 0))
+    FROM ai_tasks t WHERE t.id = NEW.task_id;
+    SELECT * INTO v_task FROM ai_tasks WHERE id = NEW.task_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % does not exist', NEW.task_id
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
+    SELECT * INTO v_dep FROM ai_tasks WHERE id = NEW.depends_on_task_id FOR SHARE;
+    IF NOT FOUND OR v_dep.project_id <> v_task.project_id THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % is not a task of project %', NEW.depends_on_task_id, v_task.project_id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
+    IF v_task.status NOT IN ('queued', 'waiting', 'paused') OR v_task.attempt > 0 THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % has started (%); dependencies are added before a task starts', NEW.task_id, v_task.status
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
+    NEW.project_id := v_task.project_id;
+
+    IF EXISTS (
+        WITH RECURSIVE upstream(id) AS (
+            SELECT NEW.depends_on_task_id
+            UNION
+            SELECT d.depends_on_task_id FROM task_dependencies d JOIN upstream u ON d.task_id = u.id
+        )
+        SELECT 1 FROM upstream WHERE id = NEW.task_id) THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % depending on task % closes a cycle', NEW.task_id, NEW.depends_on_task_id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
+
+    IF v_dep.status <> 'succeeded' AND v_task.status = 'queued' THEN
+        -- The job made at insert is not visible to any worker yet (same
+        -- transaction); a later one may have been fetched, and its claim
+        -- finds the task waiting and does nothing.
+        DELETE FROM river_job
+        WHERE kind = 'ai_task' AND args ->> 'task_id' = v_task.id::text AND state IN ('available', 'scheduled', 'retryable');
+        UPDATE ai_tasks SET status = 'waiting', updated_at = now() WHERE id = v_task.id;
+        INSERT INTO agent_events (task_id, project_id, type, payload)
+        VALUES (v_task.id, v_task.project_id, 'agent_phase', jsonb_build_object(
+            'phase', 'waiting', 'status', 'waiting', 'taskType', v_task.type,
+            'summary', format('waiting for task %s', v_dep.id)));
+        v_task.status := 'waiting';
+    END IF;
+    IF v_dep.status IN ('failed', 'cancelled', 'blocked') AND v_task.status = 'waiting' THEN
+        PERFORM agentworker_block_dependent(v_task.id, v_dep);
+    END IF;
+    RETURN NEW;
 END
 $$;
 
@@ -803,6 +1063,41 @@ CREATE SEQUENCE public.agent_events_id_seq
 
 -- SEQUENCE OWNED BY: agent_events_id_seq
 ALTER SEQUENCE public.agent_events_id_seq OWNED BY public.agent_events.id;
+
+-- TABLE: agents
+CREATE TABLE public.agents (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    project_id uuid NOT NULL,
+    name text NOT NULL,
+    role text DEFAULT ''::text NOT NULL,
+    model text,
+    persona text DEFAULT ''::text NOT NULL,
+    tools text[],
+    status text DEFAULT 'enabled'::text NOT NULL,
+    version integer DEFAULT 1 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT agents_name_check CHECK (((btrim(name) <> ''::text) AND (length(name) <= 100))),
+    CONSTRAINT agents_status_check CHECK ((status = ANY (ARRAY['enabled'::text, 'disabled'::text])))
+);
+
+-- COMMENT: TABLE agents
+COMMENT ON TABLE public.agents IS 'The agents a project''s tasks run as: a persona in every prompt, a model, the tools it may use.';
+
+-- COMMENT: COLUMN agents.name
+COMMENT ON COLUMN public.agents.name IS 'Unique in its project; a plan names agents by it.';
+
+-- COMMENT: COLUMN agents.model
+COMMENT ON COLUMN public.agents.model IS 'The model of its tasks that name none; the worker''s LLM_MODEL when NULL.';
+
+-- COMMENT: COLUMN agents.persona
+COMMENT ON COLUMN public.agents.persona IS 'The agent''s persona, in the system prompt of every model call of its tasks.';
+
+-- COMMENT: COLUMN agents.tools
+COMMENT ON COLUMN public.agents.tools IS 'The tools it may use, narrowing what its task type allows (never widening it); NULL: all the type allows.';
+
+-- COMMENT: COLUMN agents.version
+COMMENT ON COLUMN public.agents.version IS 'Optimistic version: an update or delete names the version it read.';
 
 -- TABLE: agentworker_migrations
 CREATE TABLE public.agentworker_migrations (
@@ -1012,6 +1307,20 @@ COMMENT ON COLUMN public.task_checkpoints.messages IS 'The conversation.';
 -- COMMENT: COLUMN task_checkpoints.state
 COMMENT ON COLUMN public.task_checkpoints.state IS 'The loop''s counters: usage, cost, repair state, touched files, a pending question.';
 
+-- TABLE: task_dependencies
+CREATE TABLE public.task_dependencies (
+    task_id uuid NOT NULL,
+    depends_on_task_id uuid NOT NULL,
+    project_id uuid NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- COMMENT: TABLE task_dependencies
+COMMENT ON TABLE public.task_dependencies IS 'task_id waits (status waiting, no River job) until depends_on_task_id succeeded.';
+
+-- COMMENT: COLUMN task_dependencies.project_id
+COMMENT ON COLUMN public.task_dependencies.project_id IS 'The project of both tasks; set by the database.';
+
 -- VIEW: usage_daily
 CREATE VIEW public.usage_daily WITH (security_invoker='true') AS
  SELECT ((COALESCE(r.finished_at, r.created_at) AT TIME ZONE 'UTC'::text))::date AS day,
@@ -1038,6 +1347,14 @@ ALTER TABLE ONLY public.agent_events
 -- CONSTRAINT: agent_events agent_events_task_id_seq_key
 ALTER TABLE ONLY public.agent_events
     ADD CONSTRAINT agent_events_task_id_seq_key UNIQUE (task_id, seq);
+
+-- CONSTRAINT: agents agents_pkey
+ALTER TABLE ONLY public.agents
+    ADD CONSTRAINT agents_pkey PRIMARY KEY (id);
+
+-- CONSTRAINT: agents agents_project_id_name_key
+ALTER TABLE ONLY public.agents
+    ADD CONSTRAINT agents_project_id_name_key UNIQUE (project_id, name);
 
 -- CONSTRAINT: agentworker_migrations agentworker_migrations_pkey
 ALTER TABLE ONLY public.agentworker_migrations
@@ -1075,6 +1392,10 @@ ALTER TABLE ONLY public.inbox_items
 ALTER TABLE ONLY public.task_checkpoints
     ADD CONSTRAINT task_checkpoints_pkey PRIMARY KEY (task_id);
 
+-- CONSTRAINT: task_dependencies task_dependencies_pkey
+ALTER TABLE ONLY public.task_dependencies
+    ADD CONSTRAINT task_dependencies_pkey PRIMARY KEY (task_id, depends_on_task_id);
+
 -- CONSTRAINT: task_runs task_runs_idempotency_key_key
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_idempotency_key_key UNIQUE (idempotency_key);
@@ -1093,8 +1414,14 @@ CREATE UNIQUE INDEX agent_events_batch_idx ON public.agent_events USING btree (t
 -- INDEX: agent_events_project_xid_idx
 CREATE INDEX agent_events_project_xid_idx ON public.agent_events USING btree (project_id, xid, id);
 
+-- INDEX: ai_tasks_agent_idx
+CREATE INDEX ai_tasks_agent_idx ON public.ai_tasks USING btree (agent_id) WHERE (agent_id IS NOT NULL);
+
 -- INDEX: ai_tasks_lease_idx
 CREATE INDEX ai_tasks_lease_idx ON public.ai_tasks USING btree (lease_expires_at) WHERE (status = 'running'::text);
+
+-- INDEX: ai_tasks_parent_idx
+CREATE INDEX ai_tasks_parent_idx ON public.ai_tasks USING btree (parent_task_id) WHERE (parent_task_id IS NOT NULL);
 
 -- INDEX: ai_tasks_project_id_idx
 CREATE INDEX ai_tasks_project_id_idx ON public.ai_tasks USING btree (project_id, created_at DESC);
@@ -1111,6 +1438,9 @@ CREATE INDEX inbox_items_project_idx ON public.inbox_items USING btree (project_
 -- INDEX: river_job_ai_task_idx
 CREATE INDEX river_job_ai_task_idx ON public.river_job USING btree (((args ->> 'task_id'::text))) WHERE (kind = 'ai_task'::text);
 
+-- INDEX: task_dependencies_depends_on_idx
+CREATE INDEX task_dependencies_depends_on_idx ON public.task_dependencies USING btree (depends_on_task_id);
+
 -- INDEX: task_runs_finished_at_idx
 CREATE INDEX task_runs_finished_at_idx ON public.task_runs USING btree (finished_at);
 
@@ -1120,8 +1450,20 @@ CREATE TRIGGER agent_events_announce AFTER INSERT ON public.agent_events REFEREN
 -- TRIGGER: agent_events agent_events_assign_seq
 CREATE TRIGGER agent_events_assign_seq BEFORE INSERT ON public.agent_events FOR EACH ROW WHEN (((new.seq IS NULL) OR (current_setting('agentworker.seq'::text, true) IS DISTINCT FROM 'statement'::text))) EXECUTE FUNCTION public.agent_events_assign_seq();
 
+-- TRIGGER: agents agents_guard_delete
+CREATE TRIGGER agents_guard_delete BEFORE DELETE ON public.agents FOR EACH ROW EXECUTE FUNCTION public.agents_guard_delete();
+
+-- TRIGGER: ai_tasks ai_tasks_cancel_children
+CREATE TRIGGER ai_tasks_cancel_children AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status <> 'cancelled'::text))) EXECUTE FUNCTION public.ai_tasks_cancel_children();
+
+-- TRIGGER: ai_tasks ai_tasks_check_refs
+CREATE TRIGGER ai_tasks_check_refs BEFORE INSERT OR UPDATE OF agent_id, parent_task_id ON public.ai_tasks FOR EACH ROW WHEN (((new.agent_id IS NOT NULL) OR (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_check_refs();
+
 -- TRIGGER: ai_tasks ai_tasks_clear_pause
 CREATE TRIGGER ai_tasks_clear_pause BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['running'::text, 'queued'::text])))) EXECUTE FUNCTION public.ai_tasks_clear_pause();
+
+-- TRIGGER: ai_tasks ai_tasks_delete_dependencies
+CREATE TRIGGER ai_tasks_delete_dependencies AFTER DELETE ON public.ai_tasks REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_delete_dependencies();
 
 -- TRIGGER: ai_tasks ai_tasks_delete_events
 CREATE TRIGGER ai_tasks_delete_events AFTER DELETE ON public.ai_tasks REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_delete_events();
@@ -1138,8 +1480,14 @@ CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH R
 -- TRIGGER: ai_tasks ai_tasks_guard_status
 CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN ((new.status IS DISTINCT FROM old.status)) EXECUTE FUNCTION public.ai_tasks_guard_status();
 
+-- TRIGGER: ai_tasks ai_tasks_hold_for_dependencies
+CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> ALL (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))) EXECUTE FUNCTION public.ai_tasks_hold_for_dependencies();
+
 -- TRIGGER: ai_tasks ai_tasks_inbox_completed
 CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status <> 'succeeded'::text))) EXECUTE FUNCTION public.ai_tasks_inbox_completed();
+
+-- TRIGGER: ai_tasks ai_tasks_release_dependents
+CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'blocked'::text])) OR ((old.status = ANY (ARRAY['failed'::text, 'cancelled'::text, 'blocked'::text])) AND (new.status = ANY (ARRAY['queued'::text, 'waiting'::text]))))) EXECUTE FUNCTION public.ai_tasks_release_dependents();
 
 -- TRIGGER: ai_tasks ai_tasks_requeue
 CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.ai_tasks_requeue();
@@ -1147,8 +1495,19 @@ CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON public.ai_tasks FOR EA
 -- TRIGGER: ai_tasks ai_tasks_truncate_events
 CREATE TRIGGER ai_tasks_truncate_events AFTER TRUNCATE ON public.ai_tasks FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_truncate_events();
 
+-- TRIGGER: task_dependencies task_dependencies_check
+CREATE TRIGGER task_dependencies_check BEFORE INSERT ON public.task_dependencies FOR EACH ROW EXECUTE FUNCTION public.task_dependencies_check();
+
 -- TRIGGER: task_runs task_runs_guard_status
 CREATE TRIGGER task_runs_guard_status BEFORE INSERT OR UPDATE OF status ON public.task_runs FOR EACH ROW EXECUTE FUNCTION public.task_runs_guard_status();
+
+-- FK CONSTRAINT: ai_tasks ai_tasks_agent_id_fkey
+ALTER TABLE ONLY public.ai_tasks
+    ADD CONSTRAINT ai_tasks_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES public.agents(id) ON DELETE SET NULL;
+
+-- FK CONSTRAINT: ai_tasks ai_tasks_parent_task_id_fkey
+ALTER TABLE ONLY public.ai_tasks
+    ADD CONSTRAINT ai_tasks_parent_task_id_fkey FOREIGN KEY (parent_task_id) REFERENCES public.ai_tasks(id) ON DELETE SET NULL;
 
 -- FK CONSTRAINT: build_decisions build_decisions_task_id_fkey
 ALTER TABLE ONLY public.build_decisions
@@ -1174,6 +1533,10 @@ ALTER TABLE ONLY public.inbox_items
 ALTER TABLE ONLY public.task_checkpoints
     ADD CONSTRAINT task_checkpoints_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
 
+-- FK CONSTRAINT: task_dependencies task_dependencies_task_id_fkey
+ALTER TABLE ONLY public.task_dependencies
+    ADD CONSTRAINT task_dependencies_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
+
 -- FK CONSTRAINT: task_runs task_runs_task_id_fkey
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
@@ -1186,6 +1549,15 @@ CREATE POLICY agent_events_read_own ON public.agent_events FOR SELECT TO authent
 
 -- POLICY: agent_events agent_events_service
 CREATE POLICY agent_events_service ON public.agent_events TO service_role USING (true) WITH CHECK (true);
+
+-- ROW SECURITY: agents
+ALTER TABLE public.agents ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: agents agents_own
+CREATE POLICY agents_own ON public.agents TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[]))) WITH CHECK ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: agents agents_service
+CREATE POLICY agents_service ON public.agents TO service_role USING (true) WITH CHECK (true);
 
 -- ROW SECURITY: agentworker_migrations
 ALTER TABLE public.agentworker_migrations ENABLE ROW LEVEL SECURITY;
@@ -1229,6 +1601,18 @@ CREATE POLICY inbox_items_service ON public.inbox_items TO service_role USING (t
 -- ROW SECURITY: task_checkpoints
 ALTER TABLE public.task_checkpoints ENABLE ROW LEVEL SECURITY;
 
+-- ROW SECURITY: task_dependencies
+ALTER TABLE public.task_dependencies ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: task_dependencies task_dependencies_insert_own
+CREATE POLICY task_dependencies_insert_own ON public.task_dependencies FOR INSERT TO authenticated WITH CHECK ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: task_dependencies task_dependencies_read_own
+CREATE POLICY task_dependencies_read_own ON public.task_dependencies FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: task_dependencies task_dependencies_service
+CREATE POLICY task_dependencies_service ON public.task_dependencies TO service_role USING (true) WITH CHECK (true);
+
 -- ROW SECURITY: task_runs
 ALTER TABLE public.task_runs ENABLE ROW LEVEL SECURITY;
 
@@ -1264,6 +1648,15 @@ GRANT INSERT(prompt) ON TABLE public.ai_tasks TO authenticated;
 -- ACL: COLUMN ai_tasks.input
 GRANT INSERT(input) ON TABLE public.ai_tasks TO authenticated;
 
+-- ACL: COLUMN ai_tasks.agent_id
+GRANT INSERT(agent_id) ON TABLE public.ai_tasks TO authenticated;
+
+-- ACL: COLUMN ai_tasks.priority
+GRANT INSERT(priority) ON TABLE public.ai_tasks TO authenticated;
+
+-- ACL: COLUMN ai_tasks.parent_task_id
+GRANT INSERT(parent_task_id) ON TABLE public.ai_tasks TO authenticated;
+
 -- ACL: FUNCTION agent_events(public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agent_events(public.ai_tasks) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agent_events(public.ai_tasks) TO authenticated;
@@ -1275,6 +1668,9 @@ REVOKE ALL ON FUNCTION public.agent_events_announce() FROM PUBLIC;
 -- ACL: FUNCTION agent_events_assign_seq()
 REVOKE ALL ON FUNCTION public.agent_events_assign_seq() FROM PUBLIC;
 
+-- ACL: FUNCTION agents_guard_delete()
+REVOKE ALL ON FUNCTION public.agents_guard_delete() FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_announce_payloads(p_tasks uuid[], p_projects uuid[])
 REVOKE ALL ON FUNCTION public.agentworker_announce_payloads(p_tasks uuid[], p_projects uuid[]) FROM PUBLIC;
 
@@ -1282,6 +1678,9 @@ REVOKE ALL ON FUNCTION public.agentworker_announce_payloads(p_tasks uuid[], p_pr
 REVOKE ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expected_version integer, actor text) TO service_role;
+
+-- ACL: FUNCTION agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks)
+REVOKE ALL ON FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_caller_may_access(p_project_id uuid)
 REVOKE ALL ON FUNCTION public.agentworker_caller_may_access(p_project_id uuid) FROM PUBLIC;
@@ -1340,8 +1739,17 @@ REVOKE ALL ON FUNCTION public.ai_tasks(public.agent_events) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ai_tasks(public.agent_events) TO authenticated;
 GRANT ALL ON FUNCTION public.ai_tasks(public.agent_events) TO service_role;
 
+-- ACL: FUNCTION ai_tasks_cancel_children()
+REVOKE ALL ON FUNCTION public.ai_tasks_cancel_children() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_check_refs()
+REVOKE ALL ON FUNCTION public.ai_tasks_check_refs() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_clear_pause()
 REVOKE ALL ON FUNCTION public.ai_tasks_clear_pause() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_delete_dependencies()
+REVOKE ALL ON FUNCTION public.ai_tasks_delete_dependencies() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_delete_events()
 REVOKE ALL ON FUNCTION public.ai_tasks_delete_events() FROM PUBLIC;
@@ -1355,8 +1763,14 @@ REVOKE ALL ON FUNCTION public.ai_tasks_enqueue() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_guard_status()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_status() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_hold_for_dependencies()
+REVOKE ALL ON FUNCTION public.ai_tasks_hold_for_dependencies() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_inbox_completed()
 REVOKE ALL ON FUNCTION public.ai_tasks_inbox_completed() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_release_dependents()
+REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_requeue()
 REVOKE ALL ON FUNCTION public.ai_tasks_requeue() FROM PUBLIC;
@@ -1364,8 +1778,15 @@ REVOKE ALL ON FUNCTION public.ai_tasks_requeue() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_truncate_events()
 REVOKE ALL ON FUNCTION public.ai_tasks_truncate_events() FROM PUBLIC;
 
+-- ACL: FUNCTION task_dependencies_check()
+REVOKE ALL ON FUNCTION public.task_dependencies_check() FROM PUBLIC;
+
 -- ACL: FUNCTION task_runs_guard_status()
 REVOKE ALL ON FUNCTION public.task_runs_guard_status() FROM PUBLIC;
+
+-- ACL: TABLE agents
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO authenticated;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO service_role;
 
 -- ACL: TABLE inbox_items
 GRANT SELECT ON TABLE public.inbox_items TO authenticated;
@@ -1378,6 +1799,16 @@ GRANT SELECT ON TABLE public.task_runs TO service_role;
 -- ACL: TABLE project_usage_daily
 GRANT SELECT ON TABLE public.project_usage_daily TO authenticated;
 GRANT SELECT ON TABLE public.project_usage_daily TO service_role;
+
+-- ACL: TABLE task_dependencies
+GRANT SELECT,INSERT,DELETE ON TABLE public.task_dependencies TO service_role;
+GRANT SELECT ON TABLE public.task_dependencies TO authenticated;
+
+-- ACL: COLUMN task_dependencies.task_id
+GRANT INSERT(task_id) ON TABLE public.task_dependencies TO authenticated;
+
+-- ACL: COLUMN task_dependencies.depends_on_task_id
+GRANT INSERT(depends_on_task_id) ON TABLE public.task_dependencies TO authenticated;
 
 -- ACL: TABLE usage_daily
 GRANT SELECT ON TABLE public.usage_daily TO service_role;

@@ -55,6 +55,8 @@ const (
 	StatusCancelled     Status = "cancelled"
 	StatusPaused        Status = "paused"
 	StatusAwaitingInput Status = "awaiting_input"
+	// StatusWaiting: a dependency has not succeeded yet; the task has no job.
+	StatusWaiting Status = "waiting"
 )
 
 // Terminal reports whether no further work happens in this status without a retry.
@@ -71,7 +73,9 @@ func (s Status) Terminal() bool {
 func CanTransition(from, to Status) bool {
 	switch from {
 	case StatusQueued:
-		return to == StatusRunning || to == StatusCancelled || to == StatusPaused
+		return to == StatusRunning || to == StatusCancelled || to == StatusPaused || to == StatusWaiting
+	case StatusWaiting:
+		return to == StatusQueued || to == StatusBlocked || to == StatusCancelled || to == StatusPaused
 	case StatusRunning:
 		switch to {
 		case StatusSucceeded, StatusFailed, StatusBlocked, StatusCancelled,
@@ -80,7 +84,9 @@ func CanTransition(from, to Status) bool {
 		}
 	case StatusPaused, StatusAwaitingInput:
 		return to == StatusQueued || to == StatusCancelled
-	case StatusFailed, StatusBlocked, StatusCancelled:
+	case StatusBlocked:
+		return to == StatusQueued || to == StatusWaiting // retry, or its failed dependency retried
+	case StatusFailed, StatusCancelled:
 		return to == StatusQueued // retry
 	}
 	return false
@@ -113,11 +119,18 @@ type Task struct {
 	UpdatedAt  time.Time
 	StartedAt  *time.Time
 	FinishedAt *time.Time
+	// AgentID is the agent the task runs as, if any.
+	AgentID *uuid.UUID
+	// Priority is 1 (most urgent) … 4, its River job's priority.
+	Priority int
+	// ParentTaskID is the task this one is part of, if any.
+	ParentTaskID *uuid.UUID
 }
 
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
-	fence, retries, version, created_at, updated_at, started_at, finished_at`
+	fence, retries, version, created_at, updated_at, started_at, finished_at,
+	agent_id, priority, parent_task_id`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -129,7 +142,8 @@ func scanTask(row pgx.Row) (Task, error) {
 func taskDest(t *Task) []any {
 	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
-		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt}
+		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt,
+		&t.AgentID, &t.Priority, &t.ParentTaskID}
 }
 
 // NewTask is what an app supplies to create a task.
@@ -139,20 +153,90 @@ type NewTask struct {
 	Prompt    string
 	Input     json.RawMessage // nil means {}
 	Model     string
+	// AgentID names an enabled agent of the project to run the task as.
+	AgentID *uuid.UUID
+	// Priority is 1 (most urgent) … 4; 0 means the default, 2.
+	Priority int
+	// ParentTaskID names a task of the same project this one is part of.
+	ParentTaskID *uuid.UUID
+	// DependsOn lists tasks of the project that must succeed before this one
+	// starts; until then it is waiting. Inserted with the task, in one
+	// transaction.
+	DependsOn []uuid.UUID
 }
 
-// InsertTask creates a queued task. The pickup trigger enqueues its River
-// job in the same transaction.
+// RuleError is a task refused by a rule of the task graph; Code is the
+// error code apps see: INVALID_ASSIGNEE, INVALID_PARENT_TASK,
+// INVALID_TASK_DEPENDENCY or TASK_HAS_DEPENDENTS.
+type RuleError struct {
+	Code    string
+	Message string
+}
+
+func (e *RuleError) Error() string { return e.Message }
+
+// graphRules maps the constraint a graph rule raises under to its code.
+var graphRules = map[string]string{
+	"ai_tasks_agent":         "INVALID_ASSIGNEE",
+	"ai_tasks_parent":        "INVALID_PARENT_TASK",
+	"task_dependencies_rule": "INVALID_TASK_DEPENDENCY",
+	"ai_tasks_dependents":    "TASK_HAS_DEPENDENTS",
+	"agents_tasks":           "AGENT_HAS_TASKS",
+}
+
+// asRuleError returns err as a *RuleError when a graph rule refused it.
+func asRuleError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if code, ok := graphRules[pgErr.ConstraintName]; ok {
+			return &RuleError{Code: code, Message: pgErr.Message}
+		}
+	}
+	return err
+}
+
+// InsertTask creates a task: queued, or waiting when it depends on a task
+// that has not succeeded. The pickup trigger enqueues a queued task's River
+// job in the same transaction. With DependsOn, db must be able to begin a
+// transaction (a pool, a connection or a transaction).
 func InsertTask(ctx context.Context, db DBTX, nt NewTask) (Task, error) {
+	if len(nt.DependsOn) == 0 {
+		return insertTask(ctx, db, nt)
+	}
+	beginner, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return Task{}, fmt.Errorf("insert %s task for project %s with dependencies: %T cannot begin a transaction", nt.Type, nt.ProjectID, db)
+	}
+	var t Task
+	err := pgx.BeginFunc(ctx, beginner, func(tx pgx.Tx) error {
+		var err error
+		if t, err = insertTask(ctx, tx, nt); err != nil {
+			return err
+		}
+		if _, err = tx.Exec(ctx, `INSERT INTO task_dependencies (task_id, depends_on_task_id) SELECT $1, unnest($2::uuid[])`, t.ID, nt.DependsOn); err != nil {
+			return fmt.Errorf("insert the dependencies of task %s on %v: %w", t.ID, nt.DependsOn, asRuleError(err))
+		}
+		t, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM ai_tasks WHERE id = $1`, t.ID))
+		return err
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+func insertTask(ctx context.Context, db DBTX, nt NewTask) (Task, error) {
 	input := nt.Input
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	t, err := scanTask(db.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, input, model)
-		VALUES ($1, $2, $3, $4, nullif($5, '')) RETURNING `+taskColumns,
-		nt.ProjectID, nt.Type, nt.Prompt, input, nt.Model))
+	t, err := scanTask(db.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, input, model, agent_id, priority, parent_task_id)
+		VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce(nullif($7, 0), 2), $8) RETURNING `+taskColumns,
+		nt.ProjectID, nt.Type, nt.Prompt, input, nt.Model, nt.AgentID, nt.Priority, nt.ParentTaskID))
 	if err != nil {
-		return Task{}, fmt.Errorf("insert %s task for project %s: %w", nt.Type, nt.ProjectID, err)
+		return Task{}, fmt.Errorf("insert %s task for project %s: %w", nt.Type, nt.ProjectID, asRuleError(err))
 	}
 	return t, nil
 }

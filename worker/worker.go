@@ -301,9 +301,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Submit creates a task from Go. The River job is inserted with InsertTx in
-// the same transaction (the pickup trigger is told to stand aside), so the
-// task and its job commit together.
+// Submit creates a task from Go. The River job of a queued task is inserted
+// with InsertTx in the same transaction (the pickup trigger is told to stand
+// aside), at the task's priority, so the task and its job commit together.
 func (s *Service) Submit(ctx context.Context, nt agentsql.NewTask) (agentsql.Task, error) {
 	var task agentsql.Task
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -314,7 +314,10 @@ func (s *Service) Submit(ctx context.Context, nt agentsql.NewTask) (agentsql.Tas
 		if task, err = agentsql.InsertTask(ctx, tx, nt); err != nil {
 			return err
 		}
-		if _, err := s.client.InsertTx(ctx, tx, TaskArgs{TaskID: task.ID}, nil); err != nil {
+		if task.Status != agentsql.StatusQueued {
+			return nil // waiting: its last dependency's success enqueues it
+		}
+		if _, err := s.client.InsertTx(ctx, tx, TaskArgs{TaskID: task.ID}, &river.InsertOpts{Priority: task.Priority}); err != nil {
 			return fmt.Errorf("submit task %s: insert river job: %w", task.ID, err)
 		}
 		return nil
