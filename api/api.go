@@ -87,6 +87,7 @@ const (
 	projectScope scope = iota // a project the token must cover
 	taskScope                 // a task whose project the token must cover
 	inboxScope                // an inbox item whose project the token must cover
+	agentScope                // an agent whose project the token must cover
 )
 
 // handler serves a request the guard let through. It returns an error only
@@ -114,6 +115,11 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
 		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
+		{pattern: "GET /v1/projects/{id}/agents", scope: projectScope, handle: a.listAgents},
+		{pattern: "POST /v1/projects/{id}/agents", scope: projectScope, handle: a.createAgent},
+		{pattern: "GET /v1/agents/{id}", scope: agentScope, handle: a.getAgent},
+		{pattern: "PATCH /v1/agents/{id}", scope: agentScope, handle: a.updateAgent},
+		{pattern: "DELETE /v1/agents/{id}", scope: agentScope, handle: a.deleteAgent},
 	}
 	for _, action := range agentsql.Actions {
 		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})
@@ -184,6 +190,7 @@ type access struct {
 	id     uuid.UUID          // the route's {id}
 	task   agentsql.Task      // for task routes
 	item   agentsql.InboxItem // for inbox item routes
+	agent  agentsql.Agent     // for agent routes
 }
 
 type accessKey struct{}
@@ -216,6 +223,11 @@ func (a *API) authorize(r *http.Request, sc scope, claims auth.Claims) (access, 
 			return acc, notVisible(claims, err)
 		}
 		projectID = acc.item.ProjectID
+	case agentScope:
+		if acc.agent, err = agentsql.GetAgent(r.Context(), a.pool, id); err != nil {
+			return acc, notVisible(claims, err)
+		}
+		projectID = acc.agent.ProjectID
 	}
 	if !claims.CanAccess(projectID.String()) {
 		return acc, auth.ErrForbidden
@@ -236,7 +248,7 @@ func (a *API) cors(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.Set("Access-Control-Allow-Origin", origin)
-	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
 	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
 	h.Set("Access-Control-Max-Age", "600")
 }

@@ -425,6 +425,25 @@ func TestCreateTaskGraph(t *testing.T) {
 	if rp.status != http.StatusCreated || next.Status != "waiting" || next.Priority != 1 || next.ParentTaskID == nil || *next.ParentTaskID != head.ID {
 		t.Fatalf("dependent: %d %s", rp.status, rp.body)
 	}
+	read := func(path string) api.TaskView {
+		t.Helper()
+		var v api.TaskView
+		if rp := e.call(t, "GET", path, tok, "", nil); rp.status != http.StatusOK || json.Unmarshal(rp.body, &v) != nil {
+			t.Fatalf("GET %s: %d %s", path, rp.status, rp.body)
+		}
+		return v
+	}
+	if v := read("/v1/tasks/" + head.ID.String()); len(v.Dependents) != 1 || v.Dependents[0] != next.ID || len(v.Children) != 1 || v.Children[0] != next.ID {
+		t.Errorf("head's relations: dependents %v, children %v; want %s in both", v.Dependents, v.Children, next.ID)
+	}
+	if v := read("/v1/tasks/" + next.ID.String()); len(v.DependsOn) != 1 || v.DependsOn[0] != head.ID {
+		t.Errorf("dependent's depends_on %v, want %s", v.DependsOn, head.ID)
+	}
+	var children api.TaskList
+	if rp := e.call(t, "GET", submit+"?parent="+head.ID.String(), tok, "", nil); rp.status != http.StatusOK || json.Unmarshal(rp.body, &children) != nil ||
+		len(children.Tasks) != 1 || children.Tasks[0].ID != next.ID || children.Tasks[0].DependsOn[0] != head.ID {
+		t.Errorf("?parent=: %d %s", rp.status, rp.body)
+	}
 	for _, tt := range []struct{ name, body, code string }{
 		{"MissingDependency", `{"type":"chat","prompt":"x","depends_on":["` + uuid.NewString() + `"]}`, "INVALID_TASK_DEPENDENCY"},
 		{"MissingAgent", `{"type":"chat","prompt":"x","agent_id":"` + uuid.NewString() + `"}`, "INVALID_ASSIGNEE"},

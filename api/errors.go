@@ -27,6 +27,7 @@ const (
 	CodeInternal         = "INTERNAL_ERROR"
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSensitiveFile    = "SENSITIVE_FILE"
+	CodeAgentConflict    = "AGENT_VERSION_CONFLICT"
 )
 
 // apiError is a refusal with its status, code and message.
@@ -50,12 +51,14 @@ var errUnavailable = &apiError{http.StatusServiceUnavailable, CodeUnavailable, "
 // service bearer, who may see every project, learns it is missing.
 func notVisible(claims auth.Claims, err error) error {
 	switch {
-	case !errors.Is(err, agentsql.ErrTaskNotFound) && !errors.Is(err, agentsql.ErrInboxItemNotFound):
+	case !errors.Is(err, agentsql.ErrTaskNotFound) && !errors.Is(err, agentsql.ErrInboxItemNotFound) && !errors.Is(err, agentsql.ErrAgentNotFound):
 		return err
 	case claims.Role != auth.RoleService:
 		return auth.ErrForbidden
 	case errors.Is(err, agentsql.ErrTaskNotFound):
 		return &apiError{http.StatusNotFound, CodeTaskNotFound, "task not found"}
+	case errors.Is(err, agentsql.ErrAgentNotFound):
+		return &apiError{http.StatusNotFound, CodeNotFound, "agent not found"}
 	default:
 		return &apiError{http.StatusNotFound, CodeNotFound, "inbox item not found"}
 	}

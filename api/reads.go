@@ -25,13 +25,19 @@ import (
 // leaves out input, result and error (summary and error_message say what
 // they hold).
 type TaskView struct {
-	ID           uuid.UUID       `json:"id"`
-	ProjectID    uuid.UUID       `json:"project_id"`
-	Type         string          `json:"type"`
-	Status       string          `json:"status"`
-	Priority     int             `json:"priority,omitempty"`
-	AgentID      *uuid.UUID      `json:"agent_id,omitempty"`
-	ParentTaskID *uuid.UUID      `json:"parent_task_id,omitempty"`
+	ID           uuid.UUID  `json:"id"`
+	ProjectID    uuid.UUID  `json:"project_id"`
+	Type         string     `json:"type"`
+	Status       string     `json:"status"`
+	Priority     int        `json:"priority,omitempty"`
+	AgentID      *uuid.UUID `json:"agent_id,omitempty"`
+	ParentTaskID *uuid.UUID `json:"parent_task_id,omitempty"`
+	// DependsOn lists the tasks this one waits for; Dependents those that
+	// wait for it, Children those it is the parent of (the last two in
+	// GET /v1/tasks/{id} only).
+	DependsOn    []uuid.UUID     `json:"depends_on,omitempty"`
+	Dependents   []uuid.UUID     `json:"dependents,omitempty"`
+	Children     []uuid.UUID     `json:"children,omitempty"`
 	Prompt       string          `json:"prompt"`
 	Model        string          `json:"model,omitempty"`
 	Attempt      int             `json:"attempt"`
@@ -93,7 +99,13 @@ func (a *API) listTasks(w http.ResponseWriter, r *http.Request) error {
 			return validation("before %q is not a task id", s)
 		}
 	}
-	page, err := agentsql.ListProjectTasks(r.Context(), a.pool, accessOf(r).id, before, limit)
+	var parent uuid.UUID
+	if s := r.URL.Query().Get("parent"); s != "" {
+		if parent, err = uuid.Parse(s); err != nil {
+			return validation("parent %q is not a task id", s)
+		}
+	}
+	page, err := agentsql.ListProjectTasks(r.Context(), a.pool, accessOf(r).id, agentsql.TaskQuery{Before: before, Limit: limit, Parent: parent})
 	if err != nil {
 		return err
 	}
@@ -102,7 +114,8 @@ func (a *API) listTasks(w http.ResponseWriter, r *http.Request) error {
 		out.Tasks[i] = TaskView{ID: t.ID, ProjectID: accessOf(r).id, Type: string(t.Type), Status: string(t.Status), Prompt: t.Prompt,
 			Model: t.Model, Attempt: t.Attempt, Iterations: t.Iterations, TokensIn: t.TokensIn, TokensOut: t.TokensOut,
 			CostUSD: t.Cost, Summary: t.Summary, ErrorMessage: t.ErrorMessage, Version: t.Version,
-			CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+			CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+			Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID, DependsOn: t.DependsOn}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -116,7 +129,11 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, viewOf(t, iterations))
+	v := viewOf(t, iterations)
+	if v.DependsOn, v.Dependents, v.Children, err = agentsql.TaskRelations(r.Context(), a.pool, t.ID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 

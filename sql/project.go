@@ -33,6 +33,20 @@ type TaskSummary struct {
 	UpdatedAt    time.Time
 	StartedAt    *time.Time
 	FinishedAt   *time.Time
+	Priority     int
+	AgentID      *uuid.UUID
+	ParentTaskID *uuid.UUID
+	DependsOn    []uuid.UUID // the tasks it waits for, succeeded or not
+}
+
+// TaskQuery selects a page of a project's tasks.
+type TaskQuery struct {
+	// Before pages to the tasks older than this one (uuid.Nil: the newest).
+	Before uuid.UUID
+	// Limit is the page size.
+	Limit int
+	// Parent keeps only the children of this task (uuid.Nil: every task).
+	Parent uuid.UUID
 }
 
 // TaskPage is a page of a project's tasks, newest first, with the project
@@ -50,10 +64,10 @@ type TaskPage struct {
 const taskIterations = `coalesce((t.result ->> 'iterations')::int,
 	(SELECT c.iteration FROM task_checkpoints c WHERE c.task_id = t.id), 0)`
 
-// ListProjectTasks returns up to limit tasks of a project, newest first,
-// older than the task before when it is not uuid.Nil (a task of another
-// project as before gives an empty page).
-func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, before uuid.UUID, limit int) (TaskPage, error) {
+// ListProjectTasks returns up to q.Limit tasks of a project, newest first,
+// older than q.Before when it is not uuid.Nil (a task of another project as
+// Before gives an empty page), children of q.Parent when it is not.
+func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQuery) (TaskPage, error) {
 	// One statement, so the tasks and the head cursor share a snapshot.
 	rows, err := db.Query(ctx, `WITH head AS (
 			SELECT xid::text::bigint AS xid, id FROM agent_events
@@ -63,13 +77,15 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, before 
 			t.id, t.type, t.status, left(coalesce(t.prompt, ''), 200), coalesce(t.model, ''), t.attempt,
 			`+taskIterations+`, t.tokens_in, t.tokens_out, t.cost::float8,
 			coalesce(t.result ->> 'summary', ''), coalesce(t.error ->> 'message', ''), t.version,
-			t.created_at, t.updated_at, t.started_at, t.finished_at
+			t.created_at, t.updated_at, t.started_at, t.finished_at, t.priority, t.agent_id, t.parent_task_id,
+			(SELECT array_agg(d.depends_on_task_id ORDER BY d.created_at) FROM task_dependencies d WHERE d.task_id = t.id)
 		FROM (SELECT 1) one
 		LEFT JOIN LATERAL (
 			SELECT * FROM ai_tasks t WHERE t.project_id = $1
 			  AND ($2 = '00000000-0000-0000-0000-000000000000'::uuid
 			       OR (t.created_at, t.id) < (SELECT b.created_at, b.id FROM ai_tasks b WHERE b.id = $2 AND b.project_id = $1))
-			ORDER BY t.created_at DESC, t.id DESC LIMIT $3) t ON true`, projectID, before, limit)
+			  AND ($4 = '00000000-0000-0000-0000-000000000000'::uuid OR t.parent_task_id = $4)
+			ORDER BY t.created_at DESC, t.id DESC LIMIT $3) t ON true`, projectID, q.Before, q.Limit, q.Parent)
 	if err != nil {
 		return TaskPage{}, fmt.Errorf("list tasks of project %s: %w", projectID, err)
 	}
@@ -86,10 +102,11 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, before 
 			tokensIn, tokensOut            *int64
 			cost                           *float64
 			createdAt, updatedAt           *time.Time
+			priority                       *int
 		)
 		if err := rows.Scan(&page.Head.Xid, &page.Head.ID, &id, &typ, &status, &prompt, &model, &attempt,
 			&iterations, &tokensIn, &tokensOut, &cost, &summary, &errMsg, &version,
-			&createdAt, &updatedAt, &s.StartedAt, &s.FinishedAt); err != nil {
+			&createdAt, &updatedAt, &s.StartedAt, &s.FinishedAt, &priority, &s.AgentID, &s.ParentTaskID, &s.DependsOn); err != nil {
 			return TaskPage{}, fmt.Errorf("list tasks of project %s: %w", projectID, err)
 		}
 		if id == nil { // no task: the row carries only the head
@@ -98,6 +115,7 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, before 
 		s.ID, s.Type, s.Status, s.Prompt, s.Model, s.Attempt = *id, TaskType(*typ), Status(*status), *prompt, *model, *attempt
 		s.Iterations, s.TokensIn, s.TokensOut, s.Cost = *iterations, *tokensIn, *tokensOut, *cost
 		s.Summary, s.ErrorMessage, s.Version, s.CreatedAt, s.UpdatedAt = *summary, *errMsg, *version, *createdAt, *updatedAt
+		s.Priority = *priority
 		page.Tasks = append(page.Tasks, s)
 	}
 	if err := rows.Err(); err != nil {

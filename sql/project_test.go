@@ -114,7 +114,7 @@ func TestListProjectTasks(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	project := uuid.New()
-	empty, err := agentsql.ListProjectTasks(t.Context(), pool, project, uuid.Nil, 10)
+	empty, err := agentsql.ListProjectTasks(t.Context(), pool, project, agentsql.TaskQuery{Limit: 10})
 	if err != nil || len(empty.Tasks) != 0 || empty.Head != (agentsql.ProjectCursor{}) {
 		t.Fatalf("empty project: %+v, %v", empty, err)
 	}
@@ -127,7 +127,7 @@ func TestListProjectTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := agentsql.ListProjectTasks(t.Context(), pool, project, uuid.Nil, 2)
+	page, err := agentsql.ListProjectTasks(t.Context(), pool, project, agentsql.TaskQuery{Limit: 2})
 	if err != nil || len(page.Tasks) != 2 || page.Tasks[0].ID != ids[2] || page.Tasks[1].ID != ids[1] {
 		t.Fatalf("first page = %+v, %v; want the two newest", page.Tasks, err)
 	}
@@ -137,13 +137,13 @@ func TestListProjectTasks(t *testing.T) {
 	// The head waits for every older transaction in the cluster to end
 	// (other tests' too): it reaches the event, never passes it.
 	poll.Until(t, "the head to reach the event", 30*time.Second, func() bool {
-		p, err := agentsql.ListProjectTasks(t.Context(), pool, project, uuid.Nil, 1)
+		p, err := agentsql.ListProjectTasks(t.Context(), pool, project, agentsql.TaskQuery{Limit: 1})
 		if err != nil || p.Head.ID != 0 && p.Head.ID != ev[0].ID {
 			t.Fatalf("head = %+v, %v; want none yet or the cursor of event %d", p.Head, err, ev[0].ID)
 		}
 		return p.Head.ID == ev[0].ID && p.Head.Xid != 0
 	})
-	next, err := agentsql.ListProjectTasks(t.Context(), pool, project, ids[1], 2)
+	next, err := agentsql.ListProjectTasks(t.Context(), pool, project, agentsql.TaskQuery{Before: ids[1], Limit: 2})
 	if err != nil || len(next.Tasks) != 1 || next.Tasks[0].ID != ids[0] {
 		t.Errorf("page before %s = %+v, %v", ids[1], next.Tasks, err)
 	}

@@ -165,9 +165,10 @@ type NewTask struct {
 	DependsOn []uuid.UUID
 }
 
-// RuleError is a task refused by a rule of the task graph; Code is the
+// RuleError is a write refused by a rule of the task graph; Code is the
 // error code apps see: INVALID_ASSIGNEE, INVALID_PARENT_TASK,
-// INVALID_TASK_DEPENDENCY or TASK_HAS_DEPENDENTS.
+// INVALID_TASK_DEPENDENCY, TASK_HAS_DEPENDENTS, AGENT_HAS_TASKS or
+// AGENT_NAME_TAKEN.
 type RuleError struct {
 	Code    string
 	Message string
@@ -177,11 +178,12 @@ func (e *RuleError) Error() string { return e.Message }
 
 // graphRules maps the constraint a graph rule raises under to its code.
 var graphRules = map[string]string{
-	"ai_tasks_agent":         "INVALID_ASSIGNEE",
-	"ai_tasks_parent":        "INVALID_PARENT_TASK",
-	"task_dependencies_rule": "INVALID_TASK_DEPENDENCY",
-	"ai_tasks_dependents":    "TASK_HAS_DEPENDENTS",
-	"agents_tasks":           "AGENT_HAS_TASKS",
+	"ai_tasks_agent":             "INVALID_ASSIGNEE",
+	"ai_tasks_parent":            "INVALID_PARENT_TASK",
+	"task_dependencies_rule":     "INVALID_TASK_DEPENDENCY",
+	"ai_tasks_dependents":        "TASK_HAS_DEPENDENTS",
+	"agents_tasks":               "AGENT_HAS_TASKS",
+	"agents_project_id_name_key": "AGENT_NAME_TAKEN",
 }
 
 // asRuleError returns err as a *RuleError when a graph rule refused it.
@@ -486,4 +488,18 @@ func TaskGauges(ctx context.Context, db DBTX) (map[Status]int64, int64, error) {
 		return nil, 0, fmt.Errorf("count queued jobs: %w", err)
 	}
 	return counts, depth, nil
+}
+
+// TaskRelations reads the tasks a task depends on, those that depend on it
+// and its children, each oldest first.
+func TaskRelations(ctx context.Context, db DBTX, id uuid.UUID) (dependsOn, dependents, children []uuid.UUID, err error) {
+	err = db.QueryRow(ctx, `SELECT
+			(SELECT array_agg(depends_on_task_id ORDER BY created_at) FROM task_dependencies WHERE task_id = $1),
+			(SELECT array_agg(task_id ORDER BY created_at) FROM task_dependencies WHERE depends_on_task_id = $1),
+			(SELECT array_agg(id ORDER BY created_at) FROM ai_tasks WHERE parent_task_id = $1)`, id).
+		Scan(&dependsOn, &dependents, &children)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read the relations of task %s: %w", id, err)
+	}
+	return dependsOn, dependents, children, nil
 }
