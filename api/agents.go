@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/agentworker/agentworker/handlers/tools"
