@@ -63,6 +63,10 @@ const (
 
 // Config tunes the runner.
 type Config struct {
+	// ReservedPaths are files the service writes into every project itself
+	// (its tasks.md): the tools may read them, never change them. Defaults
+	// to none.
+	ReservedPaths []string
 	// MaxIterations caps LLM calls per task: the iteration budget,
 	// reaching which pauses the task. input.budget.max_iterations may
 	// lower it, never raise it. Defaults to 25.
@@ -399,7 +403,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
 			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
-				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Workspace: b.ws},
+				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Reserved: r.cfg.ReservedPaths, Workspace: b.ws},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,

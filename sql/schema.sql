@@ -768,7 +768,7 @@ BEGIN
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'TASK_HAS_DEPENDENTS: task % is a dependency of task %', v.depends_on_task_id, v.task_id
-            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'task_dependencies_rule';
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ai_tasks_dependents';
     END IF;
     DELETE FROM task_dependencies d USING old_rows o WHERE d.depends_on_task_id = o.id;
     RETURN NULL;
@@ -1321,6 +1321,16 @@ COMMENT ON TABLE public.task_dependencies IS 'task_id waits (status waiting, no 
 -- COMMENT: COLUMN task_dependencies.project_id
 COMMENT ON COLUMN public.task_dependencies.project_id IS 'The project of both tasks; set by the database.';
 
+-- TABLE: tasks_md_cursor
+CREATE TABLE public.tasks_md_cursor (
+    id boolean DEFAULT true NOT NULL,
+    xid xid8 DEFAULT '0'::xid8 NOT NULL,
+    CONSTRAINT tasks_md_cursor_id_check CHECK (id)
+);
+
+-- COMMENT: TABLE tasks_md_cursor
+COMMENT ON TABLE public.tasks_md_cursor IS 'How far the tasks.md renderer has read the agent_phase events: every event below xid is rendered.';
+
 -- VIEW: usage_daily
 CREATE VIEW public.usage_daily WITH (security_invoker='true') AS
  SELECT ((COALESCE(r.finished_at, r.created_at) AT TIME ZONE 'UTC'::text))::date AS day,
@@ -1408,8 +1418,15 @@ ALTER TABLE ONLY public.task_runs
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_attempt_key UNIQUE (task_id, attempt);
 
+-- CONSTRAINT: tasks_md_cursor tasks_md_cursor_pkey
+ALTER TABLE ONLY public.tasks_md_cursor
+    ADD CONSTRAINT tasks_md_cursor_pkey PRIMARY KEY (id);
+
 -- INDEX: agent_events_batch_idx
 CREATE UNIQUE INDEX agent_events_batch_idx ON public.agent_events USING btree (task_id, batch) WHERE (batch IS NOT NULL);
+
+-- INDEX: agent_events_phase_xid_idx
+CREATE INDEX agent_events_phase_xid_idx ON public.agent_events USING btree (xid) WHERE (type = 'agent_phase'::text);
 
 -- INDEX: agent_events_project_xid_idx
 CREATE INDEX agent_events_project_xid_idx ON public.agent_events USING btree (project_id, xid, id);
@@ -1623,6 +1640,9 @@ CREATE POLICY task_runs_read_own ON public.task_runs FOR SELECT TO authenticated
 
 -- POLICY: task_runs task_runs_service
 CREATE POLICY task_runs_service ON public.task_runs TO service_role USING (true) WITH CHECK (true);
+
+-- ROW SECURITY: tasks_md_cursor
+ALTER TABLE public.tasks_md_cursor ENABLE ROW LEVEL SECURITY;
 
 -- ACL: SCHEMA public
 GRANT USAGE ON SCHEMA public TO authenticated;

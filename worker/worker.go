@@ -96,6 +96,13 @@ type Config struct {
 	// the last events are announced. Without it the database's trigger
 	// notifies inside each task's transactions.
 	Announcer *events.Announcer
+	// TasksMD, when its Store and Path are set, keeps each project's task
+	// list at Path in its storage, rewritten within about TasksMDInterval of
+	// a status change. Defaults to off.
+	TasksMD TasksMDConfig
+	// TasksMDInterval is how often the leader renders the changed projects'
+	// task lists. Defaults to 1 second.
+	TasksMDInterval time.Duration
 	// ID names this worker in task_runs and logs. Defaults to host-pid.
 	ID string
 	// Logger defaults to discarding.
@@ -176,6 +183,9 @@ func (c Config) withDefaults() Config {
 	if c.LeaseSweepInterval <= 0 {
 		c.LeaseSweepInterval = min(c.Lease/6, 5*time.Second)
 	}
+	if c.TasksMDInterval <= 0 {
+		c.TasksMDInterval = time.Second
+	}
 	if c.StuckIdleTimeout <= 0 {
 		c.StuckIdleTimeout = 10 * time.Minute
 	}
@@ -215,6 +225,19 @@ func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Conf
 	if err := river.AddWorkerSafely(workers, &reconcileWorker{svc: s}); err != nil {
 		return nil, fmt.Errorf("register reconcile worker: %w", err)
 	}
+	periodic := []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return reconcileArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}),
+	}
+	if cfg.TasksMD.Store != nil && cfg.TasksMD.Path != "" {
+		if err := river.AddWorkerSafely(workers, &tasksMDWorker{svc: s}); err != nil {
+			return nil, fmt.Errorf("register tasks.md worker: %w", err)
+		}
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.TasksMDInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return tasksMDArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}))
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                cfg.ID,
 		Logger:            cfg.Logger,
@@ -228,11 +251,7 @@ func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Conf
 		Workers: workers,
 		// Periodic jobs run only on River's elected leader, so the backstop
 		// runs once per cluster, however many replicas there are.
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.ReconcileInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return reconcileArgs{}, nil },
-				&river.PeriodicJobOpts{RunOnStart: true}),
-		},
+		PeriodicJobs: periodic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)

@@ -2,7 +2,9 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/agentworker/agentworker/storage"
 )
@@ -15,11 +17,15 @@ import (
 type guarded struct {
 	storage.Store
 	scope             *storage.Scope
+	reserved          []string
 	maxRead, maxWrite int64
 }
 
+// ErrReservedPath refuses a change to a path the service writes itself.
+var ErrReservedPath = errors.New("the service writes this file itself; read it, but do not change it")
+
 func guard(env Env) storage.Store {
-	g := guarded{Store: env.Store, scope: env.Scope, maxRead: env.MaxReadBytes, maxWrite: env.MaxWriteBytes}
+	g := guarded{Store: env.Store, scope: env.Scope, reserved: env.Reserved, maxRead: env.MaxReadBytes, maxWrite: env.MaxWriteBytes}
 	if g.maxRead <= 0 {
 		g.maxRead = storage.DefaultMaxReadBytes
 	}
@@ -43,6 +49,9 @@ func (g guarded) writable(p string) (string, error) {
 	clean, err := g.readable(p)
 	if err != nil {
 		return "", err
+	}
+	if slices.Contains(g.reserved, clean) {
+		return "", fmt.Errorf("%s: %w", clean, ErrReservedPath)
 	}
 	return clean, g.scope.Check(clean)
 }

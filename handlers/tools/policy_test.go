@@ -141,3 +141,34 @@ func TestRequestInputForEveryTaskType(t *testing.T) {
 		}
 	}
 }
+
+// TestReservedPathsReadOnly: the file the service writes itself (tasks.md)
+// can be read, never written, edited, deleted, moved or moved onto.
+func TestReservedPathsReadOnly(t *testing.T) {
+	t.Parallel()
+	files := map[string]string{"tasks.md": "# Tasks\n", "notes.md": "n\n"}
+	reg, env := setup(t, files)
+	env.Reserved = []string{"tasks.md"}
+	if r := reg.Call(t.Context(), env, "read_file", `{"path":"tasks.md"}`); !r.Success {
+		t.Fatalf("read tasks.md = %+v", r)
+	}
+	for _, tt := range []struct{ name, tool, args string }{
+		{"Write", "write_file", `{"path":"tasks.md","content":"x"}`},
+		{"WriteDotSlash", "write_file", `{"path":"./tasks.md","content":"x"}`},
+		{"Edit", "edit_file", `{"path":"tasks.md","old_string":"Tasks","new_string":"Mine"}`},
+		{"Patch", "apply_patch", `{"patch":"*** Begin Patch\n*** Delete File: tasks.md\n*** End Patch"}`},
+		{"Delete", "delete_file", `{"path":"tasks.md"}`},
+		{"MoveAway", "move_file", `{"fromPath":"tasks.md","toPath":"old.md"}`},
+		{"MoveOnto", "move_file", `{"fromPath":"notes.md","toPath":"tasks.md","overwrite":true}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := reg.Call(t.Context(), env, tt.tool, tt.args)
+			if r.Success || !strings.Contains(r.Output, "the service writes this file itself") {
+				t.Fatalf("%s %s = %+v, want refused as reserved", tt.tool, tt.args, r)
+			}
+		})
+	}
+	if c, _, _ := env.Store.Read(t.Context(), "p", "tasks.md"); string(c) != "# Tasks\n" {
+		t.Errorf("tasks.md changed: %q", c)
+	}
+}

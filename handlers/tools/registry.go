@@ -55,6 +55,9 @@ type Env struct {
 	// Scope, when set, confines writes, deletes and moves to the task's
 	// allowed_paths.
 	Scope *storage.Scope
+	// Reserved are paths the service writes itself (the project's tasks.md):
+	// a tool may read them but never write, delete or move onto them.
+	Reserved []string
 	// MaxReadBytes and MaxWriteBytes cap the size of a file read or
 	// written. Default to storage.DefaultMaxReadBytes and DefaultMaxWriteBytes.
 	MaxReadBytes, MaxWriteBytes int64

@@ -542,12 +542,31 @@ CREATE TRIGGER ai_tasks_cancel_children AFTER UPDATE OF status ON ai_tasks
     EXECUTE FUNCTION ai_tasks_cancel_children();
 
 ------------------------------------------------------------------------------
+-- tasks.md: the project's task list in its storage, rewritten after a status
+-- change. Every status change writes an agent_phase event; the renderer
+-- reads the projects with phase events at or past its cursor and moves the
+-- cursor to its snapshot's xmin, so a change that commits late is never
+-- skipped.
+------------------------------------------------------------------------------
+
+CREATE INDEX agent_events_phase_xid_idx ON agent_events (xid) WHERE type = 'agent_phase';
+
+CREATE TABLE tasks_md_cursor (
+    id  boolean PRIMARY KEY DEFAULT true CHECK (id),
+    xid xid8 NOT NULL DEFAULT '0'
+);
+INSERT INTO tasks_md_cursor DEFAULT VALUES;
+
+COMMENT ON TABLE tasks_md_cursor IS 'How far the tasks.md renderer has read the agent_phase events: every event below xid is rendered.';
+
+------------------------------------------------------------------------------
 -- Row level security (the baseline's rule)
 ------------------------------------------------------------------------------
 
 ALTER TABLE agents ENABLE ROW LEVEL SECURITY;
 ALTER TABLE task_dependencies ENABLE ROW LEVEL SECURITY;
-REVOKE ALL ON agents, task_dependencies FROM PUBLIC, anon, authenticated, service_role;
+ALTER TABLE tasks_md_cursor ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON agents, task_dependencies, tasks_md_cursor FROM PUBLIC, anon, authenticated, service_role;
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON agents TO authenticated, service_role;
 CREATE POLICY agents_service ON agents TO service_role USING (true) WITH CHECK (true);
