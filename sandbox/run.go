@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
 	"slices"
 	"time"
@@ -28,6 +27,9 @@ type Outcome struct {
 	Output   Output
 	Sync     SyncStats
 	Install  Install
+	// Refused says why the dependencies were not installed: one comes from
+	// outside the registry. Stage is StageInstall; nothing ran.
+	Refused string
 }
 
 // Passed reports whether the script ran and exited 0.
@@ -37,6 +39,8 @@ func (o Outcome) Passed() bool { return o.Stage == StageRun && o.ExitCode == 0 &
 func (o Outcome) Summary() string {
 	d := o.Duration.Round(100 * time.Millisecond)
 	switch {
+	case o.Refused != "":
+		return "the dependencies were not installed: " + o.Refused
 	case o.TimedOut:
 		return fmt.Sprintf("%s was killed after its %s timeout", o.Command, o.Timeout)
 	case o.Stage == StageInstall:
@@ -67,12 +71,24 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	if o.Sync, err = w.sync(ctx); err != nil {
 		return o, err
 	}
-	pkg, err := w.root.ReadFile("package.json")
-	if errors.Is(err, fs.ErrNotExist) {
+	// The host reads only what the project's files put in the workspace:
+	// a command may have left anything beside them.
+	if _, ok := w.synced["package.json"]; !ok {
 		return o, ErrNoPackageJSON
 	}
+	pkg, err := w.readRegular("package.json")
 	if err != nil {
-		return o, fmt.Errorf("read package.json: %w", err)
+		return o, err
+	}
+	lockName, lock := "", []byte(nil)
+	for _, name := range lockfiles {
+		if _, ok := w.synced[name]; ok {
+			if lock, err = w.readRegular(name); err != nil {
+				return o, err
+			}
+			lockName = name
+			break
+		}
 	}
 	scripts, err := parseScripts(pkg)
 	if err != nil {
@@ -91,9 +107,14 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 		return o, err
 	}
 	defer release()
-	modules, inst, failed, done, err := w.sb.deps.ensure(ctx, w.root)
+	modules, inst, failed, done, err := w.sb.deps.ensure(ctx, w.projectID, pkg, lockName, lock)
 	defer done()
 	o.Install = inst
+	var se *SourceError
+	if errors.As(err, &se) {
+		o.Stage, o.Command, o.Refused, o.ExitCode = StageInstall, inst.Command, se.Error(), -1
+		return o, nil
+	}
 	if err != nil {
 		return o, err
 	}

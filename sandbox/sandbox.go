@@ -42,8 +42,12 @@ type Config struct {
 	// agentworker-sandbox under os.TempDir().
 	Dir string
 	// CacheDir holds installed dependencies by lockfile hash and npm's
-	// download cache. Defaults to Dir/cache.
+	// download caches, one per project. Defaults to Dir/cache.
 	CacheDir string
+	// Registry is the npm registry installs fetch from, the one host the
+	// install step reaches. Defaults to npm_config_registry of the
+	// environment, else https://registry.npmjs.org/.
+	Registry string
 	// Concurrency caps the sandboxed processes (installs and commands)
 	// this process runs at once. Defaults to 2.
 	Concurrency int
@@ -101,6 +105,13 @@ func (c Config) withDefaults() Config {
 	if c.CacheDir == "" {
 		c.CacheDir = filepath.Join(c.Dir, "cache")
 	}
+	if c.Registry == "" {
+		c.Registry = os.Getenv("npm_config_registry")
+	}
+	if c.Registry == "" {
+		c.Registry = defaultRegistry
+	}
+	c.Registry = strings.TrimSuffix(c.Registry, "/") + "/"
 	if c.Concurrency <= 0 {
 		c.Concurrency = 2
 	}
@@ -202,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err := s.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	s.deps = &installs{sb: s, dir: filepath.Join(cfg.CacheDir, "deps"), npmCache: filepath.Join(cfg.CacheDir, "npm"), locks: map[string]chan struct{}{}}
+	s.deps = &installs{sb: s, dir: filepath.Join(cfg.CacheDir, "deps"), npmCaches: filepath.Join(cfg.CacheDir, "npm-projects"), locks: map[string]chan struct{}{}}
 	if err := s.probe(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -237,7 +248,12 @@ func (s *Sandbox) prepareDirs() error {
 			return fmt.Errorf("create sandbox directory: %w", err)
 		}
 	}
-	for _, d := range []string{filepath.Join(s.cfg.CacheDir, "deps"), filepath.Join(s.cfg.CacheDir, "npm")} {
+	// npm's download cache was once shared by every project: one project
+	// could leave there what another installed.
+	if err := os.RemoveAll(filepath.Join(s.cfg.CacheDir, "npm")); err != nil {
+		return fmt.Errorf("remove the shared npm cache: %w", err)
+	}
+	for _, d := range []string{filepath.Join(s.cfg.CacheDir, "deps"), filepath.Join(s.cfg.CacheDir, "npm-projects")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create sandbox directory: %w", err)
 		}

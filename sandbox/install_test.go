@@ -1,0 +1,104 @@
+package sandbox_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentworker/agentworker/sandbox"
+)
+
+// TestInstallRefusesNonRegistrySources: a dependency from a git
+// repository, a local path or a tarball URL, or a lockfile entry resolved
+// outside the registry, is refused before npm runs: nothing is fetched
+// (the loopback server the sources name sees no request) and the model is
+// told why.
+func TestInstallRefusesNonRegistrySources(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	pkg := func(deps string) string {
+		return `{"name": "p", "version": "1.0.0", "scripts": {"typecheck": "true"}, "devDependencies": {` + deps + `}}`
+	}
+	lock := func(entry string) string {
+		return `{"name": "p", "version": "1.0.0", "lockfileVersion": 3, "requires": true, "packages": {
+			"": {"name": "p", "version": "1.0.0", "devDependencies": {"outer": "1.0.0"}}, ` + entry + `}}`
+	}
+	for _, tc := range []struct {
+		name, pkg, lock, reason string
+	}{
+		{"GitURL", pkg(`"outer": "git+http://` + host + `/outer.git"`), "", "a git repository"},
+		{"GitHubShorthand", pkg(`"outer": "someone/outer#main"`), "", "a git repository"},
+		{"AliasToGit", pkg(`"outer": "npm:outer@git+http://` + host + `/outer.git"`), "", "a git repository"},
+		{"FilePath", pkg(`"outer": "file:../outer"`), "", "a local path"},
+		{"Link", pkg(`"outer": "link:../outer"`), "", "a local path"},
+		{"TarballURL", pkg(`"outer": "http://` + host + `/outer-1.0.0.tgz"`), "", "a tarball URL"},
+		{"Override", `{"name": "p", "scripts": {"typecheck": "true"}, "devDependencies": {"outer": "1.0.0"}, "overrides": {"inner": "git+http://` + host + `/inner.git"}}`, "", "a git repository"},
+		{"LockfileResolvedOnLoopback", pkg(`"outer": "1.0.0"`), lock(`"node_modules/outer": {"version": "1.0.0", "resolved": "http://` + host + `/outer/-/outer-1.0.0.tgz"}`), "resolved outside the registry"},
+		{"LockfileResolvedToGit", pkg(`"outer": "1.0.0"`), lock(`"node_modules/outer": {"version": "1.0.0", "resolved": "git+http://` + host + `/outer.git#abc"}`), "resolved outside the registry"},
+		{"LockfileRegistryLookalike", pkg(`"outer": "1.0.0"`), lock(`"node_modules/outer": {"version": "1.0.0", "resolved": "https://registry.npmjs.org.` + host + `/outer/-/outer-1.0.0.tgz"}`), "resolved outside the registry"},
+		{"LockfileLink", pkg(`"outer": "1.0.0"`), lock(`"node_modules/outer": {"resolved": "../outer", "link": true}, "../outer": {"version": "1.0.0"}`), "a local path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			files := map[string]string{"package.json": tc.pkg, "package-lock.json": tc.lock}
+			if tc.lock == "" {
+				files["package-lock.json"] = ""
+			}
+			f := setup(t, nil, files)
+			if tc.lock == "" {
+				if err := f.store.Delete(t.Context(), project, "package-lock.json"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := f.ws.Run(t.Context(), "typecheck", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Stage != sandbox.StageInstall || out.Refused == "" || out.Passed() || !strings.Contains(out.Refused, tc.reason) ||
+				!strings.Contains(out.Summary(), "only packages of the registry are installed") {
+				t.Fatalf("outcome: stage %s, refused %q, summary %q\n%s", out.Stage, out.Refused, out.Summary(), out.Output.Full())
+			}
+			if n := hits.Load(); n > 0 {
+				t.Fatalf("the install reached the loopback server %d times", n)
+			}
+		})
+	}
+}
+
+// TestAFifoInTheWorkspaceDoesNotBlock: a command leaves a FIFO where npm
+// looks for a lockfile; the next run neither opens it nor waits.
+func TestAFifoInTheWorkspaceDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"fifo": "mkfifo npm-shrinkwrap.json && echo made"}, nil)
+	f.run(t, "fifo", time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	type result struct {
+		out sandbox.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := f.ws.Run(ctx, "typecheck", time.Minute)
+		done <- result{out, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run after a FIFO was left in the workspace has not returned after 2 minutes")
+	}
+	if r.err != nil || !r.out.Passed() {
+		t.Fatalf("run: %v, %s\n%s", r.err, r.out.Summary(), r.out.Output.Full())
+	}
+}
