@@ -128,11 +128,23 @@ func (i *installs) install(ctx context.Context, projectID, key, dir string, pkg 
 			env[k] = v
 		}
 	}
-	argv := strings.Fields(command)
+	sockDir, err := proxyDir(i.sb.runDir)
+	if err != nil {
+		return nil, fmt.Errorf("install dependencies: %w", err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "registry.sock")
+	proxy, err := startRegistryProxy(sock, i.sb.cfg.Registry, i.sb.cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("install dependencies: %w", err)
+	}
+	defer proxy.Close()
+	argv := append([]string{"node", "-e", registryForwarder, "--"}, strings.Fields(command)...)
 	for _, k := range slices.Sorted(maps.Keys(pinnedNpm(i.sb.cfg.Registry))) {
 		argv = append(argv, "--"+k+"="+pinnedNpm(i.sb.cfg.Registry)[k])
 	}
-	res, err := i.sb.exec(ctx, spec{workspace: tmp, npmCache: npmCache, network: true, env: env, argv: argv, timeout: i.sb.cfg.InstallTimeout})
+	res, err := i.sb.exec(ctx, spec{workspace: tmp, npmCache: npmCache, registry: sock, env: env, argv: argv, timeout: i.sb.cfg.InstallTimeout})
+	proxy.Close()
 	if err != nil {
 		return nil, fmt.Errorf("install dependencies: %w", err)
 	}

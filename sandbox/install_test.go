@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/sandbox"
+	"github.com/agentworker/agentworker/testing/sandboxtest"
 )
 
 // TestInstallRefusesNonRegistrySources: a dependency from a git
@@ -101,4 +102,20 @@ func TestAFifoInTheWorkspaceDoesNotBlock(t *testing.T) {
 	if r.err != nil || !r.out.Passed() {
 		t.Fatalf("run: %v, %s\n%s", r.err, r.out.Summary(), r.out.Output.Full())
 	}
+}
+
+// TestAFreshInstallReachesTheRegistryThroughItsProxy: with an empty cache,
+// the fixture's dependencies come from the registry through the install
+// step's proxy, the only way out of its sandbox.
+func TestAFreshInstallReachesTheRegistryThroughItsProxy(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil, nil)
+	sb := sandboxtest.New(t, sandbox.Config{CacheDir: sandboxtest.Dir(t)})
+	ws := sb.Workspace(t.Name(), f.store, project)
+	t.Cleanup(func() { ws.Close() })
+	out, err := ws.Run(t.Context(), "typecheck", 0)
+	if err != nil || !out.Passed() || out.Install.Cached || out.Install.Command != "npm ci" {
+		t.Fatalf("run: %v, %s, install %+v\n%s", err, out.Summary(), out.Install, out.Output.Full())
+	}
+	t.Logf("a fresh npm ci of typescript through the registry proxy: %s", out.Install.Duration)
 }

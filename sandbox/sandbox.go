@@ -371,7 +371,7 @@ type spec struct {
 	workspace   string            // bound read-write at /work
 	nodeModules string            // bound read-only at /work/node_modules, if set
 	npmCache    string            // bound read-write at /cache, if set
-	network     bool              // share the host's network (installs only)
+	registry    string            // the registry proxy's socket, bound at registrySocket (installs only)
 	env         map[string]string // besides the base environment
 	argv        []string
 	timeout     time.Duration
@@ -386,11 +386,11 @@ type execResult struct {
 }
 
 // etcFiles are the files of /etc a process may see; /etc as a whole holds
-// the host's secrets. resolv.conf, hosts and the certificates are added for
-// installs, which reach the registry.
+// the host's secrets. The certificates are added for installs, which reach
+// the registry over TLS.
 var (
 	etcFiles    = []string{"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"}
-	etcNetwork  = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki"}
+	etcNetwork  = []string{"/etc/ssl", "/etc/ca-certificates", "/etc/pki"}
 	rootAliases = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32"}
 )
 
@@ -401,11 +401,8 @@ func (s *Sandbox) args(sp spec) []string {
 		"--hostname", "sandbox", "--info-fd", "3",
 		"--ro-bind", "/usr", "/usr",
 	}
-	if sp.network {
-		a = append(a, "--share-net")
-	}
 	etc := etcFiles
-	if sp.network {
+	if sp.registry != "" {
 		etc = append(append([]string{}, etcFiles...), etcNetwork...)
 	}
 	for _, f := range etc {
@@ -432,6 +429,11 @@ func (s *Sandbox) args(sp spec) []string {
 	}
 	if sp.npmCache != "" {
 		a = append(a, "--bind", sp.npmCache, "/cache")
+	}
+	// Every process has a network namespace of its own with only loopback;
+	// an install reaches the registry through its proxy's socket.
+	if sp.registry != "" {
+		a = append(a, "--bind", sp.registry, registrySocket)
 	}
 	// The root bwrap builds (a tmpfs holding the mount points) becomes
 	// read-only too: only /work and /tmp take writes.
