@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,6 +191,9 @@ type Sandbox struct {
 // wrapping ErrUnavailable says what is missing.
 func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
+	if err := closeInheritedOnExec(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	s := &Sandbox{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), asUser: os.Geteuid() == 0}
 	var err error
 	if s.bwrap, err = exec.LookPath(cfg.Bwrap); err != nil {
@@ -218,6 +222,36 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return s, nil
+}
+
+// closeInheritedOnExec marks every descriptor from 3 up close-on-exec. A
+// descriptor this process inherited without the flag (a shell's open
+// directory or file) would otherwise reach every process it starts, the
+// sandbox's included; the descriptors a sandbox needs are passed to it
+// explicitly.
+func closeInheritedOnExec() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+	}
+	// Linux before 5.11: one descriptor at a time.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("mark descriptor %d close-on-exec: %w", fd, err)
+		}
+	}
+	return nil
 }
 
 // underUsr finds a program the sandbox needs; the sandbox sees only /usr of
