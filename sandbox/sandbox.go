@@ -182,7 +182,8 @@ type Sandbox struct {
 	runDir  string // this process's workspaces
 	slots   chan struct{}
 	deps    *installs
-	asUser  bool // running as root: the sandbox runs as cfg.UID
+	asUser  bool   // running as root: the sandbox runs as cfg.UID
+	seccomp []byte // the filter every sandboxed process runs under
 }
 
 // New checks that the sandbox can start here — bubblewrap with a user
@@ -214,6 +215,9 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: %s --version: %w", ErrUnavailable, nodePath, err)
 	}
 	s.node = strings.TrimSpace(string(version))
+	if s.seccomp, err = seccompFilter(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	if err := s.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -432,7 +436,7 @@ var (
 func (s *Sandbox) args(sp spec) []string {
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-		"--hostname", "sandbox", "--info-fd", "3",
+		"--hostname", "sandbox", "--info-fd", "3", "--seccomp", "4",
 		"--ro-bind", "/usr", "/usr",
 	}
 	etc := etcFiles
@@ -511,13 +515,20 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		return execResult{}, fmt.Errorf("sandbox info pipe: %w", err)
 	}
 	defer infoR.Close()
-	cmd.ExtraFiles = []*os.File{infoW}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	filter, err := s.filterFile()
+	if err != nil {
 		infoW.Close()
+		return execResult{}, err
+	}
+	// Only these descriptors reach bwrap (3 and 4); bwrap closes them.
+	cmd.ExtraFiles = []*os.File{infoW, filter}
+	start := time.Now()
+	err = cmd.Start()
+	infoW.Close()
+	filter.Close()
+	if err != nil {
 		return execResult{}, fmt.Errorf("start %s: %w", s.bwrap, err)
 	}
-	infoW.Close()
 	// bwrap reports the host pid of the sandbox's init: once it is gone, so
 	// is every process of the sandbox (its pid namespace dies with it).
 	initFD := make(chan int, 1)
@@ -565,6 +576,22 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		return res, fmt.Errorf("run sandboxed %s: %w", sp.argv[0], waitErr)
 	}
 	return res, nil
+}
+
+// filterFile returns a pipe's read end holding the seccomp filter, for
+// bwrap to read.
+func (s *Sandbox) filterFile() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp filter pipe: %w", err)
+	}
+	// The filter (a few hundred bytes) fits in the pipe's buffer.
+	_, werr := w.Write(s.seccomp)
+	if err := errors.Join(werr, w.Close()); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seccomp filter pipe: %w", err)
+	}
+	return r, nil
 }
 
 // waitGone waits until the process of a pidfd has exited.
