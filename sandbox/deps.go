@@ -143,10 +143,18 @@ func (i *installs) install(ctx context.Context, projectID, key, dir string, pkg 
 	for _, k := range slices.Sorted(maps.Keys(pinnedNpm(i.sb.cfg.Registry))) {
 		argv = append(argv, "--"+k+"="+pinnedNpm(i.sb.cfg.Registry)[k])
 	}
-	res, err := i.sb.exec(ctx, spec{workspace: tmp, npmCache: npmCache, registry: sock, env: env, argv: argv, timeout: i.sb.cfg.InstallTimeout})
+	q := &quota{what: "the install", dirs: []string{tmp, npmCache}, maxBytes: i.sb.cfg.MaxInstallBytes}
+	res, err := i.sb.exec(ctx, spec{workspace: tmp, npmCache: npmCache, registry: sock, env: env, argv: argv, timeout: i.sb.cfg.InstallTimeout, quota: q})
 	proxy.Close()
 	if err != nil {
 		return nil, fmt.Errorf("install dependencies: %w", err)
+	}
+	if res.overQuota != "" {
+		// The cache holds part of what went over.
+		if err := os.RemoveAll(npmCache); err != nil {
+			return nil, fmt.Errorf("install dependencies: remove the npm cache over its limit: %w", err)
+		}
+		return &res, nil
 	}
 	if res.exitCode != 0 || res.timedOut {
 		return &res, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -118,4 +120,52 @@ func TestAFreshInstallReachesTheRegistryThroughItsProxy(t *testing.T) {
 		t.Fatalf("run: %v, %s, install %+v\n%s", err, out.Summary(), out.Install, out.Output.Full())
 	}
 	t.Logf("a fresh npm ci of typescript through the registry proxy: %s", out.Install.Duration)
+}
+
+// TestDiskLimits: a command that writes past the workspace's limit is
+// stopped and its writes removed; an install past its limit fails, and
+// its npm cache is not kept.
+func TestDiskLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("Workspace", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, map[string]string{"fill": "for i in 1 2 3 4 5 6 7 8 9 10; do head -c 16M /dev/zero > fill$i; done; echo filled"}, nil)
+		sb := sandboxtest.New(t, sandbox.Config{MaxWorkspaceBytes: 64 << 20})
+		ws := sb.Workspace(t.Name(), f.store, project)
+		t.Cleanup(func() { ws.Close() })
+		out, err := ws.Run(t.Context(), "fill", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.OverLimit == "" || out.ExitCode != -1 || out.Passed() || strings.Contains(out.Output.Full(), "\nfilled\n") ||
+			!strings.Contains(out.Summary(), "npm run fill was stopped after") || !strings.Contains(out.Summary(), "it wrote more than 64 MiB in the workspace") {
+			t.Fatalf("%s\n%s", out.Summary(), out.Output.Full())
+		}
+		if ws.Dir() != "" {
+			t.Errorf("the workspace over its limit was kept at %s", ws.Dir())
+		}
+		if again, err := ws.Run(t.Context(), "typecheck", 0); err != nil || !again.Passed() || again.Sync.Written != len(sandboxtest.Fixture()) {
+			t.Fatalf("the run after: %v, %s, %+v", err, again.Summary(), again.Sync)
+		}
+	})
+	t.Run("Install", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, nil, nil)
+		cache := sandboxtest.Dir(t)
+		sb := sandboxtest.New(t, sandbox.Config{CacheDir: cache, MaxInstallBytes: 4 << 20})
+		ws := sb.Workspace(t.Name(), f.store, project)
+		t.Cleanup(func() { ws.Close() })
+		out, err := ws.Run(t.Context(), "typecheck", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Stage != sandbox.StageInstall || out.OverLimit != "it wrote more than 4 MiB in the install" || out.Passed() {
+			t.Fatalf("%s, over limit %q\n%s", out.Summary(), out.OverLimit, out.Output.Full())
+		}
+		caches, _ := os.ReadDir(filepath.Join(cache, "npm-projects"))
+		deps, _ := os.ReadDir(filepath.Join(cache, "deps"))
+		if len(caches) != 0 || len(deps) != 0 {
+			t.Errorf("left after the install over its limit: npm caches %v, installs %v", caches, deps)
+		}
+	})
 }

@@ -30,6 +30,9 @@ type Outcome struct {
 	// Refused says why the dependencies were not installed: one comes from
 	// outside the registry. Stage is StageInstall; nothing ran.
 	Refused string
+	// OverLimit says how the command (or the install) went over a disk
+	// limit; it was stopped. ExitCode is -1.
+	OverLimit string
 }
 
 // Passed reports whether the script ran and exited 0.
@@ -41,6 +44,8 @@ func (o Outcome) Summary() string {
 	switch {
 	case o.Refused != "":
 		return "the dependencies were not installed: " + o.Refused
+	case o.OverLimit != "":
+		return fmt.Sprintf("%s was stopped after %s: %s", o.Command, d, o.OverLimit)
 	case o.TimedOut:
 		return fmt.Sprintf("%s was killed after its %s timeout", o.Command, o.Timeout)
 	case o.Stage == StageInstall:
@@ -120,13 +125,21 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	}
 	if failed != nil {
 		o.Stage, o.Command, o.Timeout = StageInstall, inst.Command, w.sb.cfg.InstallTimeout
-		o.ExitCode, o.TimedOut, o.Duration, o.Output = failed.exitCode, failed.timedOut, failed.duration, failed.output
+		o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = failed.exitCode, failed.timedOut, failed.duration, failed.output, failed.overQuota
 		return o, nil
 	}
-	res, err := w.sb.exec(ctx, spec{workspace: w.dir, nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout})
+	q := &quota{what: "the workspace", dirs: []string{w.dir}, maxBytes: w.sb.cfg.MaxWorkspaceBytes}
+	res, err := w.sb.exec(ctx, spec{workspace: w.dir, nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout, quota: q})
 	if err != nil {
 		return o, err
 	}
-	o.ExitCode, o.TimedOut, o.Duration, o.Output = res.exitCode, res.timedOut, res.duration, res.output
+	o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = res.exitCode, res.timedOut, res.duration, res.output, res.overQuota
+	if o.OverLimit != "" {
+		// What the command wrote does not stay: the next run starts from
+		// the project's files.
+		if err := w.remove(); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }

@@ -65,8 +65,13 @@ type Config struct {
 	// MaxFileBytes: project files larger than this are not put in the
 	// workspace. Defaults to 32 MiB.
 	MaxFileBytes int64
-	// MaxWorkspaceBytes caps a workspace's project files. Defaults to 512 MiB.
+	// MaxWorkspaceBytes caps a workspace on disk: the project's files and
+	// what commands write beside them; a command past it is stopped and
+	// the workspace made anew. Defaults to 512 MiB.
 	MaxWorkspaceBytes int64
+	// MaxInstallBytes caps what an install writes on disk: the installed
+	// dependencies and the project's npm cache. Defaults to 2 GiB.
+	MaxInstallBytes int64
 	// MaxInstalls is how many dependency installs the cache keeps; the least
 	// recently used go first. Defaults to 16.
 	MaxInstalls int
@@ -97,6 +102,9 @@ type Limits struct {
 	FileBytes int64
 	// TmpBytes is the size of the tmpfs at /tmp. Defaults to 256 MiB.
 	TmpBytes int64
+	// ShmBytes is the size of the tmpfs at /dev/shm; the rest of /dev is
+	// read-only. Defaults to 16 MiB.
+	ShmBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -135,6 +143,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxWorkspaceBytes <= 0 {
 		c.MaxWorkspaceBytes = 512 << 20
 	}
+	if c.MaxInstallBytes <= 0 {
+		c.MaxInstallBytes = 2 << 30
+	}
 	if c.MaxInstalls <= 0 {
 		c.MaxInstalls = 16
 	}
@@ -153,6 +164,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.TmpBytes <= 0 {
 		l.TmpBytes = 256 << 20
+	}
+	if l.ShmBytes <= 0 {
+		l.ShmBytes = 16 << 20
 	}
 	if c.UID <= 0 {
 		c.UID = 65534
@@ -413,14 +427,16 @@ type spec struct {
 	env         map[string]string // besides the base environment
 	argv        []string
 	timeout     time.Duration
+	quota       *quota // the disk its writable directories may use, if set
 }
 
 // execResult is how a sandboxed process ended.
 type execResult struct {
-	exitCode int // -1 when killed on timeout
-	timedOut bool
-	duration time.Duration
-	output   Output
+	exitCode  int // -1 when killed on timeout or over its quota
+	timedOut  bool
+	overQuota string // how it exceeded its quota, when it did
+	duration  time.Duration
+	output    Output
 }
 
 // etcFiles are the files of /etc a process may see; /etc as a whole holds
@@ -460,8 +476,11 @@ func (s *Sandbox) args(sp spec) []string {
 			a = append(a, "--ro-bind", d, d)
 		}
 	}
+	// /dev holds the device nodes only, read-only; its shared memory is a
+	// small tmpfs of its own.
 	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
-		"--proc", "/proc", "--dev", "/dev", "--bind", sp.workspace, "/work")
+		"--proc", "/proc", "--dev", "/dev", "--size", strconv.FormatInt(s.cfg.Limits.ShmBytes, 10), "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev", "--bind", sp.workspace, "/work")
 	if sp.nodeModules != "" {
 		a = append(a, "--ro-bind", sp.nodeModules, "/work/node_modules")
 	}
@@ -546,12 +565,22 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	}()
 
 	var timedOut, killed atomic.Bool
+	var overQuota atomic.Pointer[string]
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	timer := time.AfterFunc(sp.timeout, func() { timedOut.Store(true); kill() })
 	stop := context.AfterFunc(ctx, func() { killed.Store(true); kill() })
+	exited := make(chan struct{})
+	var watched <-chan struct{}
+	if sp.quota != nil {
+		watched = sp.quota.watch(exited, func(why string) { overQuota.Store(&why); kill() })
+	}
 	waitErr := cmd.Wait()
+	close(exited)
 	timer.Stop()
 	stop()
+	if sp.quota != nil {
+		<-watched
+	}
 	res := execResult{duration: time.Since(start), output: out.output(), exitCode: -1}
 	if cmd.ProcessState != nil {
 		res.exitCode = cmd.ProcessState.ExitCode()
@@ -564,9 +593,18 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 			return res, err
 		}
 	}
+	if why := overQuota.Load(); why != nil {
+		res.overQuota = *why
+	} else if sp.quota != nil && !killed.Load() {
+		// What it wrote since the last measure.
+		res.overQuota = sp.quota.over()
+	}
 	switch {
 	case killed.Load():
 		return res, fmt.Errorf("sandboxed %s stopped: %w", sp.argv[0], context.Cause(ctx))
+	case res.overQuota != "":
+		res.exitCode = -1
+		return res, nil
 	case timedOut.Load():
 		res.timedOut, res.exitCode = true, -1
 		return res, nil

@@ -350,12 +350,19 @@ func (w *Workspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	return w.remove()
+}
+
+// remove deletes the workspace's directory; the next sync makes it anew.
+func (w *Workspace) remove() error {
 	if w.root == nil {
 		return nil
 	}
 	w.root.Close()
-	if err := os.RemoveAll(w.dir); err != nil {
-		return fmt.Errorf("remove workspace %s: %w", w.dir, err)
+	dir := w.dir
+	w.root, w.dir, w.synced = nil, "", map[string]synced{}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove workspace %s: %w", dir, err)
 	}
 	return nil
 }
