@@ -112,12 +112,24 @@ func TestAFifoInTheWorkspaceDoesNotBlock(t *testing.T) {
 func TestAFreshInstallReachesTheRegistryThroughItsProxy(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil, nil)
-	sb := sandboxtest.New(t, sandbox.Config{CacheDir: sandboxtest.Dir(t)})
+	cache := sandboxtest.Dir(t)
+	// An npm cache once shared by every project is removed at start.
+	if err := os.MkdirAll(filepath.Join(cache, "npm", "_cacache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandboxtest.New(t, sandbox.Config{CacheDir: cache})
+	if _, err := os.Stat(filepath.Join(cache, "npm")); !os.IsNotExist(err) {
+		t.Errorf("the shared npm cache is still there: %v", err)
+	}
 	ws := sb.Workspace(t.Name(), f.store, project)
 	t.Cleanup(func() { ws.Close() })
 	out, err := ws.Run(t.Context(), "typecheck", 0)
 	if err != nil || !out.Passed() || out.Install.Cached || out.Install.Command != "npm ci" {
 		t.Fatalf("run: %v, %s, install %+v\n%s", err, out.Summary(), out.Install, out.Output.Full())
+	}
+	// The project's own npm cache: another project's install gets another.
+	if caches, err := os.ReadDir(filepath.Join(cache, "npm-projects")); err != nil || len(caches) != 1 {
+		t.Errorf("npm caches: %v, %v; want the project's one", caches, err)
 	}
 	t.Logf("a fresh npm ci of typescript through the registry proxy: %s", out.Install.Duration)
 }

@@ -154,3 +154,39 @@ func newTestSandbox(t *testing.T) *Sandbox {
 	}
 	return sb
 }
+
+// TestAGitDependencyPastTheChecksFetchesNothing: were a git dependency to
+// pass the source checks, npm could still not fetch it: git is pinned to a
+// program that does not exist, and the sandbox has no network but the
+// registry proxy. The loopback server it names sees no request.
+func TestAGitDependencyPastTheChecksFetchesNothing(t *testing.T) {
+	t.Parallel()
+	sb := newTestSandbox(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	pkg := fmt.Sprintf(`{"name": "p", "version": "1.0.0", "dependencies": {"outer": "git+http://%s/outer.git"}}`, ln.Addr())
+	dir := filepath.Join(sb.deps.dir, "git-test")
+	res, err := sb.deps.install(t.Context(), "p", "git-test", dir, []byte(pkg), "", nil, "npm install")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res == nil || res.exitCode == 0 {
+		t.Fatalf("the install succeeded: %+v", res)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the install reached the loopback server")
+	default:
+	}
+	t.Logf("npm: %s", strings.TrimSpace(res.output.Full()))
+}
