@@ -8,9 +8,11 @@
 // A [Workspace] is the project as one task sees it, materialised in a
 // directory of its own and synced incrementally before each command. Its
 // dependencies are installed by npm ci (npm install without a lockfile) in
-// a separate sandboxed step that may reach the package registry; installs
-// are cached by the hash of package.json and the lockfile and mounted
-// read-only as node_modules.
+// a separate sandboxed step that reaches the registry, through a proxy,
+// and nothing else, and runs no code of the project or its dependencies:
+// dependencies from outside the registry are refused. Installs are cached
+// by the hash of package.json and the lockfile and mounted read-only as
+// node_modules. Every sandboxed process runs under a seccomp filter.
 package sandbox
 
 import (
