@@ -214,15 +214,15 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	s := &Sandbox{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), asUser: os.Geteuid() == 0}
 	var err error
 	if s.bwrap, err = exec.LookPath(cfg.Bwrap); err != nil {
-		return nil, fmt.Errorf("%w: bubblewrap (%s) not found: install the bubblewrap package: %w", ErrUnavailable, cfg.Bwrap, err)
+		return nil, fmt.Errorf("%w: bubblewrap (%s) not found: install the %s package: %w", ErrUnavailable, cfg.Bwrap, Packages()["bwrap"], err)
 	}
-	if s.prlimit, err = underUsr("prlimit", "util-linux"); err != nil {
+	if s.prlimit, err = underUsr("prlimit"); err != nil {
 		return nil, err
 	}
-	if _, err := underUsr("npm", "npm"); err != nil {
+	if _, err := underUsr("npm"); err != nil {
 		return nil, err
 	}
-	nodePath, err := underUsr("node", "nodejs")
+	nodePath, err := underUsr("node")
 	if err != nil {
 		return nil, err
 	}
@@ -274,9 +274,17 @@ func closeInheritedOnExec() error {
 	return nil
 }
 
+// Packages are the programs the sandbox needs and the Debian packages that
+// install them, for the messages that say what is missing and for images
+// that ship the sandbox.
+func Packages() map[string]string {
+	return map[string]string{"bwrap": "bubblewrap", "node": "nodejs", "npm": "npm", "prlimit": "util-linux"}
+}
+
 // underUsr finds a program the sandbox needs; the sandbox sees only /usr of
 // the host's file system, so the program must live there.
-func underUsr(name, pkg string) (string, error) {
+func underUsr(name string) (string, error) {
+	pkg := Packages()[name]
 	p, err := exec.LookPath(name)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s not found: install the %s package", ErrUnavailable, name, pkg)
