@@ -40,6 +40,7 @@ export interface ToolCallPayload {
   toolName: string;
   argsSummary?: string;
   resultSummary?: string;
+  /** false too when a command ran to a non-zero exit */
   success: boolean;
   /** milliseconds */
   duration?: number;

@@ -75,7 +75,7 @@ type ToolCall struct {
 	ToolName      string `json:"toolName"`
 	ArgsSummary   string `json:"argsSummary,omitempty"`
 	ResultSummary string `json:"resultSummary,omitempty"`
-	Success       bool   `json:"success"`
+	Success       bool   `json:"success"`            // false too when a command ran to a non-zero exit
 	Duration      int64  `json:"duration,omitempty"` // milliseconds
 	FromPath      string `json:"fromPath,omitempty"` // move_file only
 	ToPath        string `json:"toPath,omitempty"`   // move_file only

@@ -105,7 +105,7 @@ func TestTypeErrorToldByTypecheckThenFixed(t *testing.T) {
 	}
 	calls := commandCalls(t, evs)
 	if len(calls) != 2 || calls[0].Command != "npm run typecheck" || calls[0].ArgsSummary != "npm_typecheck" ||
-		*calls[0].ExitCode != 2 || *calls[1].ExitCode != 0 || !calls[0].Success || calls[0].Duration <= 0 {
+		*calls[0].ExitCode != 2 || *calls[1].ExitCode != 0 || calls[0].Success || !calls[1].Success || calls[0].Duration <= 0 {
 		t.Fatalf("run_command events: %+v", calls)
 	}
 	logs := logEvents(t, evs, "npm run typecheck")

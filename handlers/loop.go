@@ -652,10 +652,16 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	if !json.Valid(result) {
 		result, _ = json.Marshal(full)
 	}
+	// A command that ran to a non-zero exit is a call the model acts on,
+	// not a failed call for the loop, but the timeline shows it failed: a
+	// failing check is never a green tick.
+	if res.ExitCode != nil && *res.ExitCode != 0 {
+		success = false
+	}
 	evs := []events.Payload{
 		events.Progress{Kind: events.KindToolComplete, ToolName: call.Name, ToolResult: result, ToolSuccess: &success, Duration: duration, Iteration: l.iterations},
 		events.ToolCall{ToolName: call.Name, ArgsSummary: summarizeArgs(call), ResultSummary: res.Summary,
-			Success: res.Success, Duration: duration, FromPath: res.FromPath, ToPath: res.ToPath,
+			Success: success, Duration: duration, FromPath: res.FromPath, ToPath: res.ToPath,
 			Command: res.Command, ExitCode: res.ExitCode},
 	}
 	for _, c := range res.Changes {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,9 +22,9 @@ import (
 // version, package.json and the lockfile, holding the node_modules npm
 // installed for them.
 type installs struct {
-	sb       *Sandbox
-	dir      string // <CacheDir>/deps
-	npmCache string // npm's download cache, shared by installs
+	sb        *Sandbox
+	dir       string // <CacheDir>/deps
+	npmCaches string // <CacheDir>/npm-projects: npm's download cache, one per project
 
 	mu    sync.Mutex
 	locks map[string]chan struct{} // key → held while installing it
@@ -34,8 +35,8 @@ type installs struct {
 var lockfiles = []string{"npm-shrinkwrap.json", "package-lock.json"}
 
 // installEnv are the variables of this process an install may see: how to
-// reach the registry, never credentials.
-var installEnv = []string{"NODE_EXTRA_CA_CERTS", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "npm_config_registry"}
+// trust the registry, never credentials.
+var installEnv = []string{"NODE_EXTRA_CA_CERTS"}
 
 // Install says how a command's dependencies were provided.
 type Install struct {
@@ -44,29 +45,22 @@ type Install struct {
 	Duration time.Duration // of an install made for this command
 }
 
-// ensure returns the node_modules directory for the workspace's
-// package.json and lockfile, installing it first unless cached, and a
-// release func to call when the command using it has ended. A failed
-// install is returned as failed (its exit code and output), not cached.
-func (i *installs) ensure(ctx context.Context, root *os.Root) (modules string, inst Install, failed *execResult, release func(), err error) {
+// ensure returns the node_modules directory for a project's package.json
+// and lockfile, installing it first unless cached, and a release func to
+// call when the command using it has ended. A failed install is returned
+// as failed (its exit code and output), not cached; a dependency from
+// outside the registry is a *SourceError, and nothing is installed.
+func (i *installs) ensure(ctx context.Context, projectID string, pkg []byte, lockName string, lock []byte) (modules string, inst Install, failed *execResult, release func(), err error) {
 	release = func() {}
-	pkg, err := root.ReadFile("package.json")
-	if err != nil {
-		return "", inst, nil, release, fmt.Errorf("read package.json: %w", err)
-	}
 	if !hasDependencies(pkg) {
 		return "", inst, nil, release, nil
-	}
-	lockName, lock := "", []byte(nil)
-	for _, name := range lockfiles {
-		if b, err := root.ReadFile(name); err == nil {
-			lockName, lock = name, b
-			break
-		}
 	}
 	inst.Command = "npm install"
 	if lockName != "" {
 		inst.Command = "npm ci"
+	}
+	if err := checkSources(pkg, lockName, lock, i.sb.cfg.Registry); err != nil {
+		return "", inst, nil, release, err
 	}
 	key := installKey(i.sb.node, pkg, lockName, lock)
 	dir := filepath.Join(i.dir, key)
@@ -83,7 +77,7 @@ func (i *installs) ensure(ctx context.Context, root *os.Root) (modules string, i
 		return filepath.Join(dir, "node_modules"), inst, nil, i.use(key), nil
 	}
 	start := time.Now()
-	res, err := i.install(ctx, key, dir, pkg, lockName, lock, inst.Command)
+	res, err := i.install(ctx, projectID, key, dir, pkg, lockName, lock, inst.Command)
 	inst.Duration = time.Since(start)
 	if err != nil || res != nil {
 		return "", inst, res, release, err
@@ -96,7 +90,7 @@ func (i *installs) ensure(ctx context.Context, root *os.Root) (modules string, i
 // install runs npm in a sandbox with network over a fresh directory, and
 // moves the result into the cache when it succeeds. Packages' install
 // scripts do not run: they would run code from the network with network.
-func (i *installs) install(ctx context.Context, key, dir string, pkg []byte, lockName string, lock []byte, command string) (*execResult, error) {
+func (i *installs) install(ctx context.Context, projectID, key, dir string, pkg []byte, lockName string, lock []byte, command string) (*execResult, error) {
 	tmp, err := os.MkdirTemp(i.dir, ".tmp-"+key+"-")
 	if err != nil {
 		return nil, fmt.Errorf("install dependencies: %w", err)
@@ -121,16 +115,46 @@ func (i *installs) install(ctx context.Context, key, dir string, pkg []byte, loc
 	if err := i.sb.own(tmp); err != nil {
 		return nil, err
 	}
-	env := map[string]string{"npm_config_cache": "/cache"}
+	npmCache, err := i.npmCache(projectID)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for k, v := range pinnedNpm(i.sb.cfg.Registry) {
+		env["npm_config_"+strings.ReplaceAll(k, "-", "_")] = v
+	}
 	for _, k := range installEnv {
 		if v, ok := os.LookupEnv(k); ok {
 			env[k] = v
 		}
 	}
-	argv := append(strings.Fields(command), "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
-	res, err := i.sb.exec(ctx, spec{workspace: tmp, npmCache: i.npmCache, network: true, env: env, argv: argv, timeout: i.sb.cfg.InstallTimeout})
+	sockDir, err := proxyDir(i.sb.runDir)
 	if err != nil {
 		return nil, fmt.Errorf("install dependencies: %w", err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "registry.sock")
+	proxy, err := startRegistryProxy(sock, i.sb.cfg.Registry, i.sb.cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("install dependencies: %w", err)
+	}
+	defer proxy.Close()
+	argv := append([]string{"node", "-e", registryForwarder, "--"}, strings.Fields(command)...)
+	for _, k := range slices.Sorted(maps.Keys(pinnedNpm(i.sb.cfg.Registry))) {
+		argv = append(argv, "--"+k+"="+pinnedNpm(i.sb.cfg.Registry)[k])
+	}
+	q := &quota{what: "the install", dirs: []string{tmp, npmCache}, maxBytes: i.sb.cfg.MaxInstallBytes}
+	res, err := i.sb.exec(ctx, spec{workspace: tmp, npmCache: npmCache, registry: sock, env: env, argv: argv, timeout: i.sb.cfg.InstallTimeout, quota: q})
+	proxy.Close()
+	if err != nil {
+		return nil, fmt.Errorf("install dependencies: %w", err)
+	}
+	if res.overQuota != "" {
+		// The cache holds part of what went over.
+		if err := os.RemoveAll(npmCache); err != nil {
+			return nil, fmt.Errorf("install dependencies: remove the npm cache over its limit: %w", err)
+		}
+		return &res, nil
 	}
 	if res.exitCode != 0 || res.timedOut {
 		return &res, nil
@@ -148,9 +172,44 @@ func (i *installs) install(ctx context.Context, key, dir string, pkg []byte, loc
 	return nil, nil
 }
 
-// installKey names an install: node's version, package.json without its
-// scripts (installs run none, and a changed script needs no new install)
-// and the lockfile.
+// pinnedNpm are the npm settings of an install, given on its command line
+// and in its environment, which npm reads before any .npmrc: a package
+// cannot name a program for npm to run (git, a script shell) or another
+// registry. Git names a program that does not exist, so a git dependency
+// fails before anything is cloned.
+func pinnedNpm(registry string) map[string]string {
+	return map[string]string{
+		"registry": registry, "replace-registry-host": "npmjs",
+		"cache": "/cache", "userconfig": "/dev/null/user-npmrc", "globalconfig": "/dev/null/global-npmrc",
+		"git": "/dev/null/git", "ignore-scripts": "true", "script-shell": "/dev/null/sh",
+		"install-links": "false", "audit": "false", "fund": "false", "update-notifier": "false",
+		"strict-ssl": "true", "loglevel": "error",
+	}
+}
+
+// npmCache returns npm's download cache of a project: what one project's
+// install fetched is never read by another's.
+func (i *installs) npmCache(projectID string) (string, error) {
+	sum := sha256.Sum256([]byte(projectID))
+	dir := filepath.Join(i.npmCaches, hex.EncodeToString(sum[:12]))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("install dependencies: npm cache: %w", err)
+	}
+	if err := i.sb.own(dir); err != nil {
+		return "", err
+	}
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now) // recently used: evicted last
+	return dir, nil
+}
+
+// installVersion names how installs are made: installs made before
+// dependencies were refused from outside the registry are not reused.
+const installVersion = "registry-only-1"
+
+// installKey names an install: how installs are made, node's version,
+// package.json without its scripts (installs run none, and a changed
+// script needs no new install) and the lockfile.
 func installKey(node string, pkg []byte, lockName string, lock []byte) string {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(pkg, &fields) == nil {
@@ -158,7 +217,7 @@ func installKey(node string, pkg []byte, lockName string, lock []byte) string {
 		pkg, _ = json.Marshal(fields) // keys sorted: the same fields, the same key
 	}
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(node), pkg, []byte(lockName), lock} {
+	for _, part := range [][]byte{[]byte(installVersion), []byte(node), pkg, []byte(lockName), lock} {
 		h.Write(part)
 		h.Write([]byte{0})
 	}
@@ -252,6 +311,7 @@ func (i *installs) evict() {
 			all = append(all, install{e.Name(), fi.ModTime()})
 		}
 	}
+	i.evictNpmCaches()
 	if len(all) <= i.sb.cfg.MaxInstalls {
 		return
 	}
@@ -264,6 +324,35 @@ func (i *installs) evict() {
 		}
 		if err := os.RemoveAll(filepath.Join(i.dir, in.key)); err != nil {
 			i.sb.cfg.Logger.Warn("evict cached dependencies", slog.String("key", in.key), slog.String("err", err.Error()))
+		}
+	}
+}
+
+// evictNpmCaches removes the least recently used projects' npm caches
+// beyond MaxInstalls. One in use by a running install is recently used (an
+// install marks it when it starts), so it is among the kept.
+func (i *installs) evictNpmCaches() {
+	entries, err := os.ReadDir(i.npmCaches)
+	if err != nil {
+		return
+	}
+	type cache struct {
+		name string
+		used time.Time
+	}
+	var all []cache
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && e.IsDir() {
+			all = append(all, cache{e.Name(), fi.ModTime()})
+		}
+	}
+	if len(all) <= i.sb.cfg.MaxInstalls {
+		return
+	}
+	slices.SortFunc(all, func(a, b cache) int { return a.used.Compare(b.used) })
+	for _, c := range all[:len(all)-i.sb.cfg.MaxInstalls] {
+		if err := os.RemoveAll(filepath.Join(i.npmCaches, c.name)); err != nil {
+			i.sb.cfg.Logger.Warn("evict a project's npm cache", slog.String("dir", c.name), slog.String("err", err.Error()))
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
 	"slices"
 	"time"
@@ -28,6 +27,12 @@ type Outcome struct {
 	Output   Output
 	Sync     SyncStats
 	Install  Install
+	// Refused says why the dependencies were not installed: one comes from
+	// outside the registry. Stage is StageInstall; nothing ran.
+	Refused string
+	// OverLimit says how the command (or the install) went over a disk
+	// limit; it was stopped. ExitCode is -1.
+	OverLimit string
 }
 
 // Passed reports whether the script ran and exited 0.
@@ -37,6 +42,10 @@ func (o Outcome) Passed() bool { return o.Stage == StageRun && o.ExitCode == 0 &
 func (o Outcome) Summary() string {
 	d := o.Duration.Round(100 * time.Millisecond)
 	switch {
+	case o.Refused != "":
+		return "the dependencies were not installed: " + o.Refused
+	case o.OverLimit != "":
+		return fmt.Sprintf("%s was stopped after %s: %s", o.Command, d, o.OverLimit)
 	case o.TimedOut:
 		return fmt.Sprintf("%s was killed after its %s timeout", o.Command, o.Timeout)
 	case o.Stage == StageInstall:
@@ -67,12 +76,24 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	if o.Sync, err = w.sync(ctx); err != nil {
 		return o, err
 	}
-	pkg, err := w.root.ReadFile("package.json")
-	if errors.Is(err, fs.ErrNotExist) {
+	// The host reads only what the project's files put in the workspace:
+	// a command may have left anything beside them.
+	if _, ok := w.synced["package.json"]; !ok {
 		return o, ErrNoPackageJSON
 	}
+	pkg, err := w.readRegular("package.json")
 	if err != nil {
-		return o, fmt.Errorf("read package.json: %w", err)
+		return o, err
+	}
+	lockName, lock := "", []byte(nil)
+	for _, name := range lockfiles {
+		if _, ok := w.synced[name]; ok {
+			if lock, err = w.readRegular(name); err != nil {
+				return o, err
+			}
+			lockName = name
+			break
+		}
 	}
 	scripts, err := parseScripts(pkg)
 	if err != nil {
@@ -91,21 +112,34 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 		return o, err
 	}
 	defer release()
-	modules, inst, failed, done, err := w.sb.deps.ensure(ctx, w.root)
+	modules, inst, failed, done, err := w.sb.deps.ensure(ctx, w.projectID, pkg, lockName, lock)
 	defer done()
 	o.Install = inst
+	var se *SourceError
+	if errors.As(err, &se) {
+		o.Stage, o.Command, o.Refused, o.ExitCode = StageInstall, inst.Command, se.Error(), -1
+		return o, nil
+	}
 	if err != nil {
 		return o, err
 	}
 	if failed != nil {
 		o.Stage, o.Command, o.Timeout = StageInstall, inst.Command, w.sb.cfg.InstallTimeout
-		o.ExitCode, o.TimedOut, o.Duration, o.Output = failed.exitCode, failed.timedOut, failed.duration, failed.output
+		o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = failed.exitCode, failed.timedOut, failed.duration, failed.output, failed.overQuota
 		return o, nil
 	}
-	res, err := w.sb.exec(ctx, spec{workspace: w.dir, nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout})
+	q := &quota{what: "the workspace", dirs: []string{w.dir}, maxBytes: w.sb.cfg.MaxWorkspaceBytes}
+	res, err := w.sb.exec(ctx, spec{workspace: w.dir, nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout, quota: q})
 	if err != nil {
 		return o, err
 	}
-	o.ExitCode, o.TimedOut, o.Duration, o.Output = res.exitCode, res.timedOut, res.duration, res.output
+	o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = res.exitCode, res.timedOut, res.duration, res.output, res.overQuota
+	if o.OverLimit != "" {
+		// What the command wrote does not stay: the next run starts from
+		// the project's files.
+		if err := w.remove(); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }

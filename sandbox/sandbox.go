@@ -8,9 +8,11 @@
 // A [Workspace] is the project as one task sees it, materialised in a
 // directory of its own and synced incrementally before each command. Its
 // dependencies are installed by npm ci (npm install without a lockfile) in
-// a separate sandboxed step that may reach the package registry; installs
-// are cached by the hash of package.json and the lockfile and mounted
-// read-only as node_modules.
+// a separate sandboxed step that reaches the registry, through a proxy,
+// and nothing else, and runs no code of the project or its dependencies:
+// dependencies from outside the registry are refused. Installs are cached
+// by the hash of package.json and the lockfile and mounted read-only as
+// node_modules. Every sandboxed process runs under a seccomp filter.
 package sandbox
 
 import (
@@ -22,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,8 +45,12 @@ type Config struct {
 	// agentworker-sandbox under os.TempDir().
 	Dir string
 	// CacheDir holds installed dependencies by lockfile hash and npm's
-	// download cache. Defaults to Dir/cache.
+	// download caches, one per project. Defaults to Dir/cache.
 	CacheDir string
+	// Registry is the npm registry installs fetch from, the one host the
+	// install step reaches. Defaults to npm_config_registry of the
+	// environment, else https://registry.npmjs.org/.
+	Registry string
 	// Concurrency caps the sandboxed processes (installs and commands)
 	// this process runs at once. Defaults to 2.
 	Concurrency int
@@ -60,8 +67,13 @@ type Config struct {
 	// MaxFileBytes: project files larger than this are not put in the
 	// workspace. Defaults to 32 MiB.
 	MaxFileBytes int64
-	// MaxWorkspaceBytes caps a workspace's project files. Defaults to 512 MiB.
+	// MaxWorkspaceBytes caps a workspace on disk: the project's files and
+	// what commands write beside them; a command past it is stopped and
+	// the workspace made anew. Defaults to 512 MiB.
 	MaxWorkspaceBytes int64
+	// MaxInstallBytes caps what an install writes on disk: the installed
+	// dependencies and the project's npm cache. Defaults to 2 GiB.
+	MaxInstallBytes int64
 	// MaxInstalls is how many dependency installs the cache keeps; the least
 	// recently used go first. Defaults to 16.
 	MaxInstalls int
@@ -92,6 +104,9 @@ type Limits struct {
 	FileBytes int64
 	// TmpBytes is the size of the tmpfs at /tmp. Defaults to 256 MiB.
 	TmpBytes int64
+	// ShmBytes is the size of the tmpfs at /dev/shm; the rest of /dev is
+	// read-only. Defaults to 16 MiB.
+	ShmBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -101,6 +116,13 @@ func (c Config) withDefaults() Config {
 	if c.CacheDir == "" {
 		c.CacheDir = filepath.Join(c.Dir, "cache")
 	}
+	if c.Registry == "" {
+		c.Registry = os.Getenv("npm_config_registry")
+	}
+	if c.Registry == "" {
+		c.Registry = defaultRegistry
+	}
+	c.Registry = strings.TrimSuffix(c.Registry, "/") + "/"
 	if c.Concurrency <= 0 {
 		c.Concurrency = 2
 	}
@@ -123,6 +145,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxWorkspaceBytes <= 0 {
 		c.MaxWorkspaceBytes = 512 << 20
 	}
+	if c.MaxInstallBytes <= 0 {
+		c.MaxInstallBytes = 2 << 30
+	}
 	if c.MaxInstalls <= 0 {
 		c.MaxInstalls = 16
 	}
@@ -141,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if l.TmpBytes <= 0 {
 		l.TmpBytes = 256 << 20
+	}
+	if l.ShmBytes <= 0 {
+		l.ShmBytes = 16 << 20
 	}
 	if c.UID <= 0 {
 		c.UID = 65534
@@ -170,7 +198,8 @@ type Sandbox struct {
 	runDir  string // this process's workspaces
 	slots   chan struct{}
 	deps    *installs
-	asUser  bool // running as root: the sandbox runs as cfg.UID
+	asUser  bool   // running as root: the sandbox runs as cfg.UID
+	seccomp []byte // the filter every sandboxed process runs under
 }
 
 // New checks that the sandbox can start here — bubblewrap with a user
@@ -179,18 +208,21 @@ type Sandbox struct {
 // wrapping ErrUnavailable says what is missing.
 func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
+	if err := closeInheritedOnExec(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	s := &Sandbox{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), asUser: os.Geteuid() == 0}
 	var err error
 	if s.bwrap, err = exec.LookPath(cfg.Bwrap); err != nil {
-		return nil, fmt.Errorf("%w: bubblewrap (%s) not found: install the bubblewrap package: %w", ErrUnavailable, cfg.Bwrap, err)
+		return nil, fmt.Errorf("%w: bubblewrap (%s) not found: install the %s package: %w", ErrUnavailable, cfg.Bwrap, Packages()["bwrap"], err)
 	}
-	if s.prlimit, err = underUsr("prlimit", "util-linux"); err != nil {
+	if s.prlimit, err = underUsr("prlimit"); err != nil {
 		return nil, err
 	}
-	if _, err := underUsr("npm", "npm"); err != nil {
+	if _, err := underUsr("npm"); err != nil {
 		return nil, err
 	}
-	nodePath, err := underUsr("node", "nodejs")
+	nodePath, err := underUsr("node")
 	if err != nil {
 		return nil, err
 	}
@@ -199,19 +231,60 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: %s --version: %w", ErrUnavailable, nodePath, err)
 	}
 	s.node = strings.TrimSpace(string(version))
+	if s.seccomp, err = seccompFilter(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	if err := s.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	s.deps = &installs{sb: s, dir: filepath.Join(cfg.CacheDir, "deps"), npmCache: filepath.Join(cfg.CacheDir, "npm"), locks: map[string]chan struct{}{}}
+	s.deps = &installs{sb: s, dir: filepath.Join(cfg.CacheDir, "deps"), npmCaches: filepath.Join(cfg.CacheDir, "npm-projects"), locks: map[string]chan struct{}{}}
 	if err := s.probe(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return s, nil
 }
 
+// closeInheritedOnExec marks every descriptor from 3 up close-on-exec. A
+// descriptor this process inherited without the flag (a shell's open
+// directory or file) would otherwise reach every process it starts, the
+// sandbox's included; the descriptors a sandbox needs are passed to it
+// explicitly.
+func closeInheritedOnExec() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+	}
+	// Linux before 5.11: one descriptor at a time.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("mark descriptor %d close-on-exec: %w", fd, err)
+		}
+	}
+	return nil
+}
+
+// Packages are the programs the sandbox needs and the Debian packages that
+// install them, for the messages that say what is missing and for images
+// that ship the sandbox.
+func Packages() map[string]string {
+	return map[string]string{"bwrap": "bubblewrap", "node": "nodejs", "npm": "npm", "prlimit": "util-linux"}
+}
+
 // underUsr finds a program the sandbox needs; the sandbox sees only /usr of
 // the host's file system, so the program must live there.
-func underUsr(name, pkg string) (string, error) {
+func underUsr(name string) (string, error) {
+	pkg := Packages()[name]
 	p, err := exec.LookPath(name)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s not found: install the %s package", ErrUnavailable, name, pkg)
@@ -237,7 +310,12 @@ func (s *Sandbox) prepareDirs() error {
 			return fmt.Errorf("create sandbox directory: %w", err)
 		}
 	}
-	for _, d := range []string{filepath.Join(s.cfg.CacheDir, "deps"), filepath.Join(s.cfg.CacheDir, "npm")} {
+	// npm's download cache was once shared by every project: one project
+	// could leave there what another installed.
+	if err := os.RemoveAll(filepath.Join(s.cfg.CacheDir, "npm")); err != nil {
+		return fmt.Errorf("remove the shared npm cache: %w", err)
+	}
+	for _, d := range []string{filepath.Join(s.cfg.CacheDir, "deps"), filepath.Join(s.cfg.CacheDir, "npm-projects")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create sandbox directory: %w", err)
 		}
@@ -355,26 +433,28 @@ type spec struct {
 	workspace   string            // bound read-write at /work
 	nodeModules string            // bound read-only at /work/node_modules, if set
 	npmCache    string            // bound read-write at /cache, if set
-	network     bool              // share the host's network (installs only)
+	registry    string            // the registry proxy's socket, bound at registrySocket (installs only)
 	env         map[string]string // besides the base environment
 	argv        []string
 	timeout     time.Duration
+	quota       *quota // the disk its writable directories may use, if set
 }
 
 // execResult is how a sandboxed process ended.
 type execResult struct {
-	exitCode int // -1 when killed on timeout
-	timedOut bool
-	duration time.Duration
-	output   Output
+	exitCode  int // -1 when killed on timeout or over its quota
+	timedOut  bool
+	overQuota string // how it exceeded its quota, when it did
+	duration  time.Duration
+	output    Output
 }
 
 // etcFiles are the files of /etc a process may see; /etc as a whole holds
-// the host's secrets. resolv.conf, hosts and the certificates are added for
-// installs, which reach the registry.
+// the host's secrets. The certificates are added for installs, which reach
+// the registry over TLS.
 var (
 	etcFiles    = []string{"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"}
-	etcNetwork  = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki"}
+	etcNetwork  = []string{"/etc/ssl", "/etc/ca-certificates", "/etc/pki"}
 	rootAliases = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32"}
 )
 
@@ -382,14 +462,11 @@ var (
 func (s *Sandbox) args(sp spec) []string {
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-		"--hostname", "sandbox", "--info-fd", "3",
+		"--hostname", "sandbox", "--info-fd", "3", "--seccomp", "4",
 		"--ro-bind", "/usr", "/usr",
 	}
-	if sp.network {
-		a = append(a, "--share-net")
-	}
 	etc := etcFiles
-	if sp.network {
+	if sp.registry != "" {
 		etc = append(append([]string{}, etcFiles...), etcNetwork...)
 	}
 	for _, f := range etc {
@@ -409,13 +486,21 @@ func (s *Sandbox) args(sp spec) []string {
 			a = append(a, "--ro-bind", d, d)
 		}
 	}
+	// /dev holds the device nodes only, read-only; its shared memory is a
+	// small tmpfs of its own.
 	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
-		"--proc", "/proc", "--dev", "/dev", "--bind", sp.workspace, "/work")
+		"--proc", "/proc", "--dev", "/dev", "--size", strconv.FormatInt(s.cfg.Limits.ShmBytes, 10), "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev", "--bind", sp.workspace, "/work")
 	if sp.nodeModules != "" {
 		a = append(a, "--ro-bind", sp.nodeModules, "/work/node_modules")
 	}
 	if sp.npmCache != "" {
 		a = append(a, "--bind", sp.npmCache, "/cache")
+	}
+	// Every process has a network namespace of its own with only loopback;
+	// an install reaches the registry through its proxy's socket.
+	if sp.registry != "" {
+		a = append(a, "--bind", sp.registry, registrySocket)
 	}
 	// The root bwrap builds (a tmpfs holding the mount points) becomes
 	// read-only too: only /work and /tmp take writes.
@@ -459,13 +544,20 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		return execResult{}, fmt.Errorf("sandbox info pipe: %w", err)
 	}
 	defer infoR.Close()
-	cmd.ExtraFiles = []*os.File{infoW}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	filter, err := s.filterFile()
+	if err != nil {
 		infoW.Close()
+		return execResult{}, err
+	}
+	// Only these descriptors reach bwrap (3 and 4); bwrap closes them.
+	cmd.ExtraFiles = []*os.File{infoW, filter}
+	start := time.Now()
+	err = cmd.Start()
+	infoW.Close()
+	filter.Close()
+	if err != nil {
 		return execResult{}, fmt.Errorf("start %s: %w", s.bwrap, err)
 	}
-	infoW.Close()
 	// bwrap reports the host pid of the sandbox's init: once it is gone, so
 	// is every process of the sandbox (its pid namespace dies with it).
 	initFD := make(chan int, 1)
@@ -483,12 +575,22 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	}()
 
 	var timedOut, killed atomic.Bool
+	var overQuota atomic.Pointer[string]
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	timer := time.AfterFunc(sp.timeout, func() { timedOut.Store(true); kill() })
 	stop := context.AfterFunc(ctx, func() { killed.Store(true); kill() })
+	exited := make(chan struct{})
+	var watched <-chan struct{}
+	if sp.quota != nil {
+		watched = sp.quota.watch(exited, func(why string) { overQuota.Store(&why); kill() })
+	}
 	waitErr := cmd.Wait()
+	close(exited)
 	timer.Stop()
 	stop()
+	if sp.quota != nil {
+		<-watched
+	}
 	res := execResult{duration: time.Since(start), output: out.output(), exitCode: -1}
 	if cmd.ProcessState != nil {
 		res.exitCode = cmd.ProcessState.ExitCode()
@@ -501,9 +603,18 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 			return res, err
 		}
 	}
+	if why := overQuota.Load(); why != nil {
+		res.overQuota = *why
+	} else if sp.quota != nil && !killed.Load() {
+		// What it wrote since the last measure.
+		res.overQuota = sp.quota.over()
+	}
 	switch {
 	case killed.Load():
 		return res, fmt.Errorf("sandboxed %s stopped: %w", sp.argv[0], context.Cause(ctx))
+	case res.overQuota != "":
+		res.exitCode = -1
+		return res, nil
 	case timedOut.Load():
 		res.timedOut, res.exitCode = true, -1
 		return res, nil
@@ -513,6 +624,22 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		return res, fmt.Errorf("run sandboxed %s: %w", sp.argv[0], waitErr)
 	}
 	return res, nil
+}
+
+// filterFile returns a pipe's read end holding the seccomp filter, for
+// bwrap to read.
+func (s *Sandbox) filterFile() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp filter pipe: %w", err)
+	}
+	// The filter (a few hundred bytes) fits in the pipe's buffer.
+	_, werr := w.Write(s.seccomp)
+	if err := errors.Join(werr, w.Close()); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seccomp filter pipe: %w", err)
+	}
+	return r, nil
 }
 
 // waitGone waits until the process of a pidfd has exited.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentworker/agentworker/storage"
@@ -286,6 +288,33 @@ func (w *Workspace) mkdirs(dir string) error {
 	return nil
 }
 
+// readRegular reads a file the project's files put in the workspace. A
+// command may have replaced it by a FIFO, a device or a symlink: only a
+// regular file is read, opened without following a link and without
+// blocking, so nothing a command leaves can hold this process.
+func (w *Workspace) readRegular(name string) ([]byte, error) {
+	f, err := w.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: a command left a %s there, not a regular file", name, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, w.sb.cfg.MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if int64(len(b)) > w.sb.cfg.MaxFileBytes {
+		return nil, fmt.Errorf("read %s: over %d bytes", name, w.sb.cfg.MaxFileBytes)
+	}
+	return b, nil
+}
+
 // Scripts returns the scripts of the project's package.json, as its files
 // have it now.
 func (w *Workspace) Scripts(ctx context.Context) (map[string]string, error) {
@@ -321,12 +350,19 @@ func (w *Workspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	return w.remove()
+}
+
+// remove deletes the workspace's directory; the next sync makes it anew.
+func (w *Workspace) remove() error {
 	if w.root == nil {
 		return nil
 	}
 	w.root.Close()
-	if err := os.RemoveAll(w.dir); err != nil {
-		return fmt.Errorf("remove workspace %s: %w", w.dir, err)
+	dir := w.dir
+	w.root, w.dir, w.synced = nil, "", map[string]synced{}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove workspace %s: %w", dir, err)
 	}
 	return nil
 }

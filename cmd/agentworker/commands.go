@@ -25,6 +25,7 @@ import (
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/metrics"
+	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/worker"
@@ -106,10 +107,11 @@ func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
 
 // startWorker wires the runner and the River service and starts it.
 // m, when not nil, receives the loop's events and the runs' durations.
-func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics) (*worker.Service, error) {
+// sb, when not nil, runs run_command and the checks before finish.
+func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics, sb *sandbox.Sandbox) (*worker.Service, error) {
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
-	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: cfg.sandbox(ctx, log)}
+	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
@@ -163,11 +165,12 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, model, m)
+	sb, commands := cfg.sandbox(ctx, log)
+	svc, err := startWorker(ctx, cfg, log, pool, st, model, m, sb)
 	if err != nil {
 		return err
 	}
-	handler, err := httpHandler(ctx, cfg, log, pool, st, m)
+	handler, err := httpHandler(ctx, cfg, log, pool, st, m, commands)
 	if err != nil {
 		return err
 	}
@@ -201,7 +204,8 @@ func serve(ctx context.Context, cfg config) error {
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1
 // API (event streams, whose hub runs until ctx ends, task submission and
 // control, the inbox, the console's reads) and the console page.
-func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics) (http.Handler, error) {
+// commands says whether run_command is on, for /readyz.
+func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics, commands string) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
 		log.Warn("JWT_SECRET is not set: every /v1 route answers 503 until it is")
@@ -213,7 +217,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	}
 	hub := sse.NewHub(pool, log)
 	go func() { _ = hub.Run(ctx) }()
-	mux := healthMux(pool, st)
+	mux := healthMux(pool, st, commands)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st}).Register(mux)
@@ -221,7 +225,9 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	return mux, nil
 }
 
-func healthMux(pool *pgxpool.Pool, st store) *http.ServeMux {
+// healthMux serves /healthz and /readyz; /readyz also says whether
+// run_command is on (a replica without it is still ready).
+func healthMux(pool *pgxpool.Pool, st store, commands string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -237,7 +243,7 @@ func healthMux(pool *pgxpool.Pool, st store) *http.ServeMux {
 			http.Error(w, "storage unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ready")
+		fmt.Fprintf(w, "ready\nrun_command: %s\n", commands)
 	})
 	return mux
 }

@@ -131,21 +131,22 @@ func (c config) projectChecks() []string {
 
 // sandbox starts the sandbox of run_command, or returns nil when
 // RUN_COMMAND is off or the sandbox cannot start here, saying why: a
-// command never runs unsandboxed.
-func (c config) sandbox(ctx context.Context, log *slog.Logger) *sandbox.Sandbox {
+// command never runs unsandboxed. commands says which, for /readyz: "on",
+// or "off" and why.
+func (c config) sandbox(ctx context.Context, log *slog.Logger) (sb *sandbox.Sandbox, commands string) {
 	if c.RunCommand == "off" {
 		log.InfoContext(ctx, "run_command is off (RUN_COMMAND=off): builds cannot run the project's checks")
-		return nil
+		return nil, "off (RUN_COMMAND=off)"
 	}
 	sb, err := sandbox.New(ctx, sandbox.Config{Dir: c.RunDir, Concurrency: c.RunConcurrency, MaxTimeout: c.RunMaxTimeout,
 		MaxOutputBytes: c.RunMaxOutput, Logger: log})
 	if err != nil {
 		log.WarnContext(ctx, "run_command is off: the sandbox cannot start on this host", slog.String("reason", err.Error()))
-		return nil
+		return nil, "off: the sandbox cannot start on this host: " + err.Error()
 	}
 	log.InfoContext(ctx, "run_command is on: builds run the project's npm scripts in a bubblewrap sandbox",
 		slog.Int("concurrency", c.RunConcurrency), slog.Any("checks_before_finish", c.projectChecks()))
-	return sb
+	return sb, "on"
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/configuration.md from the config struct")
+var update = flag.Bool("update", false, "rewrite the generated files: docs/configuration.md from the config struct, deploy/seccomp.json from Docker's default profile")
 
 const configDocs = "../../docs/configuration.md"
 

@@ -75,7 +75,8 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, model, nil)
+	sb, _ := cfg.sandbox(ctx, log)
+	svc, err := startWorker(ctx, cfg, log, pool, st, model, nil, sb)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func TestMetricsToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, m)
+			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, m, "on")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,5 +59,23 @@ func TestMetricsToken(t *testing.T) {
 				t.Errorf("/metrics served %q", w.Body)
 			}
 		})
+	}
+}
+
+// TestReadyzSaysWhetherCommandsAreOn: /readyz answers ready either way and
+// says whether run_command is on, and why not.
+func TestReadyzSaysWhetherCommandsAreOn(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	st, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, commands := range []string{"on", "off: the sandbox cannot start on this host: sandbox unavailable: bubblewrap (bwrap) not found"} {
+		w := httptest.NewRecorder()
+		healthMux(pool, st, commands).ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+		if w.Code != http.StatusOK || w.Body.String() != "ready\nrun_command: "+commands+"\n" {
+			t.Errorf("/readyz: %d %q", w.Code, w.Body)
+		}
 	}
 }

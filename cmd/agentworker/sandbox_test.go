@@ -2,10 +2,13 @@ package main
 
 import (
 	"log/slog"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/agentworker/agentworker/sandbox"
 	"github.com/agentworker/agentworker/testing/logtest"
+	"github.com/agentworker/agentworker/testing/sandboxtest"
 )
 
 // TestRunCommandOffSaysWhy: RUN_COMMAND=off and a sandbox that cannot
@@ -24,7 +27,7 @@ func TestRunCommandOffSaysWhy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var logs logtest.Buffer
-			if sb := tc.cfg.sandbox(t.Context(), slog.New(slog.NewTextHandler(&logs, nil))); sb != nil {
+			if sb, _ := tc.cfg.sandbox(t.Context(), slog.New(slog.NewTextHandler(&logs, nil))); sb != nil {
 				t.Fatal("commands are on")
 			}
 			if !strings.Contains(logs.String(), tc.want) {
@@ -41,5 +44,30 @@ func TestProjectChecksFromTheEnvironment(t *testing.T) {
 		if got == nil || strings.Join(got, "|") != want {
 			t.Errorf("RUN_COMMAND_CHECKS=%q: %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestServeSandboxSelfCheck: on a host with the Debian packages the
+// runtime image installs (each program the sandbox needs comes from the
+// package sandbox.Packages names, as dpkg says), serve's self-check runs a
+// sandboxed process and turns commands on, and says so.
+func TestServeSandboxSelfCheck(t *testing.T) {
+	t.Parallel()
+	for program, pkg := range sandbox.Packages() {
+		path, err := exec.LookPath(program)
+		if err != nil {
+			t.Fatalf("%s: %v (install the %s package)", program, err, pkg)
+		}
+		out, err := exec.Command("dpkg", "-S", path).CombinedOutput()
+		from, _, _ := strings.Cut(string(out), ":")
+		// A nodejs package from Node's own repository brings npm itself.
+		if err != nil || from != pkg && !(program == "npm" && from == "nodejs") {
+			t.Errorf("%s (%s) is not from the %s package: %s %v", program, path, pkg, out, err)
+		}
+	}
+	var logs logtest.Buffer
+	sb, commands := config{RunCommand: "sandbox", RunDir: sandboxtest.Dir(t), RunConcurrency: 1}.sandbox(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)))
+	if sb == nil || commands != "on" || !strings.Contains(logs.String(), "run_command is on") {
+		t.Fatalf("commands %q, log %s", commands, logs.String())
 	}
 }

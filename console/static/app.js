@@ -380,7 +380,7 @@ function describe(ev) {
   const p = ev.payload || {};
   switch (ev.type) {
     case "agent_phase": return { cls: "phase", text: `${p.phase}${p.action ? " " + p.action : ""}${p.status ? " · " + p.status : ""}${p.summary ? ": " + p.summary : ""}` };
-    case "tool_call": return { cls: `tool${p.success ? "" : " failed"}`, text: `› ${p.toolName}${p.fromPath ? ` ${p.fromPath} → ${p.toPath}` : p.argsSummary ? `(${p.argsSummary})` : ""} ${p.success ? "✓" : "✗"} ${p.resultSummary || ""}` };
+    case "tool_call": return { cls: `tool${p.success ? "" : " failed"}`, text: `› ${p.toolName}${p.fromPath ? ` ${p.fromPath} → ${p.toPath}` : p.argsSummary ? `(${p.argsSummary})` : ""} ${p.success ? "✓" : "✗"}${p.exitCode ? ` exit ${p.exitCode}` : ""} ${p.resultSummary || ""}` };
     case "file_update": return { cls: "file", text: p.op === "move" ? `• move ${p.fromPath} → ${p.toPath}` : `• ${p.op} ${p.path}` };
     case "self_repair": return { cls: "warning", text: `⚠ self-repair attempt ${p.attemptNumber}/${p.maxAttempts} (${p.result}): ${p.trigger}` };
     case "error": return { cls: "error", text: `✖ ${p.errorType}: ${p.message}${p.recoverable ? " (recoverable)" : ""}` };

@@ -84,6 +84,10 @@ func commandResult(name string, out sandbox.Outcome, err error) Result {
 	summary := out.Summary()
 	var r Result
 	switch {
+	case out.Refused != "":
+		r = FailWith("run_command: "+summary, "depend on packages of the npm registry by version or range (e.g. \"^1.2.0\"); git repositories, local paths and tarball URLs are never installed", body(out.Refused))
+	case out.OverLimit != "" && out.Stage == sandbox.StageRun:
+		r = FailWith("run_command: "+summary, "write less in the project's directory (build output, caches, logs); it was reset to the project's files", body(out.Output.ForModel()))
 	case out.Stage == sandbox.StageInstall:
 		r = FailWith("run_command: "+summary, "fix the dependencies in package.json (names, versions) and the lockfile", body(out.Output.ForModel()))
 	case out.TimedOut:
@@ -98,8 +102,11 @@ func commandResult(name string, out sandbox.Outcome, err error) Result {
 			r.Full = string(b)
 		}
 	}
-	exit := out.ExitCode
-	r.Command, r.ExitCode = out.Command, &exit
+	r.Command = out.Command
+	if out.Refused == "" {
+		exit := out.ExitCode
+		r.ExitCode = &exit
+	}
 	level := events.LevelInfo
 	if !out.Passed() {
 		level = events.LevelWarn

@@ -135,3 +135,20 @@ func TestRunCommandMissingScript(t *testing.T) {
 		t.Fatalf("%s", r.Output)
 	}
 }
+
+// TestRunCommandRefusesAGitDependency: the model is told that a
+// dependency from a git repository is not installed, and what to do.
+func TestRunCommandRefusesAGitDependency(t *testing.T) {
+	t.Parallel()
+	reg, env := setupCommands(t, nil)
+	pkg := `{"name": "p", "scripts": {"typecheck": "tsc"}, "dependencies": {"outer": "git+https://example.com/outer.git"}}`
+	if _, err := env.Store.Write(t.Context(), env.ProjectID, "package.json", []byte(pkg)); err != nil {
+		t.Fatal(err)
+	}
+	r := reg.Call(t.Context(), env, tools.RunCommand, `{"command":"npm_typecheck"}`)
+	if r.Success || r.ExitCode != nil ||
+		!strings.Contains(r.Output, `package.json: dependency \"outer\" is a git repository (\"git+https://example.com/outer.git\"): only packages of the registry are installed`) ||
+		!strings.Contains(r.Output, "depend on packages of the npm registry by version or range") {
+		t.Fatalf("%+v", r)
+	}
+}
