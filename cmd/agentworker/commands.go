@@ -112,7 +112,12 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
-	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann}
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
+		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath}}
+	var reserved []string
+	if cfg.TasksMDPath != "" {
+		reserved = []string{cfg.TasksMDPath}
+	}
 	if m != nil {
 		deps.Observer, wcfg.Runs = m, m
 	}
@@ -121,7 +126,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		return nil, err
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
-		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks()})
+		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved})
 	if err != nil {
 		return nil, err
 	}

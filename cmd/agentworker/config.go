@@ -17,6 +17,7 @@ import (
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/redact"
 	"github.com/agentworker/agentworker/sandbox"
+	"github.com/agentworker/agentworker/storage"
 )
 
 // config is the process configuration, read from the environment only.
@@ -44,6 +45,7 @@ type config struct {
 	BudgetMaxCostUSD  float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
 	LLMPrices         string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
+	TasksMDPath       string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it (empty: off)"`
 	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
 	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
@@ -98,6 +100,16 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: RUN_COMMAND_MAX_OUTPUT must be at least 16384 bytes, got %d", c.RunMaxOutput)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
 		return c, errors.New("config: S3_ACCESS_KEY and S3_SECRET_KEY are required when S3_ENDPOINT is set")
+	}
+	if c.TasksMDPath != "" {
+		clean, err := storage.CleanPath(c.TasksMDPath)
+		if err == nil {
+			err = storage.CheckSensitive(clean)
+		}
+		if err != nil {
+			return c, fmt.Errorf("config: TASKS_MD_PATH %q: %w", c.TasksMDPath, err)
+		}
+		c.TasksMDPath = clean
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return c, err
