@@ -53,6 +53,8 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"steady.events_per_s": r.Steady.EventsPerS, "steady.in_flight_median": float64(r.Steady.InFlightMedian),
 		"steady.cpu_busy": r.Steady.CPUBusy, "steady.event_receipt_ms.p99": r.Steady.EventReceiptMS.P99,
 		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
+		"graph.handoff_ms.p50": r.Graph.HandoffMS.P50, "graph.pickup_ms.p50": r.Graph.PickupMS.P50, "graph.handoff_ratio": r.Graph.HandoffRatio,
+		"graph.tasks_per_s": r.Graph.TasksPerS, "graph.flat_tasks_per_s": r.Graph.FlatTasksPerS,
 	} {
 		if v <= 0 {
 			t.Errorf("%s = %v, want a measured figure", name, v)
@@ -83,7 +85,7 @@ func TestBenchQuickSmoke(t *testing.T) {
 		t.Errorf("replicas: no CPU of the bench process measured in %+v", r.Replicas.Runs)
 	}
 	md := r.Markdown()
-	for _, want := range []string{"(first round: ", "bounded by their tasks"} {
+	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the markdown table shows no %q:\n%s", want, md)
 		}

@@ -100,6 +100,7 @@ type Report struct {
 	InFlight InFlight `json:"in_flight"`
 	Steady   Steady   `json:"steady"`
 	Replicas Replicas `json:"replicas"`
+	Graph    Graph    `json:"graph"`
 
 	RSSMB struct {
 		Tasks1   float64 `json:"tasks_1"`
@@ -152,6 +153,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"inflight", runInFlight},
 		{"steady", runSteady},
 		{"replicas", runReplicas},
+		{"graph", runGraph},
 		{"memory", runMemory},
 	}
 	for _, s := range steps {

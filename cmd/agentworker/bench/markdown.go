@@ -54,6 +54,13 @@ func (r Report) Markdown() string {
 		row(fmt.Sprintf("%d serve process(es), %d tasks (per s; CPU ms per task: worker / Postgres / bench and model; commits)", run.Replicas, r.Replicas.Tasks),
 			ours, "", "grows with replicas; CPU ≤ 5 ms")
 	}
+	if gr := r.Graph; gr.Chains > 0 {
+		row(fmt.Sprintf("%d chains of %d dependent tasks, %d slots: dependency done → dependent start (ms)", gr.Chains, gr.ChainLength, gr.Concurrency),
+			pc(gr.HandoffMS)+fmt.Sprintf("; a lone task's pickup %s", pc(gr.PickupMS)), "",
+			fmt.Sprintf("p50 ≤ 1.2× the lone pickup (now %.2f×)", gr.HandoffRatio))
+		row(fmt.Sprintf("the same %d tasks: chained / independent (per s)", gr.Chains*gr.ChainLength),
+			fmt.Sprintf("%.0f / %.0f", gr.TasksPerS, gr.FlatTasksPerS), "", "")
+	}
 	bd := r.Replicas.Bounded
 	for _, run := range bd.Runs {
 		row(fmt.Sprintf("%d serve process(es) bounded by their tasks (%d each, %.0f ms model), %d tasks", run.Replicas, bd.Concurrency, bd.ModelDelayMS, bd.Tasks),
