@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 
 	"github.com/agentworker/agentworker/events"
@@ -23,14 +24,15 @@ const ReasonStaticChecks = "static_checks"
 // taskRun is the state of one run of a task of any type beyond the loop:
 // its change set, the plan it follows, the checks and repairs.
 type taskRun struct {
-	r     *Runner
-	task  agentsql.Task
-	at    Attempt
-	rec   *events.Recorder
-	store storage.Store  // the change set for builds, else the project store
-	cs    *changeset.Set // nil for chat and plan tasks
-	lp    *loop
-	plan  *Plan
+	runner *Runner
+	task   agentsql.Task
+	at     Attempt
+	rec    *events.Recorder
+	log    *slog.Logger
+	store  storage.Store  // the change set for builds, else the project store
+	cs     *changeset.Set // nil for chat and plan tasks; set once reset or rewound
+	lp     *loop          // nil until the loop is built
+	plan   *Plan
 	// checks is the last static check report; repairs the self-repair
 	// attempts made.
 	checks  *verify.Report
@@ -48,8 +50,8 @@ type taskRun struct {
 // check runs the static checks over the files the change set writes (and
 // those importing what it deletes), in the project as it was and as the
 // change set leaves it: only problems the build introduced fail them.
-func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
-	entries, err := b.cs.Entries(ctx)
+func (r *taskRun) check(ctx context.Context) (verify.Report, error) {
+	entries, err := r.cs.Entries(ctx)
 	if err != nil {
 		return verify.Report{}, err
 	}
@@ -63,18 +65,18 @@ func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 			removed = append(removed, e.Path)
 		}
 	}
-	rep, err := verify.CheckChange(ctx, b.r.deps.Store, b.cs, b.task.ProjectID.String(), changed, removed)
+	rep, err := verify.CheckChange(ctx, r.runner.deps.Store, r.cs, r.task.ProjectID.String(), changed, removed)
 	if err != nil {
 		return rep, err
 	}
-	b.checks = &rep
+	r.checks = &rep
 	level := events.LevelInfo
 	if !rep.Passed() {
 		level = events.LevelWarn
 	}
 	// Queued: the finish's round trip writes it, or, when the checks
 	// refuse the finish, the next LLM call's.
-	b.rec.Add(events.Log{Level: level, Message: "static checks: " + firstLine(rep.String()),
+	r.rec.Add(events.Log{Level: level, Message: "static checks: " + firstLine(rep.String()),
 		Metadata: map[string]any{"checked": rep.Checked, "problems": rep.Problems, "preexisting": rep.Preexisting, "unchecked": rep.Unchecked}})
 	return rep, nil
 }
@@ -82,35 +84,35 @@ func (b *taskRun) check(ctx context.Context) (verify.Report, error) {
 // checkBeforeFinish is the loop's finish gate: a failing static check, then
 // a failing project check, refuses the finish with the problems, which puts
 // the model in the FIX state.
-func (b *taskRun) checkBeforeFinish(ctx context.Context) (string, error) {
-	rep, err := b.check(ctx)
+func (r *taskRun) checkBeforeFinish(ctx context.Context) (string, error) {
+	rep, err := r.check(ctx)
 	if err != nil {
 		return "", err
 	}
 	if !rep.Passed() {
 		return rep.String() + "Fix these problems (read the files, then edit them), then call finish again.", nil
 	}
-	return b.projectChecks(ctx)
+	return r.projectChecks(ctx)
 }
 
 // repairLoop runs the loop, and when the model gets stuck (failed calls,
 // oscillation, failing checks) gives it up to MaxRepairAttempts fresh
 // starts with a repair message, each recorded as self_repair events.
-func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
-	maxAttempts := b.r.cfg.MaxRepairAttempts
+func (r *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
+	maxAttempts := r.runner.cfg.MaxRepairAttempts
 	for {
-		final, out, err := b.lp.run(ctx, messages)
+		final, out, err := r.lp.run(ctx, messages)
 		messages = out
-		if err == nil && b.cs != nil && !b.lp.finishChecked {
+		if err == nil && r.cs != nil && !r.lp.finishChecked {
 			// The model stopped without a checked finish: check now.
-			rep, cerr := b.check(ctx)
+			rep, cerr := r.check(ctx)
 			if cerr != nil {
 				return "", messages, cerr
 			}
 			refusal := ""
 			if !rep.Passed() {
 				refusal = rep.String()
-			} else if refusal, cerr = b.projectChecks(ctx); cerr != nil {
+			} else if refusal, cerr = r.projectChecks(ctx); cerr != nil {
 				return "", messages, cerr
 			}
 			if refusal != "" {
@@ -118,9 +120,9 @@ func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 			}
 		}
 		if err == nil {
-			if b.repairs > 0 {
-				if _, err := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts,
-					Trigger: b.trigger, Result: "success"}); err != nil {
+			if r.repairs > 0 {
+				if _, err := r.rec.Emit(ctx, events.SelfRepair{AttemptNumber: r.repairs, MaxAttempts: maxAttempts,
+					Trigger: r.trigger, Result: "success"}); err != nil {
 					return "", messages, err
 				}
 			}
@@ -131,38 +133,38 @@ func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 			return "", messages, err
 		}
 		if !errors.As(err, &term) || !(term.repairable() || term.Reason == ReasonStaticChecks) || ctx.Err() != nil {
-			return "", messages, b.repairFailed(ctx, err)
+			return "", messages, r.repairFailed(ctx, err)
 		}
-		if b.repairs > 0 {
-			if _, err := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts,
+		if r.repairs > 0 {
+			if _, err := r.rec.Emit(ctx, events.SelfRepair{AttemptNumber: r.repairs, MaxAttempts: maxAttempts,
 				Trigger: term.Reason, ErrorType: term.Reason, ErrorMessage: term.Detail, Result: "failed"}); err != nil {
 				return "", messages, err
 			}
 		}
-		if b.repairs >= maxAttempts {
+		if r.repairs >= maxAttempts {
 			return "", messages, err
 		}
-		b.repairs++
-		b.trigger = term.Reason
-		msg, rerr := b.r.prompts.RepairMessage(prompts.Repair{Attempt: b.repairs, MaxAttempts: maxAttempts,
-			Trigger: term.Reason, Error: term.Detail, Touched: b.touched(), FailedCalls: b.lp.failures})
+		r.repairs++
+		r.trigger = term.Reason
+		msg, rerr := r.runner.prompts.RepairMessage(prompts.Repair{Attempt: r.repairs, MaxAttempts: maxAttempts,
+			Trigger: term.Reason, Error: term.Detail, Touched: r.touched(), FailedCalls: r.lp.failures})
 		if rerr != nil {
 			return "", messages, &taskError{CodeInternal, rerr}
 		}
-		if _, err := b.rec.Emit(ctx,
+		if _, err := r.rec.Emit(ctx,
 			events.Error{ErrorType: term.Reason, Message: term.Error(), Recoverable: true},
-			events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: maxAttempts, Trigger: term.Reason,
+			events.SelfRepair{AttemptNumber: r.repairs, MaxAttempts: maxAttempts, Trigger: term.Reason,
 				ErrorType: term.Reason, ErrorMessage: term.Detail, Suggestion: "diagnose, then make the smallest fix", Result: "pending"},
-			events.AgentPhase{Phase: events.PhaseDebugger, Action: "enter", Attempt: b.repairs},
+			events.AgentPhase{Phase: events.PhaseDebugger, Action: "enter", Attempt: r.repairs},
 		); err != nil {
 			return "", messages, err
 		}
 		messages = append(messages, llm.Message{Role: llm.RoleUser, Content: msg})
-		b.pauseRead = nil // checks may have run since the last checkpoint read it
-		b.lp.grant(b.r.cfg.RepairBudget)
-		if b.lp.after != nil {
+		r.pauseRead = nil // checks may have run since the last checkpoint read it
+		r.lp.grant(r.runner.cfg.RepairBudget)
+		if r.lp.after != nil {
 			// The repair message belongs to the conversation a later attempt continues.
-			if err := b.lp.after(ctx, messages); err != nil {
+			if err := r.lp.after(ctx, messages); err != nil {
 				return "", messages, err
 			}
 		}
@@ -170,8 +172,8 @@ func (b *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 }
 
 // repairFailed closes a pending repair attempt before a final error.
-func (b *taskRun) repairFailed(ctx context.Context, err error) error {
-	if b.repairs == 0 || ctx.Err() != nil {
+func (r *taskRun) repairFailed(ctx context.Context, err error) error {
+	if r.repairs == 0 || ctx.Err() != nil {
 		return err
 	}
 	var term *TerminationError
@@ -179,16 +181,16 @@ func (b *taskRun) repairFailed(ctx context.Context, err error) error {
 	if errors.As(err, &term) {
 		reason = term.Reason
 	}
-	if _, eerr := b.rec.Emit(ctx, events.SelfRepair{AttemptNumber: b.repairs, MaxAttempts: b.r.cfg.MaxRepairAttempts,
+	if _, eerr := r.rec.Emit(ctx, events.SelfRepair{AttemptNumber: r.repairs, MaxAttempts: r.runner.cfg.MaxRepairAttempts,
 		Trigger: reason, ErrorType: reason, ErrorMessage: err.Error(), Result: "failed"}); eerr != nil {
 		return eerr
 	}
 	return err
 }
 
-func (b *taskRun) touched() []string {
+func (r *taskRun) touched() []string {
 	var out []string
-	for p := range b.lp.touched {
+	for p := range r.lp.touched {
 		out = append(out, p)
 	}
 	sort.Strings(out)

@@ -38,8 +38,8 @@ type loopState struct {
 	Pending            *pendingInput       `json:"pending,omitempty"`
 }
 
-func (b *taskRun) state() loopState {
-	l := b.lp
+func (r *taskRun) state() loopState {
+	l := r.lp
 	var touched []string
 	for p := range l.touched {
 		touched = append(touched, p)
@@ -48,13 +48,13 @@ func (b *taskRun) state() loopState {
 	return loopState{Iterations: l.iterations, Granted: l.granted, Usage: l.usage, Cost: l.cost, Changes: l.changes,
 		History: l.history, Writes: l.writes, Summaries: l.summaries, Touched: touched, Problems: l.problems,
 		Consecutive: l.consecutive, Outcomes: l.outcomes, ToolChoiceFallback: l.toolChoiceFallback,
-		Repairs: b.repairs, Trigger: b.trigger, Pending: l.pending}
+		Repairs: r.repairs, Trigger: r.trigger, Pending: l.pending}
 }
 
 // restore puts the loop and build back where the checkpoint left them. The
 // spend it holds was counted by the attempts that made it.
-func (b *taskRun) restore(st loopState) {
-	l := b.lp
+func (r *taskRun) restore(st loopState) {
+	l := r.lp
 	l.iterations, l.granted, l.usage, l.cost, l.changes = st.Iterations, st.Granted, st.Usage, st.Cost, st.Changes
 	l.maxIterations = max(l.maxIterations, st.Granted)
 	l.history, l.writes, l.summaries, l.problems = st.History, st.Writes, st.Summaries, st.Problems
@@ -66,21 +66,21 @@ func (b *taskRun) restore(st loopState) {
 	if l.summaries == nil {
 		l.summaries = map[string]string{}
 	}
-	b.repairs, b.trigger = st.Repairs, st.Trigger
+	r.repairs, r.trigger = st.Repairs, st.Trigger
 	l.markRecorded()
 }
 
 // checkpointRow encodes the conversation and state.
-func (b *taskRun) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, error) {
+func (r *taskRun) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, error) {
 	msgs, err := json.Marshal(messages)
 	if err != nil {
-		return agentsql.Checkpoint{}, fmt.Errorf("encode conversation of task %s: %w", b.task.ID, err)
+		return agentsql.Checkpoint{}, fmt.Errorf("encode conversation of task %s: %w", r.task.ID, err)
 	}
-	st, err := json.Marshal(b.state())
+	st, err := json.Marshal(r.state())
 	if err != nil {
-		return agentsql.Checkpoint{}, fmt.Errorf("encode loop state of task %s: %w", b.task.ID, err)
+		return agentsql.Checkpoint{}, fmt.Errorf("encode loop state of task %s: %w", r.task.ID, err)
 	}
-	return agentsql.Checkpoint{TaskID: b.task.ID, Attempt: b.task.Attempt, Iteration: b.lp.iterations, Messages: msgs, State: st}, nil
+	return agentsql.Checkpoint{TaskID: r.task.ID, Attempt: r.task.Attempt, Iteration: r.lp.iterations, Messages: msgs, State: st}, nil
 }
 
 // checkpoint saves the conversation after an iteration, with the
@@ -88,45 +88,45 @@ func (b *taskRun) checkpointRow(messages []llm.Message) (agentsql.Checkpoint, er
 // transaction. When the budget allows another iteration, the same round
 // trip starts it, unless a pause was requested: the loop then stops at the
 // boundary, as beforeIteration tells it.
-func (b *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error {
-	cp, err := b.checkpointRow(messages)
+func (r *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error {
+	cp, err := r.checkpointRow(messages)
 	if err != nil {
 		return err
 	}
-	spend := b.lp.unrecorded()
+	spend := r.lp.unrecorded()
 	var pause bool
 	var next events.Unpaused
-	if b.lp.spent() == nil {
-		next = events.Unpaused{Payloads: b.lp.startEvents(b.lp.iterations + 1), Paused: func() bool { return pause }}
+	if r.lp.spent() == nil {
+		next = events.Unpaused{Payloads: r.lp.startEvents(r.lp.iterations + 1), Paused: func() bool { return pause }}
 	}
-	started, _, err := b.rec.InPipelineUnpaused(ctx, b.r.deps.Pool, func(p *agentsql.Pipeline) error {
-		agentsql.QueueSaveCheckpoint(p, b.at.fence(b.task), cp, spend, &pause)
+	started, _, err := r.rec.InPipelineUnpaused(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
+		agentsql.QueueSaveCheckpoint(p, r.at.fence(r.task), cp, spend, &pause)
 		return nil
 	}, next)
 	if err != nil {
 		return err
 	}
-	b.lp.markRecorded()
-	b.pauseRead = &pause
+	r.lp.markRecorded()
+	r.pauseRead = &pause
 	if started {
-		b.lp.started = b.lp.iterations + 1
+		r.lp.started = r.lp.iterations + 1
 	}
 	return nil
 }
-func (b *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.Message, error) {
+func (r *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm.Message, error) {
 	var messages []llm.Message
 	var st loopState
 	if err := json.Unmarshal(cp.Messages, &messages); err != nil {
-		return nil, &taskError{CodeInternal, fmt.Errorf("decode checkpoint of task %s: %w", b.task.ID, err)}
+		return nil, &taskError{CodeInternal, fmt.Errorf("decode checkpoint of task %s: %w", r.task.ID, err)}
 	}
 	if err := json.Unmarshal(cp.State, &st); err != nil {
-		return nil, &taskError{CodeInternal, fmt.Errorf("decode checkpoint state of task %s: %w", b.task.ID, err)}
+		return nil, &taskError{CodeInternal, fmt.Errorf("decode checkpoint state of task %s: %w", r.task.ID, err)}
 	}
-	b.restore(st)
+	r.restore(st)
 	note := fmt.Sprintf("resumed from the checkpoint of iteration %d (attempt %d): %d messages, %d model calls not repeated",
 		cp.Iteration, cp.Attempt, len(messages), cp.Iteration)
-	if p := b.lp.pending; p != nil {
-		answer, ok, err := agentsql.LastAnswer(ctx, b.r.deps.Pool, b.task.ID)
+	if p := r.lp.pending; p != nil {
+		answer, ok, err := agentsql.LastAnswer(ctx, r.runner.deps.Pool, r.task.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -136,10 +136,10 @@ func (b *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm
 		}
 		out, _ := json.Marshal(body)
 		messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: p.ToolCallID, Content: string(out)})
-		b.lp.pending = nil
+		r.lp.pending = nil
 		note += "; the user's answer is the result of request_input"
 	}
-	b.rec.Add(events.Log{Level: events.LevelInfo, Message: note,
+	r.rec.Add(events.Log{Level: events.LevelInfo, Message: note,
 		Metadata: map[string]any{"checkpointIteration": cp.Iteration, "checkpointAttempt": cp.Attempt, "messages": len(messages)}})
 	return messages, nil
 }

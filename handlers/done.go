@@ -25,17 +25,17 @@ const maxNewLines = 40
 
 // openWorkspace gives a build its sandbox workspace: the project as the
 // build sees it (the store with the change set over it).
-func (b *taskRun) openWorkspace() {
-	if b.r.deps.Sandbox == nil || b.cs == nil {
+func (r *taskRun) openWorkspace() {
+	if r.runner.deps.Sandbox == nil || r.cs == nil {
 		return
 	}
-	files := buildFiles{cs: b.cs, base: b.r.deps.Store}
-	b.ws = b.r.deps.Sandbox.Workspace(b.task.ID.String(), files, b.task.ProjectID.String())
+	files := buildFiles{cs: r.cs, base: r.runner.deps.Store}
+	r.ws = r.runner.deps.Sandbox.Workspace(r.task.ID.String(), files, r.task.ProjectID.String())
 }
 
 // closeWorkspaces removes the build's workspaces when its attempt ends.
-func (b *taskRun) closeWorkspaces(log *slog.Logger) {
-	for _, ws := range []*sandbox.Workspace{b.ws, b.baseWS} {
+func (r *taskRun) closeWorkspaces(log *slog.Logger) {
+	for _, ws := range []*sandbox.Workspace{r.ws, r.baseWS} {
 		if ws == nil {
 			continue
 		}
@@ -51,15 +51,15 @@ func (b *taskRun) closeWorkspaces(log *slog.Logger) {
 // over the project as it was too: a failure that was there before the build
 // is information, not a refusal, unless the build added lines to it. It
 // returns the refusal for the model, or "".
-func (b *taskRun) projectChecks(ctx context.Context) (string, error) {
-	if b.ws == nil || len(b.r.cfg.ProjectChecks) == 0 {
+func (r *taskRun) projectChecks(ctx context.Context) (string, error) {
+	if r.ws == nil || len(r.runner.cfg.ProjectChecks) == 0 {
 		return "", nil
 	}
-	entries, err := b.cs.Entries(ctx)
+	entries, err := r.cs.Entries(ctx)
 	if err != nil || len(entries) == 0 {
 		return "", err // nothing changed: nothing to judge
 	}
-	scripts, err := b.ws.Scripts(ctx)
+	scripts, err := r.ws.Scripts(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -68,28 +68,28 @@ func (b *taskRun) projectChecks(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	var refusals []string
-	for _, script := range b.r.cfg.ProjectChecks {
+	for _, script := range r.runner.cfg.ProjectChecks {
 		if _, ok := scripts[script]; !ok {
 			continue
 		}
 		// What is queued (the static checks' log) is written while the
 		// script runs rather than after it.
-		b.rec.FlushAsync(ctx)
-		out, err := gate.Wait(ctx, func() (sandbox.Outcome, error) { return b.ws.Run(ctx, script, b.r.deps.Sandbox.MaxTimeout()) })
+		r.rec.FlushAsync(ctx)
+		out, err := gate.Wait(ctx, func() (sandbox.Outcome, error) { return r.ws.Run(ctx, script, r.runner.deps.Sandbox.MaxTimeout()) })
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
 			}
-			if _, err := b.rec.Emit(ctx, events.Log{Level: events.LevelWarn, Message: "project check " + script + " could not run: " + err.Error()}); err != nil {
+			if _, err := r.rec.Emit(ctx, events.Log{Level: events.LevelWarn, Message: "project check " + script + " could not run: " + err.Error()}); err != nil {
 				return "", err
 			}
 			continue
 		}
-		refusal, note, err := b.judge(ctx, script, out)
+		refusal, note, err := r.judge(ctx, script, out)
 		if err != nil {
 			return "", err
 		}
-		if _, err := b.rec.Emit(ctx, checkLog(out, note)); err != nil {
+		if _, err := r.rec.Emit(ctx, checkLog(out, note)); err != nil {
 			return "", err
 		}
 		if refusal != "" {
@@ -105,11 +105,11 @@ func (b *taskRun) projectChecks(ctx context.Context) (string, error) {
 
 // judge decides whether a check's outcome refuses the finish, comparing a
 // failure with the same script over the project as it was.
-func (b *taskRun) judge(ctx context.Context, script string, out sandbox.Outcome) (refusal, note string, err error) {
+func (r *taskRun) judge(ctx context.Context, script string, out sandbox.Outcome) (refusal, note string, err error) {
 	if out.Passed() {
 		return "", "", nil
 	}
-	before, ran, err := b.baseline(ctx, script)
+	before, ran, err := r.baseline(ctx, script)
 	if err != nil {
 		return "", "", err
 	}
@@ -131,14 +131,14 @@ func (b *taskRun) judge(ctx context.Context, script string, out sandbox.Outcome)
 
 // baseline runs a script over the project without the build's changes,
 // once per attempt. ran is false when the project had no such script.
-func (b *taskRun) baseline(ctx context.Context, script string) (out sandbox.Outcome, ran bool, err error) {
-	if out, ok := b.baseRuns[script]; ok {
+func (r *taskRun) baseline(ctx context.Context, script string) (out sandbox.Outcome, ran bool, err error) {
+	if out, ok := r.baseRuns[script]; ok {
 		return out, true, nil
 	}
-	if b.baseWS == nil {
-		b.baseWS = b.r.deps.Sandbox.Workspace(b.task.ID.String()+"-base", b.r.deps.Store, b.task.ProjectID.String())
+	if r.baseWS == nil {
+		r.baseWS = r.runner.deps.Sandbox.Workspace(r.task.ID.String()+"-base", r.runner.deps.Store, r.task.ProjectID.String())
 	}
-	out, err = gate.Wait(ctx, func() (sandbox.Outcome, error) { return b.baseWS.Run(ctx, script, b.r.deps.Sandbox.MaxTimeout()) })
+	out, err = gate.Wait(ctx, func() (sandbox.Outcome, error) { return r.baseWS.Run(ctx, script, r.runner.deps.Sandbox.MaxTimeout()) })
 	var se *sandbox.ScriptError
 	switch {
 	case errors.As(err, &se), errors.Is(err, sandbox.ErrNoPackageJSON):
@@ -146,10 +146,10 @@ func (b *taskRun) baseline(ctx context.Context, script string) (out sandbox.Outc
 	case err != nil:
 		return out, false, err
 	}
-	if b.baseRuns == nil {
-		b.baseRuns = map[string]sandbox.Outcome{}
+	if r.baseRuns == nil {
+		r.baseRuns = map[string]sandbox.Outcome{}
 	}
-	b.baseRuns[script] = out
+	r.baseRuns[script] = out
 	return out, true, nil
 }
 

@@ -178,16 +178,16 @@ func (r *Runner) loadPlan(ctx context.Context, task agentsql.Task) (*Plan, error
 // runPlan executes a plan step by step, each step a decision with an
 // expectation (the files it changes), then checks the result; failing
 // checks go to the tool loop in the FIX state.
-func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
+func (r *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, []llm.Message, error) {
 	var done []string
-	for i, step := range b.plan.Steps {
+	for i, step := range r.plan.Steps {
 		id := step.ID
-		status, err := agentsql.DecisionStatus(ctx, b.r.deps.Pool, b.task.ID, id)
+		status, err := agentsql.DecisionStatus(ctx, r.runner.deps.Pool, r.task.ID, id)
 		if err != nil {
 			return "", messages, err
 		}
 		if status != "" {
-			if _, err := b.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("decision %s already executed (%s); not repeated", id, status),
+			if _, err := r.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("decision %s already executed (%s); not repeated", id, status),
 				Metadata: map[string]any{"decisionId": id}}); err != nil {
 				return "", messages, err
 			}
@@ -197,18 +197,18 @@ func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, 
 		if step.Action == ActionMove {
 			expect = append(expect, step.ToPath)
 		}
-		if _, err := b.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("decision %s: %s %s", id, step.Action, step.Path),
+		if _, err := r.rec.Emit(ctx, events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("decision %s: %s %s", id, step.Action, step.Path),
 			Metadata: map[string]any{"decisionId": id, "step": i + 1, "action": step.Action, "expectation": map[string]any{"worldChange": expect, "taskProgress": step.Description}}}); err != nil {
 			return "", messages, err
 		}
-		before, err := b.snapshot(ctx, expect)
+		before, err := r.snapshot(ctx, expect)
 		if err != nil {
 			return "", messages, err
 		}
-		if err := b.execute(ctx, step); err != nil {
+		if err := r.execute(ctx, step); err != nil {
 			return "", messages, err
 		}
-		after, err := b.snapshot(ctx, expect)
+		after, err := r.snapshot(ctx, expect)
 		if err != nil {
 			return "", messages, err
 		}
@@ -218,7 +218,7 @@ func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, 
 			verdict = agentsql.DecisionRejected
 		}
 		outcome, _ := json.Marshal(map[string]any{"expected": expect, "reason": reason})
-		if _, err := agentsql.RecordDecision(ctx, b.r.deps.Pool, b.at.fence(b.task), id, verdict, outcome); err != nil {
+		if _, err := agentsql.RecordDecision(ctx, r.runner.deps.Pool, r.at.fence(r.task), id, verdict, outcome); err != nil {
 			return "", messages, err
 		}
 		if reason != "" {
@@ -226,7 +226,7 @@ func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, 
 		}
 		done = append(done, fmt.Sprintf("%s %s", step.Action, step.Path))
 	}
-	rep, err := b.check(ctx)
+	rep, err := r.check(ctx)
 	if err != nil {
 		return "", messages, err
 	}
@@ -237,15 +237,15 @@ func (b *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, 
 	// FIX: the model gets the tools and the problems.
 	messages = append(messages, llm.Message{Role: llm.RoleUser, Content: "The plan's steps were executed; the files are staged. " +
 		"The static checks found problems (state: FIX):\n" + rep.String() + "Fix them with the tools, then call finish."})
-	b.pauseRead = nil // the steps and checks ran since the claim or a checkpoint read it
-	return b.repairLoop(ctx, messages)
+	r.pauseRead = nil // the steps and checks ran since the claim or a checkpoint read it
+	return r.repairLoop(ctx, messages)
 }
 
 // snapshot returns the version of each path ("" when missing).
-func (b *taskRun) snapshot(ctx context.Context, paths []string) (map[string]string, error) {
+func (r *taskRun) snapshot(ctx context.Context, paths []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range paths {
-		info, err := b.store.Stat(ctx, b.task.ProjectID.String(), p)
+		info, err := r.store.Stat(ctx, r.task.ProjectID.String(), p)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			out[p] = ""
@@ -287,7 +287,7 @@ func expectationUnmet(s PlanStep, before, after map[string]string) string {
 // execute runs one step: code is generated as plain text (not inside
 // JSON), then written through the tools, so the step has the usual
 // tool_call and file_update events.
-func (b *taskRun) execute(ctx context.Context, s PlanStep) error {
+func (r *taskRun) execute(ctx context.Context, s PlanStep) error {
 	callID := "plan-" + s.ID
 	var name string
 	var args map[string]any
@@ -297,46 +297,46 @@ func (b *taskRun) execute(ctx context.Context, s PlanStep) error {
 	case ActionMove:
 		name, args = "move_file", map[string]any{"fromPath": s.Path, "toPath": s.ToPath}
 	default:
-		code, err := b.generate(ctx, s)
+		code, err := r.generate(ctx, s)
 		if err != nil {
 			return err
 		}
 		if strings.TrimSpace(code) == "" {
 			// Nothing to write; the expectation check says so.
-			_, err := b.rec.Emit(ctx, events.Log{Level: events.LevelWarn, Message: fmt.Sprintf("decision %s: the model generated no code for %s", s.ID, s.Path)})
+			_, err := r.rec.Emit(ctx, events.Log{Level: events.LevelWarn, Message: fmt.Sprintf("decision %s: the model generated no code for %s", s.ID, s.Path)})
 			return err
 		}
 		name, args = "write_file", map[string]any{"path": s.Path, "content": code}
 	}
 	raw, _ := json.Marshal(args)
-	res, err := b.lp.callTool(ctx, llm.ToolCall{ID: callID, Name: name, Arguments: string(raw)})
+	res, err := r.lp.callTool(ctx, llm.ToolCall{ID: callID, Name: name, Arguments: string(raw)})
 	if err != nil {
 		return err
 	}
-	b.lp.account(llm.ToolCall{ID: callID, Name: name, Arguments: string(raw)}, res)
+	r.lp.account(llm.ToolCall{ID: callID, Name: name, Arguments: string(raw)}, res)
 	return nil
 }
 
 // generate asks the model for one file's code as plain text.
-func (b *taskRun) generate(ctx context.Context, s PlanStep) (string, error) {
-	cg := prompts.CodeGen{Task: b.task.Prompt, Path: s.Path, Language: language(s.Path), Description: s.Description}
-	content, _, err := b.store.Read(ctx, b.task.ProjectID.String(), s.Path)
+func (r *taskRun) generate(ctx context.Context, s PlanStep) (string, error) {
+	cg := prompts.CodeGen{Task: r.task.Prompt, Path: s.Path, Language: language(s.Path), Description: s.Description}
+	content, _, err := r.store.Read(ctx, r.task.ProjectID.String(), s.Path)
 	switch {
 	case err == nil:
 		cg.Exists, cg.Existing = true, string(content)
 	case !errors.Is(err, storage.ErrNotFound):
 		return "", err
 	}
-	system, err := b.r.prompts.CodeGenSystem(cg)
+	system, err := r.runner.prompts.CodeGenSystem(cg)
 	if err != nil {
 		return "", &taskError{CodeInternal, err}
 	}
-	b.lp.iterations++
-	if _, err := b.rec.Emit(ctx, events.Progress{Kind: events.KindIterationStart, Iteration: b.lp.iterations, TotalIterations: b.lp.maxIterations,
+	r.lp.iterations++
+	if _, err := r.rec.Emit(ctx, events.Progress{Kind: events.KindIterationStart, Iteration: r.lp.iterations, TotalIterations: r.lp.maxIterations,
 		Message: "generating " + s.Path}); err != nil {
 		return "", err
 	}
-	resp, err := b.lp.generate(ctx, []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: s.Description}}, nil)
+	resp, err := r.lp.generate(ctx, []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: s.Description}}, nil)
 	if err != nil {
 		return "", err
 	}

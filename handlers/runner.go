@@ -316,10 +316,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
 		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
 
-	b := &taskRun{r: r, task: task, at: at, rec: rec, store: r.deps.Store}
+	tr := &taskRun{runner: r, task: task, at: at, rec: rec, log: log, store: r.deps.Store}
 	if p := at.PauseRequested; p != nil {
 		read := *p
-		b.pauseRead = &read
+		tr.pauseRead = &read
 	}
 	// A checkpoint means an earlier attempt got somewhere: continue from it
 	// (and keep its change set) instead of starting over.
@@ -330,17 +330,17 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	)
 	if !at.NoCheckpoint {
 		if cp, resumed, err = agentsql.LoadCheckpoint(ctx, r.deps.Pool, task.ID); err != nil {
-			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+			return tr.fail(ctx, err)
 		}
 	}
 	if spec.taskType == "build" {
 		cs, status, err := r.openChangeSet(ctx, task, at)
 		if err != nil {
-			return r.fail(ctx, rec, log, task, at, nil, nil, err)
+			return tr.fail(ctx, err)
 		}
 		if status == agentsql.ChangeSetApplying {
 			// An earlier attempt succeeded and crashed while applying.
-			return r.resumeApply(ctx, rec, log, task, at, cs)
+			return tr.resumeApply(ctx, cs)
 		}
 		reset := cs.Reset
 		if resumed {
@@ -349,12 +349,12 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		}
 		if !cs.Fresh() {
 			if err := reset(ctx); err != nil {
-				return r.fail(ctx, rec, log, task, at, nil, nil, err)
+				return tr.fail(ctx, err)
 			}
 		}
-		b.cs, b.store = cs, cs
-		b.openWorkspace()
-		defer b.closeWorkspaces(log)
+		tr.cs, tr.store = cs, cs
+		tr.openWorkspace()
+		defer tr.closeWorkspaces(log)
 	}
 	var (
 		final    string
@@ -369,11 +369,11 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 				return &taskError{CodeEmptyPrompt, errors.New("the task's prompt is empty: say what the agent should do")}
 			}
 			if spec.taskType == "build" {
-				if b.plan, err = r.loadPlan(ctx, task); err != nil {
+				if tr.plan, err = r.loadPlan(ctx, task); err != nil {
 					return err
 				}
 			}
-			pctx, err = r.loadContext(ctx, b.store, task, b.plan)
+			pctx, err = r.loadContext(ctx, tr.store, task, tr.plan)
 			return err
 		}); err != nil {
 			return err
@@ -402,23 +402,23 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		price, _ := r.cfg.Prices.Lookup(r.deps.LLM.Model())
 		lp = &loop{
 			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
-			env: tools.Env{Store: b.store, ProjectID: task.ProjectID.String(),
-				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Reserved: r.cfg.ReservedPaths, Workspace: b.ws},
+			env: tools.Env{Store: tr.store, ProjectID: task.ProjectID.String(),
+				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Reserved: r.cfg.ReservedPaths, Workspace: tr.ws},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,
 		}
-		b.lp = lp
-		lp.before, lp.alert = b.beforeIteration, b.alert
-		if b.plan == nil {
+		tr.lp = lp
+		lp.before, lp.alert = tr.beforeIteration, tr.alert
+		if tr.plan == nil {
 			// A plan-driven build resumes by its recorded decisions instead.
-			lp.after = b.checkpoint
+			lp.after = tr.checkpoint
 		}
-		if b.cs != nil {
-			lp.beforeFinish = b.checkBeforeFinish
+		if tr.cs != nil {
+			lp.beforeFinish = tr.checkBeforeFinish
 		}
-		if resumed && b.plan == nil {
-			if messages, err = b.resumeFrom(ctx, cp); err != nil {
+		if resumed && tr.plan == nil {
+			if messages, err = tr.resumeFrom(ctx, cp); err != nil {
 				return err
 			}
 		}
@@ -426,10 +426,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter"})
 			var err error
 			switch {
-			case b.plan != nil:
-				final, messages, err = b.runPlan(ctx, messages)
-			case b.cs != nil:
-				final, messages, err = b.repairLoop(ctx, messages)
+			case tr.plan != nil:
+				final, messages, err = tr.runPlan(ctx, messages)
+			case tr.cs != nil:
+				final, messages, err = tr.repairLoop(ctx, messages)
 			default:
 				final, messages, err = lp.run(ctx, messages)
 			}
@@ -459,19 +459,19 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	}()
 	var susp *Suspension
 	if errors.As(err, &susp) && lp != nil {
-		return r.suspend(ctx, log, b, messages, susp)
+		return tr.suspend(ctx, messages, susp)
 	}
 	if err != nil {
-		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
+		return tr.fail(ctx, err)
 	}
 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
 		Usage: lp.usage, CostUSD: lp.cost, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
-		Checks: b.checks, RepairAttempts: b.repairs, Plan: plan}
+		Checks: tr.checks, RepairAttempts: tr.repairs, Plan: plan}
 	// What is still queued (the last tool's result, the stages since) is
 	// written first in the finish's round trip, or by fail.
-	if err := r.writeResult(ctx, rec, task, at, res, lp.unrecorded(), b.cs); err != nil {
-		return r.fail(ctx, rec, log, task, at, lp, b.cs, err)
+	if err := tr.writeResult(ctx, res); err != nil {
+		return tr.fail(ctx, err)
 	}
 	log.InfoContext(ctx, "task succeeded", slog.Int("iterations", lp.iterations), slog.Int64("tokens", lp.usage.TotalTokens))
 	return nil
@@ -505,10 +505,12 @@ func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task a
 // writeResult applies a build's change set and moves the task to
 // succeeded, writing the closing events in the same transaction, so a
 // reader never sees one without the other.
-func (r *Runner) writeResult(ctx context.Context, rec *events.Recorder, task agentsql.Task, at Attempt, res Result, spend agentsql.Spend, cs *changeset.Set) error {
+func (r *taskRun) writeResult(ctx context.Context, res Result) error {
+	// The usage not yet counted by a checkpoint goes with the result.
+	spend := r.lp.unrecorded()
 	var applied []agentsql.ChangeEntry
-	if cs != nil {
-		entries, err := cs.Entries(ctx)
+	if r.cs != nil {
+		entries, err := r.cs.Entries(ctx)
 		if err != nil {
 			return err
 		}
@@ -516,14 +518,14 @@ func (r *Runner) writeResult(ctx context.Context, rec *events.Recorder, task age
 	}
 	body, err := json.Marshal(res)
 	if err != nil {
-		return &taskError{CodeInternal, fmt.Errorf("encode result of task %s: %w", task.ID, err)}
+		return &taskError{CodeInternal, fmt.Errorf("encode result of task %s: %w", r.task.ID, err)}
 	}
-	if cs != nil {
+	if r.cs != nil {
 		// Once decided, applying is not interrupted by a cancel: a half
 		// applied set would be worse than a finished one.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
-		applied, err = cs.Apply(actx, body)
+		applied, err = r.cs.Apply(actx, body)
 		if errors.Is(err, storage.ErrConflict) {
 			return &taskError{CodeConflict, err}
 		}
@@ -532,32 +534,33 @@ func (r *Runner) writeResult(ctx context.Context, rec *events.Recorder, task age
 		}
 		ctx = actx
 	}
-	return r.finishSucceeded(ctx, rec, task, at, body, spend, res.Model, res.Summary, len(applied), cs != nil)
+	return r.finishSucceeded(ctx, body, spend, res.Model, res.Summary, len(applied), r.cs != nil)
 }
 
-// resumeApply finishes a change set an earlier attempt began to apply.
-func (r *Runner) resumeApply(ctx context.Context, rec *events.Recorder, log *slog.Logger, task agentsql.Task, at Attempt, cs *changeset.Set) error {
+// resumeApply finishes cs, which an earlier attempt began to apply. A
+// failure here leaves cs as it is: it is not the run's to discard.
+func (r *taskRun) resumeApply(ctx context.Context, cs *changeset.Set) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	entries, err := cs.Resume(actx)
 	if errors.Is(err, storage.ErrConflict) {
 		// Someone wrote a file of the set after its check: retrying would
 		// overwrite them, so the task ends with the conflict.
-		return r.fail(ctx, rec, log, task, at, nil, nil, &taskError{CodeConflict, err})
+		return r.fail(ctx, &taskError{CodeConflict, err})
 	}
 	if err != nil {
-		return r.fail(ctx, rec, log, task, at, nil, nil, &taskError{CodeStorage, err})
+		return r.fail(ctx, &taskError{CodeStorage, err})
 	}
-	_, body, err := agentsql.ChangeSetState(actx, r.deps.Pool, task.ID)
+	_, body, err := agentsql.ChangeSetState(actx, r.runner.deps.Pool, r.task.ID)
 	if err != nil {
-		return r.fail(ctx, rec, log, task, at, nil, nil, err)
+		return r.fail(ctx, err)
 	}
 	var res Result
 	_ = json.Unmarshal(body, &res)
-	log.InfoContext(ctx, "finished applying the change set of an interrupted attempt", slog.Int("files", len(entries)))
+	r.log.InfoContext(ctx, "finished applying the change set of an interrupted attempt", slog.Int("files", len(entries)))
 	// The usage was counted by the attempt that made the changes.
-	if err := r.finishSucceeded(actx, rec, task, at, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
-		return r.fail(ctx, rec, log, task, at, nil, nil, err)
+	if err := r.finishSucceeded(actx, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
+		return r.fail(ctx, err)
 	}
 	return nil
 }
@@ -569,10 +572,10 @@ func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task, at Attempt) *eve
 }
 
 // finishSucceeded moves the task to succeeded with its closing events, in
-// one round trip and one transaction: what rec still has queued, then the
-// closing events, then the statements. spend is the usage not yet counted
-// by checkpoints.
-func (r *Runner) finishSucceeded(ctx context.Context, rec *events.Recorder, task agentsql.Task, at Attempt, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
+// one round trip and one transaction: what the run's recorder still has
+// queued, then the closing events, then the statements. spend is the usage
+// not yet counted by checkpoints.
+func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agentsql.Spend, model, summary string, applied int, hasSet bool) error {
 	// The events come first: once the task left running, its fence
 	// refuses them. Cleanup is recorded before the terminal event so a
 	// follower that stops there has seen every stage.
@@ -585,15 +588,15 @@ func (r *Runner) finishSucceeded(ctx context.Context, rec *events.Recorder, task
 		events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
 		events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
 		events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
-		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(task.Type), Model: model, Summary: summary},
+		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(r.task.Type), Model: model, Summary: summary},
 	)
-	_, err := rec.InPipeline(ctx, r.deps.Pool, func(p *agentsql.Pipeline) error {
+	_, err := r.rec.InPipeline(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
 		if hasSet {
-			if err := agentsql.QueueFinishChangeSet(p, at.fence(task), agentsql.ChangeSetApplied, false); err != nil {
+			if err := agentsql.QueueFinishChangeSet(p, r.at.fence(r.task), agentsql.ChangeSetApplied, false); err != nil {
 				return err
 			}
 		}
-		return agentsql.QueueFinishTask(p, at.fence(task), agentsql.Outcome{
+		return agentsql.QueueFinishTask(p, r.at.fence(r.task), agentsql.Outcome{
 			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
 			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
 		})
@@ -607,28 +610,31 @@ func (r *Runner) finishSucceeded(ctx context.Context, rec *events.Recorder, task
 // the job, decides how often. Anything else ends the task as failed and
 // returns nil: the job did its work, the work failed. An attempt that no
 // longer holds its task (sql.ErrFenced) stops without writing anything.
-func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logger, task agentsql.Task, at Attempt, lp *loop, cs *changeset.Set, cause error) error {
+// The usage since the last checkpoint is the loop's, if the run got that
+// far; the change set discarded is the run's, if it has one.
+func (r *taskRun) fail(ctx context.Context, cause error) error {
+	task, at, log := r.task, r.at, r.log
 	if errors.Is(cause, agentsql.ErrFenced) {
 		log.WarnContext(ctx, "task was taken over, cancelled or finished elsewhere while running; dropping this attempt")
 		return nil
 	}
 	var spend agentsql.Spend
-	if lp != nil {
-		spend = lp.unrecorded()
+	if r.lp != nil {
+		spend = r.lp.unrecorded()
 	}
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
 		// Cancelled by a control action (agentworker_control_task), which
 		// already moved the task, closed the run, discarded an open change
 		// set and wrote the terminal event: keep the usage spent since the
 		// last checkpoint, and stop without writing anything else.
-		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.deps.Pool, at.fence(task), spend); err != nil {
+		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.runner.deps.Pool, at.fence(task), spend); err != nil {
 			log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
 		}
 		log.InfoContext(ctx, "task stopped from outside (a control action, or a takeover after its lease lapsed); dropping this attempt")
 		return river.JobCancel(fmt.Errorf("task %s stopped from outside: %w", task.ID, cause))
 	}
 	// Events queued before the failure come before its own events.
-	if _, err := rec.Flush(context.WithoutCancel(ctx)); errors.Is(err, agentsql.ErrFenced) {
+	if _, err := r.rec.Flush(context.WithoutCancel(ctx)); errors.Is(err, agentsql.ErrFenced) {
 		log.WarnContext(ctx, "task was taken over, cancelled or finished elsewhere while failing; dropping this attempt")
 		return fenceLost(ctx, task, cause)
 	} else if err != nil {
@@ -645,10 +651,10 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 	transient := llm.IsTransient(cause) || isStorageTransient(cause)
 	wctx := context.WithoutCancel(ctx)
 	if transient && at.Number < at.MaxAttempts {
-		wait := r.retryWait(at.Number)
+		wait := r.runner.retryWait(at.Number)
 		// The checkpoint and change set stay: the retry continues from them.
-		err := rec.InTx(wctx, r.deps.Pool, func(tx pgx.Tx) error {
-			if _, err := rec.EmitIn(wctx, tx,
+		err := r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
+			if _, err := r.rec.EmitIn(wctx, tx,
 				events.Error{ErrorType: code, Message: msg, Recoverable: true},
 				events.AgentPhase{Phase: events.PhaseRetrying, Status: string(agentsql.StatusQueued), Attempt: at.Number,
 					Summary: fmt.Sprintf("attempt %d of %d failed; retrying in %s", at.Number, at.MaxAttempts, wait)}); err != nil {
@@ -664,16 +670,16 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 			// claim finds the task still running under it.
 			return fmt.Errorf("schedule retry of task %s (attempt %d, %s): %w", task.ID, at.Number, msg, err)
 		}
-		if lp != nil {
-			lp.markRecorded()
+		if r.lp != nil {
+			r.lp.markRecorded()
 		}
 		log.WarnContext(ctx, "attempt failed; retry scheduled", slog.String("code", code), slog.Duration("wait", wait))
 		return river.JobSnooze(wait)
 	}
-	if cs != nil {
+	if r.cs != nil {
 		// The task ends: its changes are not applied, the project stays as
 		// it was. (A set already applying is kept.)
-		if err := cs.Discard(wctx); errors.Is(err, agentsql.ErrFenced) {
+		if err := r.cs.Discard(wctx); errors.Is(err, agentsql.ErrFenced) {
 			return fenceLost(ctx, task, cause)
 		} else if err != nil {
 			log.ErrorContext(ctx, "discard change set", slog.String("err", err.Error()))
@@ -685,17 +691,17 @@ func (r *Runner) fail(ctx context.Context, rec *events.Recorder, log *slog.Logge
 		status, phase = agentsql.StatusBlocked, events.PhaseBlocked
 	}
 	var trec *events.Recorder
-	err := pgx.BeginFunc(wctx, r.deps.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
 		// The terminal event is the run's last: written before the task
 		// leaves running, in the same transaction.
-		trec = r.recorder(tx, task, at)
+		trec = r.runner.recorder(tx, task, at)
 		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false},
 			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg}); err != nil {
 			return err
 		}
 		_, err := agentsql.FinishTask(wctx, tx, at.fence(task), agentsql.Outcome{
 			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.runner.deps.LLM.Model(),
 		})
 		return err
 	})

@@ -29,7 +29,7 @@ import (
 	"github.com/agentworker/agentworker/worker"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+var update = flag.Bool("update", false, "rewrite the golden files in testdata and the statement figure README quotes")
 
 func TestMain(m *testing.M) {
 	dbtest.Main(m, s3test.LeakOption())

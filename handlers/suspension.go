@@ -63,13 +63,13 @@ func budgetSuspension(which, msg string, atCeiling bool) *Suspension {
 // the first iteration) or the checkpoint that ended the previous iteration
 // read the request already; otherwise (a plan step, an attempt not started
 // by a claim) it is read here.
-func (b *taskRun) beforeIteration(ctx context.Context) error {
+func (r *taskRun) beforeIteration(ctx context.Context) error {
 	var requested bool
-	if b.pauseRead != nil {
-		requested, b.pauseRead = *b.pauseRead, nil
+	if r.pauseRead != nil {
+		requested, r.pauseRead = *r.pauseRead, nil
 	} else {
 		var err error
-		if requested, err = agentsql.PauseRequested(ctx, b.r.deps.Pool, b.task.ID); err != nil {
+		if requested, err = agentsql.PauseRequested(ctx, r.runner.deps.Pool, r.task.ID); err != nil {
 			return err
 		}
 	}
@@ -81,19 +81,19 @@ func (b *taskRun) beforeIteration(ctx context.Context) error {
 
 // alert records a stuck alert: a warn log event with metadata.alert and one
 // open inbox item per run and kind.
-func (b *taskRun) alert(ctx context.Context, kind, detail string) error {
-	return b.rec.InTx(ctx, b.r.deps.Pool, func(tx pgx.Tx) error {
-		runID, err := agentsql.RunID(ctx, tx, b.task.ID, b.task.Attempt)
+func (r *taskRun) alert(ctx context.Context, kind, detail string) error {
+	return r.rec.InTx(ctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
+		runID, err := agentsql.RunID(ctx, tx, r.task.ID, r.task.Attempt)
 		if err != nil {
 			return err
 		}
-		taskID := b.task.ID
-		item, opened, err := agentsql.OpenInboxItem(ctx, tx, agentsql.InboxItem{ProjectID: b.task.ProjectID, TaskID: &taskID, RunID: &runID,
+		taskID := r.task.ID
+		item, opened, err := agentsql.OpenInboxItem(ctx, tx, agentsql.InboxItem{ProjectID: r.task.ProjectID, TaskID: &taskID, RunID: &runID,
 			Kind: agentsql.InboxAwaitUserInput, Reason: kind, Title: "Task looks stuck", Content: clip(detail, 2000)})
 		if err != nil || !opened {
 			return err
 		}
-		_, err = b.rec.EmitIn(ctx, tx, events.Log{Level: events.LevelWarn, Message: "alert: " + clip(detail, 300),
+		_, err = r.rec.EmitIn(ctx, tx, events.Log{Level: events.LevelWarn, Message: "alert: " + clip(detail, 300),
 			Metadata: map[string]any{"alert": kind, "inboxItemId": item.ID.String(), "runId": runID.String()}})
 		return err
 	})
@@ -105,36 +105,36 @@ func (b *taskRun) alert(ctx context.Context, kind, detail string) error {
 // suspend ends the attempt at an iteration boundary: checkpoint, inbox
 // item, task paused or awaiting_input, run interrupted — one transaction.
 // The job completes; resume or answer enqueues the next attempt.
-func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, messages []llm.Message, s *Suspension) error {
+func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspension) error {
 	wctx := context.WithoutCancel(ctx)
-	cp, err := b.checkpointRow(messages)
+	cp, err := r.checkpointRow(messages)
 	if err != nil {
-		return r.fail(ctx, b.rec, log, b.task, b.at, b.lp, b.cs, err)
+		return r.fail(ctx, err)
 	}
-	spend := b.lp.unrecorded()
+	spend := r.lp.unrecorded()
 	phase := events.PhasePaused
 	if s.Status == agentsql.StatusAwaitingInput {
 		phase = events.PhaseAwaitingInput
 	}
-	err = b.rec.InTx(wctx, r.deps.Pool, func(tx pgx.Tx) error {
-		if _, err := b.rec.EmitIn(wctx, tx); err != nil {
+	err = r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := r.rec.EmitIn(wctx, tx); err != nil {
 			return err
 		}
-		if _, err := agentsql.SaveCheckpoint(wctx, tx, b.at.fence(b.task), cp, agentsql.Spend{}); err != nil {
+		if _, err := agentsql.SaveCheckpoint(wctx, tx, r.at.fence(r.task), cp, agentsql.Spend{}); err != nil {
 			return err
 		}
 		meta := map[string]any{"code": s.Code}
 		if s.Reason != "" {
-			runID, err := agentsql.RunID(wctx, tx, b.task.ID, b.task.Attempt)
+			runID, err := agentsql.RunID(wctx, tx, r.task.ID, r.task.Attempt)
 			if err != nil {
 				return err
 			}
-			taskID := b.task.ID
+			taskID := r.task.ID
 			title := "The agent asks a question"
 			if s.Reason == ReasonBudget {
 				title = "Task paused: budget spent"
 			}
-			item, _, err := agentsql.OpenInboxItem(wctx, tx, agentsql.InboxItem{ProjectID: b.task.ProjectID, TaskID: &taskID, RunID: &runID,
+			item, _, err := agentsql.OpenInboxItem(wctx, tx, agentsql.InboxItem{ProjectID: r.task.ProjectID, TaskID: &taskID, RunID: &runID,
 				Kind: agentsql.InboxAwaitUserInput, Reason: s.Reason, Title: title, Content: s.Message})
 			if err != nil {
 				return err
@@ -145,25 +145,25 @@ func (r *Runner) suspend(ctx context.Context, log *slog.Logger, b *taskRun, mess
 		}
 		// The run's last event is its terminal one, written before the
 		// task leaves running (the fence refuses writes after).
-		if _, err := b.rec.EmitIn(wctx, tx,
-			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, b.lp.iterations, s.Message), Metadata: meta},
-			events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: string(b.task.Type), Summary: s.Message}); err != nil {
+		if _, err := r.rec.EmitIn(wctx, tx,
+			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("%s after iteration %d: %s", s.Status, r.lp.iterations, s.Message), Metadata: meta},
+			events.AgentPhase{Phase: phase, Status: string(s.Status), TaskType: string(r.task.Type), Summary: s.Message}); err != nil {
 			return err
 		}
-		_, err := agentsql.FinishTask(wctx, tx, b.at.fence(b.task), agentsql.Outcome{
+		_, err := agentsql.FinishTask(wctx, tx, r.at.fence(r.task), agentsql.Outcome{
 			Status: s.Status, RunStatus: string(agentsql.RunInterrupted), ErrorCode: s.Code, ErrorMsg: clip(s.Message, 1000),
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.deps.LLM.Model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.runner.deps.LLM.Model(),
 		})
 		return err
 	})
 	if errors.Is(err, agentsql.ErrFenced) {
-		log.WarnContext(ctx, "task was taken over or cancelled while suspending; dropping this attempt")
+		r.log.WarnContext(ctx, "task was taken over or cancelled while suspending; dropping this attempt")
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("suspend task %s (%s): %w", b.task.ID, s.Status, err)
+		return fmt.Errorf("suspend task %s (%s): %w", r.task.ID, s.Status, err)
 	}
-	b.lp.markRecorded()
-	log.InfoContext(ctx, "task suspended", slog.String("status", string(s.Status)), slog.String("code", s.Code), slog.Int("iterations", b.lp.iterations))
+	r.lp.markRecorded()
+	r.log.InfoContext(ctx, "task suspended", slog.String("status", string(s.Status)), slog.String("code", s.Code), slog.Int("iterations", r.lp.iterations))
 	return nil
 }

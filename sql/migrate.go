@@ -2,6 +2,10 @@
 // and the queries every other package runs, kept together in one place.
 // River's own tables are migrated through rivermigrate, in the same
 // transaction as ours.
+//
+// Importers name it agentsql: its name is the standard library's
+// database/sql, which a file beside it may import too, and agentsql.Task
+// says whose type it is where sql.Task would not.
 package sql
 
 import (

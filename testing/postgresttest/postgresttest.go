@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
+	"github.com/agentworker/agentworker/internal/devenv/supervise"
 	"github.com/agentworker/agentworker/testing/prereq"
 )
 
@@ -99,9 +100,7 @@ type Server struct {
 	// URL is the API's base URL, http://127.0.0.1:<port>, no trailing slash.
 	URL string
 
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error // read after exited is closed
+	child   *supervise.Child
 	logPath string
 }
 
@@ -139,7 +138,7 @@ func Start(t testing.TB, cfg Config) *Server {
 			})
 			return s
 		}
-		if !errors.Is(err, errExited) || attempt == startAttempts {
+		if !errors.Is(err, supervise.ErrExited) || attempt == startAttempts {
 			t.Fatalf("postgresttest: start %s (attempt %d): %v", bin, attempt, err)
 		}
 	}
@@ -157,8 +156,6 @@ func checkVersion(ctx context.Context, bin string) error {
 	}
 	return nil
 }
-
-var errExited = errors.New("postgrest exited while starting")
 
 func start(ctx context.Context, bin string, cfg Config, logPath string) (*Server, error) {
 	port, err := loopback.FreePort()
@@ -190,18 +187,13 @@ func start(ctx context.Context, bin string, cfg Config, logPath string) (*Server
 	)
 	// A file, not a pipe: exec starts no copying goroutines.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = dieWithParent()
-	if err := cmd.Start(); err != nil {
+	child, err := supervise.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("run postgrest: %w", err)
 	}
-	s := &Server{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, exited: make(chan struct{}), logPath: logPath}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
+	s := &Server{URL: fmt.Sprintf("http://127.0.0.1:%d", port), child: child, logPath: logPath}
 	if err := s.waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", adminPort)); err != nil {
-		_ = cmd.Process.Kill()
-		<-s.exited
+		child.Kill()
 		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
 	}
 	return s, nil
@@ -213,46 +205,38 @@ func (s *Server) waitReady(ctx context.Context, readyURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	err := s.child.WaitReady(ctx, 20*time.Millisecond, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyURL, nil)
+		if err != nil {
+			return supervise.Permanent(err)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return err
 		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s answered %s", readyURL, resp.Status)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %s", readyURL, resp.Status)
 		}
-		select {
-		case <-s.exited:
-			return errExited
-		case <-ctx.Done():
-			return fmt.Errorf("postgrest not ready: %w (last probe: %w)", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
-}
-
-// stop ends PostgREST with SIGTERM, or SIGKILL if it lingers.
-func (s *Server) stop() error {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM) // fails only if it is gone
-	select {
-	case <-s.exited:
-	case <-time.After(stopTimeout):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-		return fmt.Errorf("postgrest did not stop within %s; killed it\n%s", stopTimeout, s.logTail())
-	}
-	var exitErr *exec.ExitError
-	if s.waitErr != nil && !(errors.As(s.waitErr, &exitErr) && exitErr.ExitCode() <= 1) {
-		return fmt.Errorf("postgrest exited: %w\n%s", s.waitErr, s.logTail())
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgrest not ready: %w", err)
 	}
 	return nil
+}
+
+// stop ends PostgREST with SIGTERM, or SIGKILL if it lingers. PostgREST
+// may answer SIGTERM with exit status 1: a clean stop too.
+func (s *Server) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	err := s.child.Stop(ctx, syscall.SIGTERM)
+	var exitErr *exec.ExitError
+	if err == nil || !errors.Is(err, supervise.ErrKilled) && errors.As(err, &exitErr) && exitErr.ExitCode() <= 1 {
+		return nil
+	}
+	return fmt.Errorf("stop postgrest: %w\n%s", err, s.logTail())
 }
 
 // logTail is the end of PostgREST's output, for errors.

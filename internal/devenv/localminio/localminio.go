@@ -8,8 +8,8 @@
 // checks. Variables MINIO_* of the calling process are not passed on, so they
 // cannot change how it runs.
 //
-// The minio process is a direct child, not a daemon: on Linux it gets SIGKILL
-// when the parent dies (parent-death signal), so a crashed process does not
+// The minio process is a direct child, not a daemon (internal/devenv/supervise):
+// on Linux it gets SIGKILL when the parent dies, so a crashed process does not
 // leave a server behind. Elsewhere it can outlive a parent that is killed.
 package localminio
 
@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
+	"github.com/agentworker/agentworker/internal/devenv/supervise"
 	"github.com/agentworker/agentworker/storage"
 )
 
@@ -64,9 +64,6 @@ const (
 	// typically because another process took one of its free ports.
 	startAttempts = 3
 )
-
-// errExited reports a server that exited before it was live.
-var errExited = errors.New("minio exited while starting")
 
 // errPortTaken reports a server that could not listen on its port. MinIO
 // logs this and may stay up for long without serving, so it is read from
@@ -110,11 +107,9 @@ type Server struct {
 	logger   *slog.Logger
 	freePort func() (int, error)
 
-	// Set by each start attempt; an attempt that fails has seen exited closed
+	// Set by each start attempt; an attempt that fails has seen it exit
 	// before the next one begins.
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed once the minio process has exited
-	waitErr error         // the result of cmd.Wait; read only after exited is closed
+	child *supervise.Child
 
 	stopOnce sync.Once
 	stopErr  error
@@ -197,10 +192,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	for attempt := 1; ; attempt++ {
 		err := s.start(ctx, bin)
 		if err == nil {
-			s.logger.Info("minio ready", "endpoint", s.cfg.Endpoint, "dir", s.dir, "pid", s.cmd.Process.Pid)
+			s.logger.Info("minio ready", "endpoint", s.cfg.Endpoint, "dir", s.dir, "pid", s.child.Pid())
 			return s, nil
 		}
-		if !(errors.Is(err, errExited) || errors.Is(err, errPortTaken)) || attempt == startAttempts {
+		if !(errors.Is(err, supervise.ErrExited) || errors.Is(err, errPortTaken)) || attempt == startAttempts {
 			err = fmt.Errorf("start minio %s in %s (attempt %d): %w", bin, s.dir, attempt, err)
 			if s.tempDir != "" {
 				if rmErr := os.RemoveAll(s.tempDir); rmErr != nil {
@@ -251,66 +246,40 @@ func (s *Server) start(ctx context.Context, bin string) error {
 	)
 	// Files, not pipes: exec starts no copying goroutines.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = dieWithParent()
 
-	s.cmd = cmd
-	s.exited = make(chan struct{})
-	started := make(chan error, 1)
-	go s.supervise(cmd, started)
-	if err := <-started; err != nil {
+	if s.child, err = supervise.Start(cmd); err != nil {
 		return fmt.Errorf("run minio: %w", err)
 	}
 	portTaken := func() bool { return s.logSince(logStart, listenFailure) }
-	if err := waitReady(ctx, addr, s.exited, portTaken); err != nil {
-		s.kill()
+	if err := s.waitReady(ctx, addr, portTaken); err != nil {
+		s.child.Kill()
 		return fmt.Errorf("%w\n%s", err, s.logTail())
 	}
 	return nil
-}
-
-// supervise starts cmd and waits for it, then records the result and closes
-// s.exited. The parent-death signal is sent when the thread that started the
-// child exits, not the process, so the goroutine stays locked to that thread
-// for the life of the server.
-func (s *Server) supervise(cmd *exec.Cmd, started chan<- error) {
-	runtime.LockOSThread()
-	defer close(s.exited)
-	err := cmd.Start()
-	started <- err
-	if err == nil {
-		s.waitErr = cmd.Wait()
-	}
 }
 
 // waitReady polls the liveness endpoint of the server at addr until it
 // answers 200 without the "offline" status header that MinIO sets while its
 // object layer is still initialising, the server exits or says its port is
 // taken, ctx is done, or readyTimeout passes.
-func waitReady(ctx context.Context, addr string, exited <-chan struct{}, portTaken func() bool) error {
+func (s *Server) waitReady(ctx context.Context, addr string, portTaken func() bool) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	transport := &http.Transport{DisableKeepAlives: true}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: time.Second}
 	url := "http://" + addr + "/minio/health/live"
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	err := s.child.WaitReady(ctx, 50*time.Millisecond, func(ctx context.Context) error {
 		err := probe(ctx, client, url)
-		if err == nil {
-			return nil
+		if err != nil && portTaken() {
+			return supervise.Permanent(fmt.Errorf("%w: %s", errPortTaken, addr))
 		}
-		if portTaken() {
-			return fmt.Errorf("%w: %s", errPortTaken, addr)
-		}
-		select {
-		case <-exited:
-			return errExited
-		case <-ctx.Done():
-			return fmt.Errorf("minio at %s not live: %w (last probe: %w)", addr, ctx.Err(), err)
-		case <-tick.C:
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("minio at %s not live: %w", addr, err)
 	}
+	return nil
 }
 
 // probe asks the liveness endpoint at url once.
@@ -354,21 +323,14 @@ func (s *Server) stop(ctx context.Context) error {
 
 	var errs []error
 	select {
-	case <-s.exited:
-		errs = append(errs, fmt.Errorf("minio in %s exited before Stop: %v\n%s", s.dir, s.waitErr, s.logTail()))
+	case <-s.child.Exited():
+		errs = append(errs, fmt.Errorf("minio in %s exited before Stop: %v\n%s", s.dir, s.child.Err(), s.logTail()))
 	default:
-		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			errs = append(errs, fmt.Errorf("signal minio (pid %d) to shut down: %w", s.cmd.Process.Pid, err))
-		}
-		select {
-		case <-s.exited:
-			if s.waitErr != nil && !terminated(s.waitErr) {
-				errs = append(errs, fmt.Errorf("shut down minio in %s: %w\n%s", s.dir, s.waitErr, s.logTail()))
+		if err := s.child.Stop(ctx, syscall.SIGTERM); err != nil {
+			if errors.Is(err, supervise.ErrKilled) {
+				s.logger.Warn("minio did not shut down in time; killed it", "dir", s.dir, "pid", s.child.Pid())
 			}
-		case <-ctx.Done():
-			s.logger.Warn("minio did not shut down in time; killing it", "dir", s.dir, "pid", s.cmd.Process.Pid)
-			s.kill()
-			errs = append(errs, fmt.Errorf("shut down minio in %s: %w; killed it", s.dir, ctx.Err()))
+			errs = append(errs, fmt.Errorf("shut down minio in %s: %w\n%s", s.dir, err, s.logTail()))
 		}
 	}
 
@@ -379,23 +341,6 @@ func (s *Server) stop(ctx context.Context) error {
 	}
 	s.logger.Info("minio stopped", "endpoint", s.cfg.Endpoint, "dir", s.dir)
 	return errors.Join(errs...)
-}
-
-// terminated reports whether err is the exit of a process ended by SIGTERM,
-// which is how a server asked to stop may exit.
-func terminated(err error) bool {
-	var exitErr *exec.ExitError
-	if !errors.As(err, &exitErr) {
-		return false
-	}
-	status, ok := exitErr.Sys().(syscall.WaitStatus)
-	return ok && status.Signaled() && status.Signal() == syscall.SIGTERM
-}
-
-// kill sends SIGKILL to the server and waits for it to exit.
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill() // only fails if the process is already gone
-	<-s.exited
 }
 
 // sweepStale removes the temporary directories whose owner is gone.
@@ -410,7 +355,7 @@ func sweepStale(logger *slog.Logger) {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || processAlive(pid) {
+		if err != nil || supervise.Running(pid) {
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {

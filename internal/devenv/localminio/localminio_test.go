@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
+	"github.com/agentworker/agentworker/internal/devenv/supervise"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/prereq"
 )
@@ -125,7 +126,7 @@ func TestStartDir(t *testing.T) {
 func TestStopAfterExit(t *testing.T) {
 	t.Parallel()
 	s := start(t, Config{})
-	s.kill()
+	s.child.Kill()
 	if err := s.Stop(t.Context()); err == nil {
 		t.Error("Stop after the server died = nil, want an error")
 	}
@@ -142,8 +143,8 @@ func TestStartBadBin(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "minio")
 	_, err := Start(t.Context(), Config{Bin: bin, Dir: dir})
-	if !errors.Is(err, errExited) {
-		t.Fatalf("Start with a failing binary = %v, want errExited", err)
+	if !errors.Is(err, supervise.ErrExited) {
+		t.Fatalf("Start with a failing binary = %v, want supervise.ErrExited", err)
 	}
 	if !bytes.Contains([]byte(err.Error()), []byte("broken")) {
 		t.Errorf("Start error %q does not carry the server's output", err)
@@ -177,7 +178,7 @@ func TestSweepStale(t *testing.T) {
 			t.Errorf("sweepStale removed %s: %v", dir, err)
 		}
 	}
-	if _, err := os.Stat(dead); processAlive(2147483646) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(dead); supervise.Running(2147483646) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat(%s) of a directory whose owner is gone, after sweepStale: %v; want not exist", dead, err)
 	}
 }
@@ -249,13 +250,6 @@ func TestFindBinary(t *testing.T) {
 			t.Errorf("Start() = %v, want ErrNotInstalled", err)
 		}
 	})
-}
-
-func TestProcessAlive(t *testing.T) {
-	t.Parallel()
-	if !processAlive(os.Getpid()) {
-		t.Error("processAlive(own pid) = false")
-	}
 }
 
 // TestStartRetriesWhenItsPortIsTaken: MinIO refuses a port taken when it

@@ -12,10 +12,11 @@
 // directory and must be able to reach it (its parent directories must be
 // searchable by that user).
 //
-// The postgres process is a direct child, not a daemon: it gets SIGKILL if the
-// parent dies (Linux parent-death signal), so a crashed test binary does not
-// leave a server behind, and it runs in its own process group, so a Ctrl-C in
-// the terminal reaches the parent, which decides when to call Stop.
+// The postgres process is a direct child, not a daemon (internal/devenv/supervise):
+// it gets SIGKILL if the parent dies (Linux parent-death signal), so a crashed
+// test binary does not leave a server behind, and it runs in its own process
+// group, so a Ctrl-C in the terminal reaches the parent, which decides when to
+// call Stop.
 package localpg
 
 import (
@@ -39,6 +40,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
+	"github.com/agentworker/agentworker/internal/devenv/supervise"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -104,10 +106,7 @@ type Cluster struct {
 	tempDir string // removed by Stop; empty when Config.Dir was given
 	logPath string
 	logger  *slog.Logger
-	cmd     *exec.Cmd
-
-	exited  chan struct{} // closed once the postgres process has exited
-	waitErr error         // the result of cmd.Wait; read only after exited is closed
+	child   *supervise.Child
 
 	stopOnce sync.Once
 	stopErr  error
@@ -132,7 +131,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 
-	c := &Cluster{logger: logger, exited: make(chan struct{})}
+	c := &Cluster{logger: logger}
 	if cfg.Dir == "" {
 		removeStaleTempDirs(logger)
 		c.tempDir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-*", tempPrefix, os.Getpid()))
@@ -187,10 +186,10 @@ func (c *Cluster) start(ctx context.Context, binDir string, port int, cred *sysc
 		return err
 	}
 	if err := c.waitReady(ctx); err != nil {
-		c.kill()
+		c.child.Kill()
 		return fmt.Errorf("start postgres in %s on port %d: %w\n%s", c.dataDir, c.port, err, c.logTail())
 	}
-	c.logger.Info("postgres ready", "data_dir", c.dataDir, "port", c.port, "pid", c.cmd.Process.Pid)
+	c.logger.Info("postgres ready", "data_dir", c.dataDir, "port", c.port, "pid", c.child.Pid())
 	return nil
 }
 
@@ -232,7 +231,7 @@ func (c *Cluster) spawn(binDir string, cred *syscall.Credential) error {
 		socketDir = ""
 	}
 
-	c.cmd = exec.Command(filepath.Join(binDir, "postgres"),
+	cmd := exec.Command(filepath.Join(binDir, "postgres"),
 		"-D", c.dataDir,
 		"-p", strconv.Itoa(c.port),
 		"-k", socketDir,
@@ -245,23 +244,13 @@ func (c *Cluster) spawn(binDir string, cred *syscall.Credential) error {
 		// what comes after its commit (pg_xact_commit_timestamp).
 		"-c", "track_commit_timestamp=on",
 	)
-	c.cmd.Dir = "/"
-	c.cmd.Stdout = logFile
-	c.cmd.Stderr = logFile
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: cred,
-		// Go sets the parent-death signal after switching credentials, which
-		// would otherwise clear it.
-		Pdeathsig: syscall.SIGKILL,
-		Setpgid:   true,
-	}
-	if err := c.cmd.Start(); err != nil {
+	cmd.Dir = "/"
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	if c.child, err = supervise.Start(cmd); err != nil {
 		return fmt.Errorf("run postgres for %s: %w", c.dataDir, err)
 	}
-	go func() {
-		c.waitErr = c.cmd.Wait()
-		close(c.exited)
-	}()
 	return nil
 }
 
@@ -270,22 +259,13 @@ func (c *Cluster) spawn(binDir string, cred *syscall.Credential) error {
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	ticker := time.NewTicker(50 * time.Millisecond)
-	defer ticker.Stop()
-
-	for {
-		err := ping(ctx, c.URL("postgres"))
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-c.exited:
-			return fmt.Errorf("postgres exited during startup: %w", c.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("postgres not accepting connections: %w (last attempt: %w)", ctx.Err(), err)
-		case <-ticker.C:
-		}
+	err := c.child.WaitReady(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		return ping(ctx, c.URL("postgres"))
+	})
+	if err != nil {
+		return fmt.Errorf("postgres not accepting connections: %w", err)
 	}
+	return nil
 }
 
 func ping(ctx context.Context, connString string) error {
@@ -319,23 +299,17 @@ func (c *Cluster) stop(ctx context.Context) error {
 
 	var errs []error
 	select {
-	case <-c.exited:
-		if c.waitErr != nil {
-			errs = append(errs, fmt.Errorf("postgres in %s exited before Stop: %w\n%s", c.dataDir, c.waitErr, c.logTail()))
+	case <-c.child.Exited():
+		if err := c.child.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("postgres in %s exited before Stop: %w\n%s", c.dataDir, err, c.logTail()))
 		}
 	default:
-		if err := c.cmd.Process.Signal(os.Interrupt); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			errs = append(errs, fmt.Errorf("signal postgres (pid %d) to shut down: %w", c.cmd.Process.Pid, err))
-		}
-		select {
-		case <-c.exited:
-			if c.waitErr != nil {
-				errs = append(errs, fmt.Errorf("shut down postgres in %s: %w\n%s", c.dataDir, c.waitErr, c.logTail()))
+		// SIGINT is postgres's fast shutdown: open sessions are ended.
+		if err := c.child.Stop(ctx, syscall.SIGINT); err != nil {
+			if errors.Is(err, supervise.ErrKilled) {
+				c.logger.Warn("postgres did not shut down in time; killed it", "data_dir", c.dataDir, "pid", c.child.Pid())
 			}
-		case <-ctx.Done():
-			c.logger.Warn("postgres did not shut down in time; killing it", "data_dir", c.dataDir, "pid", c.cmd.Process.Pid)
-			c.kill()
-			errs = append(errs, fmt.Errorf("shut down postgres in %s: %w; killed it", c.dataDir, ctx.Err()))
+			errs = append(errs, fmt.Errorf("shut down postgres in %s: %w\n%s", c.dataDir, err, c.logTail()))
 		}
 	}
 
@@ -346,12 +320,6 @@ func (c *Cluster) stop(ctx context.Context) error {
 	}
 	c.logger.Info("postgres stopped", "data_dir", c.dataDir, "port", c.port)
 	return errors.Join(errs...)
-}
-
-// kill sends SIGKILL to the server and waits for it to exit.
-func (c *Cluster) kill() {
-	_ = c.cmd.Process.Kill() // only fails if the process is already gone
-	<-c.exited
 }
 
 // logTail returns the last lines of the server log, for error messages.

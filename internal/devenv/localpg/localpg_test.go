@@ -88,7 +88,7 @@ func TestStart(t *testing.T) {
 			if err != nil {
 				t.Fatalf("look up %q: %v", osUser, err)
 			}
-			proc := fmt.Sprintf("/proc/%d", c.cmd.Process.Pid)
+			proc := fmt.Sprintf("/proc/%d", c.child.Pid())
 			fi, err := os.Stat(proc)
 			if err != nil {
 				t.Fatalf("stat %s: %v", proc, err)

@@ -1,20 +1,42 @@
-package bench
+package handlers_test
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/poll"
+	"github.com/agentworker/agentworker/worker"
 )
+
+// The database work of one two-call build (write a file, finish): claim 1
+// (the claim writes its events, reads the pause request and opens the
+// change set), events 1, stage the write 1, checkpoint 2 (the iteration's
+// events with the second iteration's start unless a pause was requested,
+// and the checkpoint: one round trip), mark applying 1, finish 3 (the
+// events since, change set, task: one round trip). Statements sent
+// together in one pipeline are one round trip. README quotes these
+// figures (go test -update rewrites its sentence).
+const buildStatements, buildRoundTrips = 9, 6
 
 // statementLog records the statements a pool sends while on.
 type statementLog struct {
@@ -40,6 +62,13 @@ func (s statement) String() string {
 }
 
 var spaces = regexp.MustCompile(`\s+`)
+
+// record turns the log on or off.
+func (l *statementLog) record(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.on = on
+}
 
 func (l *statementLog) add(conn *pgx.Conn, pipeline int, sql string) {
 	l.mu.Lock()
@@ -124,7 +153,7 @@ func (l *statementLog) ours() []statement {
 		out = append(out, s)
 	}
 	// A transaction still open at the end, with nothing of ours in it, is
-	// River's completing the job (its commit may come after the log is read).
+	// River's (its maintenance, say): its commit may come after the log is read.
 	for _, tx := range open {
 		if !tx.ours {
 			dropped[tx.begin] = true
@@ -140,81 +169,168 @@ func (l *statementLog) ours() []statement {
 }
 
 // TestStatementsPerBuildTask holds the database work of one two-call build
-// (write a file, finish) to its budget: every statement is a round trip and
-// most are a commit, and at hundreds of tasks a second they are what the
-// worker and Postgres spend their CPU on. A change that adds statements to
-// a task's path fails here and has to say why. Statements sent together in
-// one pipeline are one round trip.
+// to its figure: every statement is a round trip and most are a commit,
+// and at hundreds of tasks a second they are what the worker and Postgres
+// spend their CPU on. A change that adds statements to a task's path, or
+// saves some, fails here and says so in the figure README quotes.
 func TestStatementsPerBuildTask(t *testing.T) {
 	t.Parallel()
-	// claim 1 (the claim writes its events, reads the pause request and
-	// opens the change set), events 1, stage the write 1, checkpoint 2
-	// (the iteration's events with the second iteration's start unless a
-	// pause was requested, and the checkpoint: one round trip), mark
-	// applying 1, finish 3 (the events since, change set, task: one round
-	// trip).
-	const budget, tripBudget = 9, 6
-	ctx := t.Context()
 	log := &statementLog{}
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	if err != nil {
+	p := startTraced(t, log, 0, 10, 50*time.Millisecond)
+	if err := p.svc.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := storage.NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := &database{pool: pool, drop: func() {}}
-	p, err := startPipeline(ctx, withDefaults(Options{Store: store, Concurrency: 10, toolStartDelay: 10 * time.Second}), db, fixedDelayModel(50*time.Millisecond), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.stop(context.Background()) })
-
-	// A first task warms River and the pool; the second is counted.
-	for i, prompt := range []string{"warm-up", "counted"} {
-		log.mu.Lock()
-		log.on = i == 1
-		log.mu.Unlock()
-		runTask(t, db, p, prompt)
-	}
-	time.Sleep(200 * time.Millisecond) // the handler returned; its job's completion is River's
+	// A first task warms River and the pool; the second is counted, from
+	// its insert until its work is done.
+	p.run(t, "warm-up")
+	log.record(true)
+	p.run(t, "counted")
+	log.record(false)
 	got := log.ours()
-	// The insert is the app's, not the task's.
-	if len(got) > 0 && strings.HasPrefix(got[0].sql, "INSERT INTO ai_tasks") {
-		got = got[1:]
-	}
 	list := make([]string, len(got))
 	for i, s := range got {
 		list[i] = s.String()
 	}
-	if trips := roundTrips(got); len(got) > budget || trips > tripBudget {
-		t.Errorf("one build task sent %d statements in %d round trips, budget %d in %d:\n%s",
-			len(got), trips, budget, tripBudget, strings.Join(list, "\n"))
-	} else {
-		t.Logf("one build task sent %d statements in %d round trips (budget %d in %d):\n%s",
-			len(got), trips, budget, tripBudget, strings.Join(list, "\n"))
+	if trips := roundTrips(got); len(got) != buildStatements || trips != buildRoundTrips {
+		t.Errorf("one build task sent %d statements in %d round trips, want %d in %d:\n%s",
+			len(got), trips, buildStatements, buildRoundTrips, strings.Join(list, "\n"))
 	}
 }
 
-// runTask inserts a build task and waits until its handler returned.
-func runTask(t *testing.T, db *database, p *pipeline, prompt string) {
-	t.Helper()
-	id, err := insertTask(t.Context(), db, prompt)
+// readmeStatements is README's sentence quoting the statement figure.
+var readmeStatements = regexp.MustCompile(`A two-call build sends (\d+) statements in (\d+) round trips`)
+
+// TestReadmeQuotesTheStatementFigure: README's statement figure is the one
+// TestStatementsPerBuildTask holds; go test -update rewrites it.
+func TestReadmeQuotesTheStatementFigure(t *testing.T) {
+	t.Parallel()
+	const readme = "../README.md"
+	text, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := waitFor(ctx, p.timed.done, id); err != nil {
+	m := readmeStatements.FindSubmatch(text)
+	if m == nil {
+		t.Fatalf("%s has no sentence matching %q", readme, readmeStatements)
+	}
+	want := fmt.Sprintf("A two-call build sends %d statements in %d round trips", buildStatements, buildRoundTrips)
+	if string(m[0]) == want {
+		return
+	}
+	if *update {
+		text = readmeStatements.ReplaceAll(text, []byte(want))
+		if err := os.WriteFile(readme, text, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	trips, _ := strconv.Atoi(string(m[2]))
+	t.Errorf("%s quotes %d statements in %d round trips, the test holds %d in %d (go test -update rewrites it)",
+		readme, n, trips, buildStatements, buildRoundTrips)
+}
+
+// tracedPipeline is the worker over a pool whose statements a test reads;
+// what the test sends itself (an app's inserts, its polls) goes through a
+// pool of its own, so that it is not counted.
+type tracedPipeline struct {
+	pool, app *pgxpool.Pool
+	svc       *worker.Service
+	stopOnce  sync.Once
+}
+
+// startTraced builds, unstarted, the worker over a fresh database with
+// tracer on its pool (nil: none), maxConns connections (0: pgx's default),
+// and a model that answers after delay: write_file on the first turn,
+// finish after any tool result.
+func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurrency int, delay time.Duration) *tracedPipeline {
+	t.Helper()
+	url := dbtest.NewURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.ConnConfig.Tracer = tracer
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	p := &tracedPipeline{}
+	if p.pool, err = pgxpool.NewWithConfig(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.pool.Close)
+	if p.app, err = pgxpool.New(t.Context(), url); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.app.Close)
+	store, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := llmtest.NewWith(t, scripted.Func(func(req *scripted.Request) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
+			return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"wrote out.txt"}`}}}
+		}
+		return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "write_file", Arguments: `{"path":"out.txt","content":"x\n"}`}}}
+	}))
+	lc := model.Config()
+	lc.MaxRetries = -1
+	client, err := llm.New(lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	ann := events.NewAnnouncer(p.pool, logger)
+	// A tool_start event is written only for a tool slower than
+	// ToolStartDelay: a long one keeps a slow machine's write from adding one.
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: p.pool, Store: store, LLM: client, Logger: logger, Announcer: ann},
+		handlers.Config{MaxIterations: 50, ToolStartDelay: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A lease no task here outlives: its renewal is the clock's statement,
+	// not the task's.
+	p.svc, err = worker.New(p.pool, runner.Handlers(), worker.Config{Concurrency: concurrency, Logger: logger, Announcer: ann, Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+func (p *tracedPipeline) stop(t *testing.T) {
+	p.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.svc.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+}
+
+// run inserts a build task as an app would and waits until its work is
+// done: the task succeeded and River completed the job that ran it, the
+// last statement a task causes.
+func (p *tracedPipeline) run(t *testing.T, prompt string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := p.app.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'build', $2) RETURNING id`,
+		uuid.New(), prompt).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	var status agentsql.Status
+	poll.Until(t, "task "+id.String()+" and its job done", time.Minute, func() bool {
+		var job *string
+		if err := p.app.QueryRow(t.Context(), `SELECT t.status, j.state::text FROM ai_tasks t
+			LEFT JOIN river_job j ON j.id = t.river_job_id WHERE t.id = $1`, id).Scan(&status, &job); err != nil {
+			t.Fatal(err)
+		}
+		return job != nil && *job == "completed"
+	})
+	if status != agentsql.StatusSucceeded {
+		t.Fatalf("task %s ended %s, want %s", id, status, agentsql.StatusSucceeded)
+	}
+	return id
 }
 
 // TestOursTellsTransactionsApartByConnection: a River transaction on one
@@ -274,19 +390,10 @@ func TestTaskStatementsKeepAGenericPlan(t *testing.T) {
 
 func checkGenericPlans(t *testing.T, analyzed bool) {
 	ctx := t.Context()
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Few connections, so each sees every statement many times.
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	p := startTraced(t, nil, 4, 2, 0)
 	// Earlier builds, written with triggers off, as a restore does.
-	if _, err := pool.Exec(ctx, `BEGIN;
+	if _, err := p.app.Exec(ctx, `BEGIN;
 		SET LOCAL session_replication_role = replica;
 		INSERT INTO ai_tasks (project_id, type, prompt, status)
 			SELECT gen_random_uuid(), 'build', 'earlier', 'succeeded' FROM generate_series(1, 3000);
@@ -297,28 +404,20 @@ func checkGenericPlans(t *testing.T, analyzed bool) {
 		t.Fatal(err)
 	}
 	if analyzed {
-		if _, err := pool.Exec(ctx, `ANALYZE`); err != nil {
+		if _, err := p.app.Exec(ctx, `ANALYZE`); err != nil {
 			t.Fatal(err)
 		}
 	}
-	store, err := storage.NewLocal(t.TempDir())
-	if err != nil {
+	if err := p.svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	db := &database{pool: pool, drop: func() {}}
-	p, err := startPipeline(ctx, withDefaults(Options{Store: store, Concurrency: 2, toolStartDelay: 10 * time.Second}), db, fixedDelayModel(0), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Stopped before reading, so River's connections are idle too.
-	stop := sync.OnceFunc(func() { p.stop(context.Background()) })
-	t.Cleanup(stop)
 	const tasks = 30
 	for range tasks {
-		runTask(t, db, p, "plans")
+		p.run(t, "plans")
 	}
-	stop()
-	conns := pool.AcquireAllIdle(ctx)
+	// Stopped before reading, so River's connections are idle too.
+	p.stop(t)
+	conns := p.pool.AcquireAllIdle(ctx)
 	defer func() {
 		for _, c := range conns {
 			c.Release()

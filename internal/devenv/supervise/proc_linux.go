@@ -1,4 +1,4 @@
-package localminio
+package supervise
 
 import (
 	"bytes"
@@ -8,14 +8,13 @@ import (
 	"syscall"
 )
 
-// dieWithParent has the kernel kill the server when this process ends.
-func dieWithParent() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
+// dieWithParent has the kernel kill the child when the thread that started
+// it ends.
+func dieWithParent(attr *syscall.SysProcAttr) { attr.Pdeathsig = syscall.SIGKILL }
 
-// processAlive reports whether pid runs; a zombie, killed but not yet reaped,
-// does not.
-func processAlive(pid int) bool {
+// Running reports whether process pid runs; a zombie, killed but not yet
+// reaped, does not.
+func Running(pid int) bool {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if errors.Is(err, os.ErrNotExist) {
 		return false
