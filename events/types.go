@@ -54,6 +54,12 @@ const (
 	// PhaseAwaitingInput: the agent asked the user a question
 	// (request_input) and waits for the answer.
 	PhaseAwaitingInput = "awaiting_input"
+	// PhaseWaiting: a dependency of the task has not succeeded yet; the
+	// task waits without a job.
+	PhaseWaiting = "waiting"
+	// PhaseQueued: the task is queued again (a resume, a retry, an answer,
+	// or its last dependency's success).
+	PhaseQueued = "queued"
 )
 
 // AgentPhase marks a change of agent phase or task lifecycle.
