@@ -5,7 +5,7 @@ import "strings"
 // Route is a row of the route table, for tests outside the package.
 type Route struct {
 	Method, Path string
-	Scope        string // "project", "task" or "inbox": what {id} names
+	Scope        string // "project", "task", "inbox" or "agent": what {id} names
 }
 
 // Routes returns the route table of a.
@@ -13,7 +13,7 @@ func Routes(a *API) []Route {
 	var out []Route
 	for _, rt := range a.routes() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
-		out = append(out, Route{Method: method, Path: path, Scope: [...]string{"project", "task", "inbox"}[rt.scope]})
+		out = append(out, Route{Method: method, Path: path, Scope: [...]string{"project", "task", "inbox", "agent"}[rt.scope]})
 	}
 	return out
 }

@@ -30,7 +30,12 @@ func TestEveryRouteAnswersCORSAlike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	existing := map[string]uuid.UUID{"project": projectID, "task": task.ID, "inbox": item.ID}
+	name := "routes"
+	agent, err := agentsql.CreateAgent(t.Context(), e.pool, projectID, agentsql.AgentFields{Name: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	existing := map[string]uuid.UUID{"project": projectID, "task": task.ID, "inbox": item.ID, "agent": agent.ID}
 	otherProject := e.token(t, "", "authenticated", uuid.New())
 	service := e.token(t, "", auth.RoleService)
 

@@ -59,7 +59,11 @@ func CreateAgent(ctx context.Context, db DBTX, projectID uuid.UUID, f AgentField
 		RETURNING `+agentColumns,
 		projectID, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.Status))
 	if err != nil {
-		return Agent{}, fmt.Errorf("create agent %v of project %s: %w", f.Name, projectID, asRuleError(err))
+		var name string
+		if f.Name != nil {
+			name = *f.Name
+		}
+		return Agent{}, fmt.Errorf("create agent %q of project %s: %w", name, projectID, asRuleError(err))
 	}
 	return a, nil
 }
