@@ -65,6 +65,11 @@ func notVisible(claims auth.Claims, err error) error {
 // failure as a bare 401 or 403 (never why, nor which project), anything
 // else as a logged 500.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	// A refusal never waits for the rest of a body: net/http would read up
+	// to 256 kB of it before answering, as slowly as the client sends it.
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):

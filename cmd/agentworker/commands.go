@@ -19,9 +19,9 @@ import (
 
 	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
+	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
-	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/metrics"
@@ -171,9 +171,7 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	// No WriteTimeout: event streams are long-lived. They end with ctx.
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := newHTTPServer(ctx, cfg, handler)
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.ListenAndServe() }()
 	log.Info("agentworker serving", slog.String("http_addr", cfg.HTTPAddr), slog.Int("concurrency", cfg.WorkerConcurrency))
@@ -196,6 +194,16 @@ func serve(ctx context.Context, cfg config) error {
 	stopErr := svc.Stop(sctx)
 	<-httpDone
 	return stopErr
+}
+
+// newHTTPServer bounds every connection: headers within 10 s, the whole
+// request within HTTP_READ_TIMEOUT, the answer within HTTP_WRITE_TIMEOUT,
+// an idle keep-alive connection closed after HTTP_IDLE_TIMEOUT. An event
+// stream clears its own deadlines once it starts; it ends with ctx.
+func newHTTPServer(ctx context.Context, cfg config, handler http.Handler) *http.Server {
+	return &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: min(10*time.Second, cfg.HTTPReadTimeout),
+		ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+		MaxHeaderBytes: 64 << 10, BaseContext: func(net.Listener) context.Context { return ctx }}
 }
 
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1

@@ -46,6 +46,9 @@ type config struct {
 	TaskLease         time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
 	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
+	HTTPReadTimeout   time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"30s" desc:"a request's headers and body must arrive within it, else its connection is closed (an event stream is exempt once it starts); headers alone within 10s"`
+	HTTPWriteTimeout  time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"an answer must be written within it (an event stream is exempt)"`
+	HTTPIdleTimeout   time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"a keep-alive connection without a request for this long is closed"`
 	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
@@ -82,6 +85,8 @@ func loadConfig() (config, error) {
 		return c, errors.New("config: BUDGET_MAX_TOKENS and BUDGET_MAX_COST_USD must not be negative")
 	case c.TaskLease <= 0:
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
+	case c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0:
+		return c, errors.New("config: HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT and HTTP_IDLE_TIMEOUT must be positive")
 	case c.SSEHeartbeat <= 0:
 		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
 	case c.StuckIdleTimeout <= 0:

@@ -250,7 +250,10 @@ type catchUp func(ctx context.Context, write func(id string, ev events.Event) er
 func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscription, catch catchUp) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any server write timeout
+	// A stream outlives the server's read and write timeouts, which bound
+	// every other request.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
