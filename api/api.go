@@ -22,8 +22,9 @@
 //
 // The guard, in order: CORS headers for an allowed Origin and 204 to a
 // preflight; 503 while auth is not configured; 401 without a valid bearer
-// token (package auth); then the route's {id} must be a resource the token
-// covers. A task or inbox item of another project is answered exactly like a
+// token (package auth; in the access_token query parameter only for the
+// event streams); 415 for a write whose body is not application/json; then
+// the route's {id} must be a resource the token covers. A task or inbox item of another project is answered exactly like a
 // missing one (403, as a project outside the token is), so the API is no
 // oracle for what exists. Every refusal and failure is
 // {"error": {"code", "message"}} with Content-Type application/json.
@@ -36,6 +37,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -160,8 +162,15 @@ func (a *API) edge(h handler) http.Handler {
 // ends when the token expires.
 func (a *API) guard(rt route) http.Handler {
 	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
-		claims, err := a.cfg.Verifier.FromRequest(r)
+		verify := a.cfg.Verifier.FromRequest
+		if rt.stream {
+			verify = a.cfg.Verifier.FromStreamRequest
+		}
+		claims, err := verify(r)
 		if err != nil {
+			return err
+		}
+		if err := jsonBody(r); err != nil {
 			return err
 		}
 		acc, err := a.authorize(r, rt.scope, claims)
@@ -176,6 +185,23 @@ func (a *API) guard(rt route) http.Handler {
 		}
 		return rt.handle(w, r.WithContext(ctx))
 	})
+}
+
+// jsonBody refuses a write whose body is not declared application/json: a
+// page of another origin can send text/plain, a form or multipart without a
+// preflight, never JSON. A write without a body needs no type.
+func jsonBody(r *http.Request) error {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" && r.ContentLength == 0 {
+		return nil
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return &apiError{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "the request body must be application/json"}
+	}
+	return nil
 }
 
 // access is what the guard established about a request.

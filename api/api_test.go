@@ -109,12 +109,16 @@ type reply struct {
 	body   []byte
 }
 
-// call sends a request; header holds extra request headers.
+// call sends a request; header holds extra request headers. A body is
+// sent as application/json unless header says otherwise.
 func (e *env) call(t *testing.T, method, path, token, body string, header map[string]string) reply {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -27,6 +27,8 @@ const (
 	CodeInternal         = "INTERNAL_ERROR"
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSensitiveFile    = "SENSITIVE_FILE"
+	// CodeUnsupportedMediaType: a write whose body is not application/json.
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 )
 
 // apiError is a refusal with its status, code and message.

@@ -1,7 +1,7 @@
 // Package auth verifies the bearer tokens of agentworker's HTTP endpoints,
 // the way Supabase does: an HS256 JWT signed with JWT_SECRET, carried in
-// "Authorization: Bearer …" or, for browsers' EventSource which cannot set
-// headers, in the access_token query parameter.
+// "Authorization: Bearer …" or, on the event streams only (browsers'
+// EventSource cannot set headers), in the access_token query parameter.
 package auth
 
 import (
@@ -75,9 +75,20 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 }
 
 // FromRequest verifies the request's token, from the Authorization header
-// or the access_token query parameter.
+// only: a token in a URL can be planted in a link or a form, and a browser
+// sends a cross-origin request with a header only after a preflight.
 func (v *Verifier) FromRequest(r *http.Request) (Claims, error) {
-	token := r.URL.Query().Get("access_token")
+	return v.fromRequest(r, "")
+}
+
+// FromStreamRequest verifies the token of a request for an event stream,
+// from the Authorization header or else the access_token query parameter,
+// the one place EventSource can carry it.
+func (v *Verifier) FromStreamRequest(r *http.Request) (Claims, error) {
+	return v.fromRequest(r, r.URL.Query().Get("access_token"))
+}
+
+func (v *Verifier) fromRequest(r *http.Request, token string) (Claims, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, rest, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {

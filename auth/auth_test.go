@@ -44,7 +44,7 @@ func TestAuthorize(t *testing.T) {
 		want    error
 	}{
 		{name: "HeaderOwnProject", header: "Bearer " + tokenA, project: projectA},
-		{name: "QueryOwnProject", query: tokenA, project: projectA},
+		{name: "QueryRefused", query: tokenA, project: projectA, want: auth.ErrUnauthenticated}, // only streams take a query token
 		{name: "OtherProject", header: "Bearer " + tokenA, project: "22222222-2222-2222-2222-222222222222", want: auth.ErrForbidden},
 		{name: "ServiceRole", header: "Bearer " + sign(t, v, auth.Claims{Role: auth.RoleService, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: exp}}), project: "any"},
 		{name: "NoToken", project: projectA, want: auth.ErrUnauthenticated},
@@ -67,6 +67,31 @@ func TestAuthorize(t *testing.T) {
 				t.Fatalf("Authorize = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestFromStreamRequest: an event stream takes the token in the query
+// (EventSource cannot set a header); the header wins when both are sent.
+func TestFromStreamRequest(t *testing.T) {
+	t.Parallel()
+	v, err := auth.NewVerifier("0123456789abcdef0123", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := v.Sign(auth.Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "query", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/x?access_token="+tok, nil)
+	if c, err := v.FromStreamRequest(r); err != nil || c.Subject != "query" {
+		t.Errorf("FromStreamRequest = %+v, %v", c, err)
+	}
+	if _, err := v.FromRequest(r); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("FromRequest took a query token: %v", err)
+	}
+	r.Header.Set("Authorization", "Bearer not.a.jwt")
+	if _, err := v.FromStreamRequest(r); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("FromStreamRequest with a bad header = %v, want the header to win", err)
 	}
 }
 
