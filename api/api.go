@@ -139,10 +139,13 @@ func (a *API) Register(mux *http.ServeMux) {
 	}
 }
 
-// edge applies what holds for every /v1 request, routed or not: CORS, the
+// edge applies what holds for every /v1 request, routed or not: nosniff, CORS, the
 // answer to a preflight, and 503 while auth is not configured.
 func (a *API) edge(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A browser never reads an answer as another type than it says
+		// (a file's content as HTML, say).
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		a.cors(w, r)
 		if r.Method == http.MethodOptions {
 			w.WriteHeader(http.StatusNoContent)

@@ -76,6 +76,9 @@ func TestEveryRouteAnswersCORSAlike(t *testing.T) {
 					t.Errorf("%s: status %d, want %d (%s)", c.name, rp.status, c.want, rp.body)
 				}
 				errorCode(t, rp)
+				if rp.header.Get("X-Content-Type-Options") != "nosniff" {
+					t.Errorf("%s: X-Content-Type-Options %q, want nosniff", c.name, rp.header.Get("X-Content-Type-Options"))
+				}
 				if got := rp.header.Get("Access-Control-Allow-Origin"); got != allowed {
 					t.Errorf("%s: Access-Control-Allow-Origin %q, want %q", c.name, got, allowed)
 				}
@@ -102,6 +105,9 @@ func TestEveryRouteAnswersCORSAlike(t *testing.T) {
 			t.Errorf("%s: status %d (want %d), Access-Control-Allow-Origin %q", c.name, rp.status, c.want, rp.header.Get("Access-Control-Allow-Origin"))
 		}
 		errorCode(t, rp)
+		if rp.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q, want nosniff", c.name, rp.header.Get("X-Content-Type-Options"))
+		}
 		if rp := off.call(t, c.method, c.path, tok, "", nil); rp.status != http.StatusServiceUnavailable {
 			t.Errorf("%s with auth off: status %d, want 503", c.name, rp.status)
 		}

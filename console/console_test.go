@@ -23,8 +23,8 @@ import (
 
 	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
-	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/console"
+	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -55,8 +55,13 @@ func TestServesEmbeddedPage(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, want) {
 			t.Errorf("%s: status %d, content type %q, want %s", path, resp.StatusCode, ct, want)
 		}
-		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+		// No page of another origin may frame the console (its buttons
+		// would be clickjacked with the victim's stored token).
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
 			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+		if xfo, nosniff := resp.Header.Get("X-Frame-Options"), resp.Header.Get("X-Content-Type-Options"); xfo != "DENY" || nosniff != "nosniff" {
+			t.Errorf("%s: X-Frame-Options %q, X-Content-Type-Options %q", path, xfo, nosniff)
 		}
 	}
 }
