@@ -23,7 +23,7 @@
 // The guard, in order: CORS headers for an allowed Origin and 204 to a
 // preflight; 503 while auth is not configured; 401 without a valid bearer
 // token (package auth; in the access_token query parameter only for the
-// event streams); 415 for a write whose body is not application/json; then
+// event streams), or with one an operator revoked; 415 for a write whose body is not application/json; then
 // the route's {id} must be a resource the token covers. A task or inbox item of another project is answered exactly like a
 // missing one (403, as a project outside the token is), so the API is no
 // oracle for what exists. Every refusal and failure is
@@ -36,11 +36,13 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -173,6 +175,9 @@ func (a *API) guard(rt route) http.Handler {
 		if err != nil {
 			return err
 		}
+		if err := a.notRevoked(r.Context(), claims); err != nil {
+			return err
+		}
 		if err := jsonBody(r); err != nil {
 			return err
 		}
@@ -188,6 +193,21 @@ func (a *API) guard(rt route) http.Handler {
 		}
 		return rt.handle(w, r.WithContext(ctx))
 	})
+}
+
+// notRevoked refuses a token issued before the latest revocation of its
+// projects or of every token (agentsql.RevokeTokens), or one without iat
+// once a revocation applies to it: a leaked token can be ended before its
+// exp.
+func (a *API) notRevoked(ctx context.Context, c auth.Claims) error {
+	nb, err := agentsql.TokensNotBefore(ctx, a.pool, append([]string{agentsql.AllTokens}, c.Projects...))
+	if err != nil {
+		return err
+	}
+	if !nb.IsZero() && (c.IssuedAt == nil || c.IssuedAt.Before(nb)) {
+		return fmt.Errorf("%w: token issued before its revocation at %s", auth.ErrUnauthenticated, nb.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // jsonBody refuses a write whose body is not declared application/json: a

@@ -462,3 +462,60 @@ func TestStreamEndsWhenTokenExpires(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokedTokens: an operator's revocation of a project refuses its
+// tokens issued before it (and those without iat), on every route, streams
+// included; tokens of other projects and tokens issued since still work.
+// Revoking every token refuses service tokens too.
+func TestRevokedTokens(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectA, projectB := uuid.New(), uuid.New()
+	issued := func(iat *jwt.NumericDate, role string, projects ...uuid.UUID) string {
+		c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}
+		for _, p := range projects {
+			c.Projects = append(c.Projects, p.String())
+		}
+		tok, err := e.verifier.Sign(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	before := jwt.NewNumericDate(time.Now().Add(-time.Minute))
+	oldA, oldB := issued(before, "authenticated", projectA), issued(before, "authenticated", projectB)
+	noIatA, oldService := issued(nil, "authenticated", projectA), issued(before, auth.RoleService)
+	status := func(tok string, project uuid.UUID) (int, int) {
+		list := e.call(t, "GET", "/v1/projects/"+project.String()+"/tasks", tok, "", nil).status
+		resp, err := http.Get(e.srv.URL + "/v1/projects/" + project.String() + "/events?access_token=" + tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close() // the answer's status is all this needs
+		return list, resp.StatusCode
+	}
+	check := func(name, tok string, project uuid.UUID, want int) {
+		t.Helper()
+		if list, stream := status(tok, project); list != want || stream != want {
+			t.Errorf("%s: list %d, stream %d, want %d", name, list, stream, want)
+		}
+	}
+	check("OldA", oldA, projectA, http.StatusOK)
+	check("NoIatA", noIatA, projectA, http.StatusOK)
+
+	nb, err := agentsql.RevokeTokens(t.Context(), e.pool, []string{projectA.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("OldA", oldA, projectA, http.StatusUnauthorized)
+	check("NoIatA", noIatA, projectA, http.StatusUnauthorized)
+	check("OldB", oldB, projectB, http.StatusOK)
+	check("OldService", oldService, projectA, http.StatusOK)
+	check("NewA", issued(jwt.NewNumericDate(nb), "authenticated", projectA), projectA, http.StatusOK)
+
+	if _, err := agentsql.RevokeTokens(t.Context(), e.pool, []string{agentsql.AllTokens}); err != nil {
+		t.Fatal(err)
+	}
+	check("OldServiceAll", oldService, projectB, http.StatusUnauthorized)
+	check("OldBAll", oldB, projectB, http.StatusUnauthorized)
+}

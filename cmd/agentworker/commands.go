@@ -218,6 +218,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		if verifier, err = auth.NewVerifier(cfg.JWTSecret, nil); err != nil {
 			return nil, err
 		}
+		verifier = verifier.WithMaxTTL(cfg.JWTMaxTTL, cfg.JWTServiceMaxTTL)
 	}
 	hub := sse.NewHub(pool, log)
 	go func() { _ = hub.Run(ctx) }()

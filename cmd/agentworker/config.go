@@ -50,6 +50,8 @@ type config struct {
 	HTTPWriteTimeout  time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"an answer must be written within it (an event stream is exempt)"`
 	HTTPIdleTimeout   time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"a keep-alive connection without a request for this long is closed"`
 	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
+	JWTMaxTTL         time.Duration `envconfig:"JWT_MAX_TTL" default:"24h" desc:"longest a project token may live: one whose exp is further from now, or from its iat, is refused (401)"`
+	JWTServiceMaxTTL  time.Duration `envconfig:"JWT_SERVICE_MAX_TTL" default:"24h" desc:"the same for service_role tokens; the backends holding JWT_SECRET mint them as they need them, so keep it short"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
 	MetricsToken      string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
@@ -87,6 +89,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
 	case c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0:
 		return c, errors.New("config: HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT and HTTP_IDLE_TIMEOUT must be positive")
+	case c.JWTMaxTTL <= 0 || c.JWTServiceMaxTTL <= 0:
+		return c, errors.New("config: JWT_MAX_TTL and JWT_SERVICE_MAX_TTL must be positive")
 	case c.SSEHeartbeat <= 0:
 		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
 	case c.StuckIdleTimeout <= 0:
