@@ -44,6 +44,7 @@ type envOpts struct {
 	origins []string
 	noAuth  bool          // JWT_SECRET unset
 	store   storage.Store // for the files routes; nil: none configured
+	log     io.Writer     // the API's log (text); nil: discarded
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -59,6 +60,9 @@ func setup(t *testing.T, o envOpts) *env {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(ctx) }()
 	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store}
+	if o.log != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(o.log, nil))
+	}
 	if o.noAuth {
 		cfg.Verifier = nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
@@ -84,11 +85,22 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{http.StatusBadRequest, CodeValidation, "invalid cursor"}
 	default:
 		if r.Context().Err() == nil {
-			a.cfg.Logger.ErrorContext(r.Context(), "api request failed", slog.String("path", r.URL.Path), slog.String("err", err.Error()))
+			a.cfg.Logger.ErrorContext(r.Context(), "api request failed", slog.String("path", bounded(r.URL.Path)), slog.String("err", bounded(err.Error())))
 		}
 		ae = &apiError{http.StatusInternalServerError, CodeInternal, "internal error"}
 	}
 	writeError(w, ae.status, ae.code, ae.message)
+}
+
+// maxLogged bounds a value a request controls in a log line.
+const maxLogged = 512
+
+// bounded is s cut to maxLogged bytes, saying how long it was.
+func bounded(s string) string {
+	if len(s) <= maxLogged {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:maxLogged], ""), len(s))
 }
 
 type errorBody struct {
