@@ -23,7 +23,8 @@
 // The guard, in order: CORS headers for an allowed Origin and 204 to a
 // preflight; 503 while auth is not configured; 401 without a valid bearer
 // token (package auth; in the access_token query parameter only for the
-// event streams), or with one an operator revoked; 415 for a write whose body is not application/json; then
+// event streams), or with one an operator revoked; 429 for a stream past
+// the process's or the token's cap of open streams; 415 for a write whose body is not application/json; then
 // the route's {id} must be a resource the token covers. A task or inbox item of another project is answered exactly like a
 // missing one (403, as a project outside the token is), so the API is no
 // oracle for what exists. Every refusal and failure is
@@ -36,12 +37,14 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,6 +69,12 @@ type Config struct {
 	// Store is the project file store the files routes read. When nil,
 	// they answer 503. Defaults to nil.
 	Store storage.Store
+	// MaxStreams caps the event streams open in this process; past it a
+	// stream is answered 429. Defaults to 1000.
+	MaxStreams int
+	// MaxStreamsPerToken caps the event streams one token holds open (a
+	// console tab holds two); past it, 429. Defaults to 20.
+	MaxStreamsPerToken int
 }
 
 // API serves the /v1 routes.
@@ -73,6 +82,7 @@ type API struct {
 	pool    *pgxpool.Pool
 	streams *sse.Streams
 	cfg     Config
+	slots   *streamSlots
 }
 
 // New returns the API over pool, serving the event streams of streams.
@@ -80,7 +90,14 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &API{pool: pool, streams: streams, cfg: cfg}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = 1000
+	}
+	if cfg.MaxStreamsPerToken <= 0 {
+		cfg.MaxStreamsPerToken = 20
+	}
+	return &API{pool: pool, streams: streams, cfg: cfg,
+		slots: &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}}}
 }
 
 // scope says what a route's {id} names, and so what the guard checks before
@@ -185,6 +202,14 @@ func (a *API) guard(rt route) http.Handler {
 		if err != nil {
 			return err
 		}
+		if rt.stream {
+			release, err := a.slots.take(claims.Fingerprint())
+			if err != nil {
+				w.Header().Set("Retry-After", "10")
+				return err
+			}
+			defer release()
+		}
 		ctx := context.WithValue(r.Context(), accessKey{}, acc)
 		if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
 			var cancel context.CancelFunc
@@ -193,6 +218,44 @@ func (a *API) guard(rt route) http.Handler {
 		}
 		return rt.handle(w, r.WithContext(ctx))
 	})
+}
+
+// streamSlots counts the open event streams, in the process and per token:
+// each holds a goroutine, buffers and a subscription for as long as its
+// client likes.
+type streamSlots struct {
+	max, perToken int
+
+	mu      sync.Mutex
+	open    int
+	byToken map[[sha256.Size]byte]int
+}
+
+var (
+	errTooManyStreams      = &apiError{http.StatusTooManyRequests, CodeTooManyStreams, "too many event streams open on this server; retry later"}
+	errTooManyTokenStreams = &apiError{http.StatusTooManyRequests, CodeTooManyStreams, "too many event streams open with this token; close one"}
+)
+
+// take holds a place for a stream of the token, or refuses one past a cap.
+func (s *streamSlots) take(token [sha256.Size]byte) (release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.byToken[token] >= s.perToken:
+		return nil, errTooManyTokenStreams
+	case s.open >= s.max:
+		return nil, errTooManyStreams
+	}
+	s.open++
+	s.byToken[token]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.open--
+		if s.byToken[token]--; s.byToken[token] == 0 {
+			delete(s.byToken, token)
+		}
+	}, nil
 }
 
 // notRevoked refuses a token issued before the latest revocation of its

@@ -28,6 +28,8 @@ const (
 	CodeInternal         = "INTERNAL_ERROR"
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSensitiveFile    = "SENSITIVE_FILE"
+	// CodeTooManyStreams: past a cap of open event streams (429).
+	CodeTooManyStreams = "TOO_MANY_STREAMS"
 	// CodeUnsupportedMediaType: a write whose body is not application/json.
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 )

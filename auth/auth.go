@@ -5,6 +5,7 @@
 package auth
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +36,13 @@ type Claims struct {
 	// Projects lists the project ids the bearer may read.
 	Projects []string `json:"projects,omitempty"`
 	jwt.RegisteredClaims
+
+	fingerprint [sha256.Size]byte // of the token they were read from
 }
+
+// Fingerprint identifies the token the claims were verified from (its
+// SHA-256), to count what one token holds open without keeping the token.
+func (c Claims) Fingerprint() [sha256.Size]byte { return c.fingerprint }
 
 // CanAccess reports whether the claims allow access to a project.
 func (c Claims) CanAccess(projectID string) bool {
@@ -105,6 +112,7 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 		// The reason stays server-side; callers answer a bare 401.
 		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
+	c.fingerprint = sha256.Sum256([]byte(token))
 	return c, nil
 }
 

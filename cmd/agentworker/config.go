@@ -54,6 +54,8 @@ type config struct {
 	JWTServiceMaxTTL  time.Duration `envconfig:"JWT_SERVICE_MAX_TTL" default:"24h" desc:"the same for service_role tokens; the backends holding JWT_SECRET mint them as they need them, so keep it short"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
+	SSEMaxStreams     int           `envconfig:"SSE_MAX_STREAMS" default:"1000" desc:"event streams this process holds open at once; past it a new one is answered 429 with Retry-After"`
+	SSEMaxPerToken    int           `envconfig:"SSE_MAX_STREAMS_PER_TOKEN" default:"20" desc:"event streams one token may hold open at once (a console tab holds two); past it, 429"`
 	MetricsToken      string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
 	RunCommand        string        `envconfig:"RUN_COMMAND" default:"sandbox" desc:"sandbox: build tasks get run_command (npm scripts in bubblewrap, no network) and run the project's checks before finish; off: no commands. If the sandbox cannot start, commands are off and serve logs why — never unsandboxed"`
 	RunConcurrency    int           `envconfig:"RUN_COMMAND_CONCURRENCY" default:"2" desc:"commands this process runs at once"`
@@ -91,6 +93,8 @@ func loadConfig() (config, error) {
 		return c, errors.New("config: HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT and HTTP_IDLE_TIMEOUT must be positive")
 	case c.JWTMaxTTL <= 0 || c.JWTServiceMaxTTL <= 0:
 		return c, errors.New("config: JWT_MAX_TTL and JWT_SERVICE_MAX_TTL must be positive")
+	case c.SSEMaxStreams < 1 || c.SSEMaxPerToken < 1:
+		return c, errors.New("config: SSE_MAX_STREAMS and SSE_MAX_STREAMS_PER_TOKEN must be at least 1")
 	case c.SSEHeartbeat <= 0:
 		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
 	case c.StuckIdleTimeout <= 0:
