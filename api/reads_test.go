@@ -223,7 +223,8 @@ func TestReadRoutes(t *testing.T) {
 // TestHostileRequests: what a client controls is bounded before it costs
 // anything. A symlink in the local store is a missing file (404), not a
 // failure; a name over 255 bytes or a path over 1024 is a 400 whatever the
-// store, answered and logged in bounded size; a task body over 1 MB is 413.
+// store, answered and logged in bounded size; a task body over 1 MB and a
+// steering body over 64 kB are 413.
 func TestHostileRequests(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -274,6 +275,11 @@ func TestHostileRequests(t *testing.T) {
 	big := `{"type":"chat","prompt":"` + strings.Repeat("x", 1<<20) + `"}`
 	if rp := e.call(t, http.MethodPost, "/v1/projects/"+project.String()+"/tasks", tok, big, nil); rp.status != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over 1 MB: %d %.200s, want 413", rp.status, rp.body)
+	}
+	task := e.newTask(t, project)
+	answer := `{"answer":"` + strings.Repeat("y", 64<<10) + `"}`
+	if rp := e.call(t, http.MethodPost, "/v1/tasks/"+task.ID.String()+"/answer", tok, answer, nil); rp.status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a steering body over 64 kB: %d %.200s, want 413", rp.status, rp.body)
 	}
 	if strings.Contains(log.String(), "level=ERROR") || len(log.String()) > 4096 {
 		t.Errorf("the API logged %d bytes: %.500s", len(log.String()), log.String())
