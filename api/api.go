@@ -20,14 +20,16 @@
 //	GET  /v1/projects/{id}/files/{path}  one file's content
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
 //
-// The guard, in order: CORS headers for an allowed Origin and 204 to a
-// preflight; 503 while auth is not configured; 401 without a valid bearer
-// token (package auth; in the access_token query parameter only for the
-// event streams), or with one an operator revoked; 429 for a stream past
-// the process's or the token's cap of open streams; 415 for a write whose body is not application/json; then
-// the route's {id} must be a resource the token covers. A task or inbox item of another project is answered exactly like a
-// missing one (403, as a project outside the token is), so the API is no
-// oracle for what exists. Every refusal and failure is
+// The guard, in order: nosniff, CORS headers for an allowed Origin and 204
+// to a preflight; 503 while auth is not configured; 401 without a valid
+// bearer token (package auth; in the access_token query parameter only for
+// the event streams), or with one an operator revoked; 415 for a write
+// whose body is not application/json; then the route's {id} must be a
+// resource the token covers; 429 for a stream past the process's or the
+// token's cap of open streams. A refusal closes the connection rather than
+// read a body the handler never will. A task or inbox item of another
+// project is answered exactly like a missing one (403, as a project outside
+// the token is), so the API is no oracle for what exists. Every refusal and failure is
 // {"error": {"code", "message"}} with Content-Type application/json.
 //
 // The steering routes call the SQL function apps reach through PostgREST,
@@ -158,8 +160,8 @@ func (a *API) Register(mux *http.ServeMux) {
 	}
 }
 
-// edge applies what holds for every /v1 request, routed or not: nosniff, CORS, the
-// answer to a preflight, and 503 while auth is not configured.
+// edge applies what holds for every /v1 request, routed or not: nosniff,
+// CORS, the answer to a preflight, and 503 while auth is not configured.
 func (a *API) edge(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A browser never reads an answer as another type than it says

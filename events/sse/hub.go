@@ -217,8 +217,10 @@ func (h *Hub) dispatch(payload string) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, t := range key.Tasks {
-		h.announced[t] = struct{}{}
+	if len(h.byTask) > 0 || len(h.byProj) > 0 { // the sweep only runs then
+		for _, t := range key.Tasks {
+			h.announced[t] = struct{}{}
+		}
 	}
 	h.announce(key)
 }
@@ -312,7 +314,9 @@ func (h *Hub) announceMissed(keys []agentsql.EventKey) {
 		h.announced[t] = struct{}{}
 	}
 	if len(missed.Tasks) > 0 {
-		h.log.Info("sse hub: announcing events nobody announced", slog.Int("tasks", len(missed.Tasks)))
+		// Usually a writer that died between commit and announcement; an
+		// announcement still on its way after its commit also lands here.
+		h.log.Debug("sse hub: announcing events nobody announced", slog.Int("tasks", len(missed.Tasks)))
 		h.announce(missed)
 	}
 }
