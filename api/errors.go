@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
@@ -71,9 +72,16 @@ func notVisible(claims auth.Claims, err error) error {
 // else as a logged 500.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	// A refusal never waits for the rest of a body: net/http would read up
-	// to 256 kB of it before answering, as slowly as the client sends it.
+	// to 256 kB of it, before answering and again before closing, as slowly
+	// as the client sends it. The answer goes out at once, then the
+	// connection's reads end.
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
+		defer func() {
+			rc := http.NewResponseController(w)
+			_ = rc.Flush()
+			_ = rc.SetReadDeadline(time.Now())
+		}()
 	}
 	var ae *apiError
 	switch {
