@@ -20,12 +20,16 @@
 //	GET  /v1/projects/{id}/files/{path}  one file's content
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
 //
-// The guard, in order: CORS headers for an allowed Origin and 204 to a
-// preflight; 503 while auth is not configured; 401 without a valid bearer
-// token (package auth); then the route's {id} must be a resource the token
-// covers. A task or inbox item of another project is answered exactly like a
-// missing one (403, as a project outside the token is), so the API is no
-// oracle for what exists. Every refusal and failure is
+// The guard, in order: nosniff, CORS headers for an allowed Origin and 204
+// to a preflight; 503 while auth is not configured; 401 without a valid
+// bearer token (package auth; in the access_token query parameter only for
+// the event streams), or with one an operator revoked; 415 for a write
+// whose body is not application/json; then the route's {id} must be a
+// resource the token covers; 429 for a stream past the process's or the
+// token's cap of open streams. A refusal closes the connection rather than
+// read a body the handler never will. A task or inbox item of another
+// project is answered exactly like a missing one (403, as a project outside
+// the token is), so the API is no oracle for what exists. Every refusal and failure is
 // {"error": {"code", "message"}} with Content-Type application/json.
 //
 // The steering routes call the SQL function apps reach through PostgREST,
@@ -35,10 +39,15 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,6 +71,12 @@ type Config struct {
 	// Store is the project file store the files routes read. When nil,
 	// they answer 503. Defaults to nil.
 	Store storage.Store
+	// MaxStreams caps the event streams open in this process; past it a
+	// stream is answered 429. Defaults to 1000.
+	MaxStreams int
+	// MaxStreamsPerToken caps the event streams one token holds open (a
+	// console tab holds two); past it, 429. Defaults to 20.
+	MaxStreamsPerToken int
 }
 
 // API serves the /v1 routes.
@@ -69,6 +84,7 @@ type API struct {
 	pool    *pgxpool.Pool
 	streams *sse.Streams
 	cfg     Config
+	slots   *streamSlots
 }
 
 // New returns the API over pool, serving the event streams of streams.
@@ -76,7 +92,14 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &API{pool: pool, streams: streams, cfg: cfg}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = 1000
+	}
+	if cfg.MaxStreamsPerToken <= 0 {
+		cfg.MaxStreamsPerToken = 20
+	}
+	return &API{pool: pool, streams: streams, cfg: cfg,
+		slots: &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}}}
 }
 
 // scope says what a route's {id} names, and so what the guard checks before
@@ -143,10 +166,13 @@ func (a *API) Register(mux *http.ServeMux) {
 	}
 }
 
-// edge applies what holds for every /v1 request, routed or not: CORS, the
-// answer to a preflight, and 503 while auth is not configured.
+// edge applies what holds for every /v1 request, routed or not: nosniff,
+// CORS, the answer to a preflight, and 503 while auth is not configured.
 func (a *API) edge(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A browser never reads an answer as another type than it says
+		// (a file's content as HTML, say).
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		a.cors(w, r)
 		if r.Method == http.MethodOptions {
 			w.WriteHeader(http.StatusNoContent)
@@ -166,13 +192,31 @@ func (a *API) edge(h handler) http.Handler {
 // ends when the token expires.
 func (a *API) guard(rt route) http.Handler {
 	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
-		claims, err := a.cfg.Verifier.FromRequest(r)
+		verify := a.cfg.Verifier.FromRequest
+		if rt.stream {
+			verify = a.cfg.Verifier.FromStreamRequest
+		}
+		claims, err := verify(r)
 		if err != nil {
+			return err
+		}
+		if err := a.notRevoked(r.Context(), claims); err != nil {
+			return err
+		}
+		if err := jsonBody(r); err != nil {
 			return err
 		}
 		acc, err := a.authorize(r, rt.scope, claims)
 		if err != nil {
 			return err
+		}
+		if rt.stream {
+			release, err := a.slots.take(claims.Fingerprint())
+			if err != nil {
+				w.Header().Set("Retry-After", "10")
+				return err
+			}
+			defer release()
 		}
 		ctx := context.WithValue(r.Context(), accessKey{}, acc)
 		if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
@@ -182,6 +226,76 @@ func (a *API) guard(rt route) http.Handler {
 		}
 		return rt.handle(w, r.WithContext(ctx))
 	})
+}
+
+// streamSlots counts the open event streams, in the process and per token:
+// each holds a goroutine, buffers and a subscription for as long as its
+// client likes.
+type streamSlots struct {
+	max, perToken int
+
+	mu      sync.Mutex
+	open    int
+	byToken map[[sha256.Size]byte]int
+}
+
+var (
+	errTooManyStreams      = &apiError{http.StatusTooManyRequests, CodeTooManyStreams, "too many event streams open on this server; retry later"}
+	errTooManyTokenStreams = &apiError{http.StatusTooManyRequests, CodeTooManyStreams, "too many event streams open with this token; close one"}
+)
+
+// take holds a place for a stream of the token, or refuses one past a cap.
+func (s *streamSlots) take(token [sha256.Size]byte) (release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.byToken[token] >= s.perToken:
+		return nil, errTooManyTokenStreams
+	case s.open >= s.max:
+		return nil, errTooManyStreams
+	}
+	s.open++
+	s.byToken[token]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.open--
+		if s.byToken[token]--; s.byToken[token] == 0 {
+			delete(s.byToken, token)
+		}
+	}, nil
+}
+
+// notRevoked refuses a token issued before the latest revocation of its
+// projects or of every token (agentsql.RevokeTokens), or one without iat
+// once a revocation applies to it: a leaked token can be ended before its
+// exp.
+func (a *API) notRevoked(ctx context.Context, c auth.Claims) error {
+	nb, err := agentsql.TokensNotBefore(ctx, a.pool, append([]string{agentsql.AllTokens}, c.Projects...))
+	if err != nil {
+		return err
+	}
+	if !nb.IsZero() && (c.IssuedAt == nil || c.IssuedAt.Before(nb)) {
+		return fmt.Errorf("%w: token issued before its revocation at %s", auth.ErrUnauthenticated, nb.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// jsonBody refuses a write whose body is not declared application/json: a
+// page of another origin can send text/plain, a form or multipart without a
+// preflight, never JSON. A write without a body needs no type.
+func jsonBody(r *http.Request) error {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" && r.ContentLength == 0 {
+		return nil
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return &apiError{http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "the request body must be application/json"}
+	}
+	return nil
 }
 
 // access is what the guard established about a request.

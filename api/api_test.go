@@ -24,6 +24,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -44,6 +45,10 @@ type envOpts struct {
 	origins []string
 	noAuth  bool          // JWT_SECRET unset
 	store   storage.Store // for the files routes; nil: none configured
+	log     io.Writer     // the API's log (text); nil: discarded
+	// Caps of open event streams, per process and per token; 0: the
+	// defaults.
+	maxStreams, maxStreamsPerToken int
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -58,7 +63,11 @@ func setup(t *testing.T, o envOpts) *env {
 	hub := sse.NewHub(e.pool, slog.New(slog.DiscardHandler))
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(ctx) }()
-	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store}
+	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store,
+		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken}
+	if o.log != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(o.log, nil))
+	}
 	if o.noAuth {
 		cfg.Verifier = nil
 	}
@@ -109,12 +118,16 @@ type reply struct {
 	body   []byte
 }
 
-// call sends a request; header holds extra request headers.
+// call sends a request; header holds extra request headers. A body is
+// sent as application/json unless header says otherwise.
 func (e *env) call(t *testing.T, method, path, token, body string, header map[string]string) reply {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -520,4 +533,120 @@ func TestStreamEndsWhenTokenExpires(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRevokedTokens: an operator's revocation of a project refuses its
+// tokens issued before it (and those without iat), on every route, streams
+// included; tokens of other projects and tokens issued since still work.
+// Revoking every token refuses service tokens too.
+func TestRevokedTokens(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectA, projectB := uuid.New(), uuid.New()
+	issued := func(iat *jwt.NumericDate, role string, projects ...uuid.UUID) string {
+		c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}
+		for _, p := range projects {
+			c.Projects = append(c.Projects, p.String())
+		}
+		tok, err := e.verifier.Sign(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	before := jwt.NewNumericDate(time.Now().Add(-time.Minute))
+	oldA, oldB := issued(before, "authenticated", projectA), issued(before, "authenticated", projectB)
+	noIatA, oldService := issued(nil, "authenticated", projectA), issued(before, auth.RoleService)
+	status := func(tok string, project uuid.UUID) (int, int) {
+		list := e.call(t, "GET", "/v1/projects/"+project.String()+"/tasks", tok, "", nil).status
+		resp, err := http.Get(e.srv.URL + "/v1/projects/" + project.String() + "/events?access_token=" + tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close() // the answer's status is all this needs
+		return list, resp.StatusCode
+	}
+	check := func(name, tok string, project uuid.UUID, want int) {
+		t.Helper()
+		if list, stream := status(tok, project); list != want || stream != want {
+			t.Errorf("%s: list %d, stream %d, want %d", name, list, stream, want)
+		}
+	}
+	check("OldA", oldA, projectA, http.StatusOK)
+	check("NoIatA", noIatA, projectA, http.StatusOK)
+
+	nb, err := agentsql.RevokeTokens(t.Context(), e.pool, []string{projectA.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("OldA", oldA, projectA, http.StatusUnauthorized)
+	check("NoIatA", noIatA, projectA, http.StatusUnauthorized)
+	check("OldB", oldB, projectB, http.StatusOK)
+	check("OldService", oldService, projectA, http.StatusOK)
+	check("NewA", issued(jwt.NewNumericDate(nb), "authenticated", projectA), projectA, http.StatusOK)
+
+	if _, err := agentsql.RevokeTokens(t.Context(), e.pool, []string{agentsql.AllTokens}); err != nil {
+		t.Fatal(err)
+	}
+	check("OldServiceAll", oldService, projectB, http.StatusUnauthorized)
+	check("OldBAll", oldB, projectB, http.StatusUnauthorized)
+}
+
+// TestStreamCaps: a token may hold MaxStreamsPerToken streams open and the
+// process MaxStreams; past either the answer is 429 with Retry-After, and a
+// closed stream frees its place.
+func TestStreamCaps(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{maxStreams: 5, maxStreamsPerToken: 3})
+	project := uuid.New()
+	task := e.newTask(t, project)
+	tokA, tokB, tokC := e.token(t, "a", "authenticated", project), e.token(t, "b", "authenticated", project), e.token(t, "c", "authenticated", project)
+	open := func(tok string, taskStream bool) *http.Response {
+		t.Helper()
+		url := e.srv.URL + "/v1/projects/" + project.String() + "/events?access_token=" + tok
+		if taskStream {
+			url = e.srv.URL + "/v1/tasks/" + task.ID.String() + "/events"
+		}
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taskStream {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	want := func(name string, resp *http.Response, status int) {
+		t.Helper()
+		if resp.StatusCode != status {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%s: status %d, want %d (%s)", name, resp.StatusCode, status, b)
+		}
+		if status == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s: 429 without Retry-After", name)
+		}
+	}
+	a1, a2 := open(tokA, false), open(tokA, true)
+	want("A1", a1, http.StatusOK)
+	want("A2", a2, http.StatusOK)
+	want("A3", open(tokA, false), http.StatusOK)
+	want("A4", open(tokA, true), http.StatusTooManyRequests) // the token's cap, task and project streams alike
+	want("B1", open(tokB, false), http.StatusOK)
+	want("B2", open(tokB, false), http.StatusOK)
+	want("C1", open(tokC, false), http.StatusTooManyRequests) // the process's cap
+	// The token's other routes are not capped.
+	if rp := e.call(t, http.MethodGet, "/v1/projects/"+project.String()+"/tasks", tokA, "", nil); rp.status != http.StatusOK {
+		t.Errorf("list tasks at the cap: %d", rp.status)
+	}
+	a1.Body.Close() // the server notices and frees A's place
+	poll.Until(t, "a closed stream's place freed", 10*time.Second, func() bool {
+		resp := open(tokC, false)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
@@ -28,6 +30,10 @@ const (
 	CodeUnavailable      = "UNAVAILABLE"
 	CodeSensitiveFile    = "SENSITIVE_FILE"
 	CodeAgentConflict    = "AGENT_VERSION_CONFLICT"
+	// CodeTooManyStreams: past a cap of open event streams (429).
+	CodeTooManyStreams = "TOO_MANY_STREAMS"
+	// CodeUnsupportedMediaType: a write whose body is not application/json.
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 )
 
 // apiError is a refusal with its status, code and message.
@@ -68,6 +74,18 @@ func notVisible(claims auth.Claims, err error) error {
 // failure as a bare 401 or 403 (never why, nor which project), anything
 // else as a logged 500.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	// A refusal never waits for the rest of a body: net/http would read up
+	// to 256 kB of it, before answering and again before closing, as slowly
+	// as the client sends it. The answer goes out at once, then the
+	// connection's reads end.
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		defer func() {
+			rc := http.NewResponseController(w)
+			_ = rc.Flush()
+			_ = rc.SetReadDeadline(time.Now())
+		}()
+	}
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
@@ -80,11 +98,22 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{http.StatusBadRequest, CodeValidation, "invalid cursor"}
 	default:
 		if r.Context().Err() == nil {
-			a.cfg.Logger.ErrorContext(r.Context(), "api request failed", slog.String("path", r.URL.Path), slog.String("err", err.Error()))
+			a.cfg.Logger.ErrorContext(r.Context(), "api request failed", slog.String("path", bounded(r.URL.Path)), slog.String("err", bounded(err.Error())))
 		}
 		ae = &apiError{http.StatusInternalServerError, CodeInternal, "internal error"}
 	}
 	writeError(w, ae.status, ae.code, ae.message)
+}
+
+// maxLogged bounds a value a request controls in a log line.
+const maxLogged = 512
+
+// bounded is s cut to maxLogged bytes, saying how long it was.
+func bounded(s string) string {
+	if len(s) <= maxLogged {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:maxLogged], ""), len(s))
 }
 
 type errorBody struct {

@@ -6,6 +6,7 @@ import "strings"
 type Route struct {
 	Method, Path string
 	Scope        string // "project", "task", "inbox" or "agent": what {id} names
+	Stream       bool   // an event stream, which EventSource opens
 }
 
 // Routes returns the route table of a.
@@ -13,7 +14,7 @@ func Routes(a *API) []Route {
 	var out []Route
 	for _, rt := range a.routes() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
-		out = append(out, Route{Method: method, Path: path, Scope: [...]string{"project", "task", "inbox", "agent"}[rt.scope]})
+		out = append(out, Route{Method: method, Path: path, Scope: [...]string{"project", "task", "inbox", "agent"}[rt.scope], Stream: rt.stream})
 	}
 	return out
 }

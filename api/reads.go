@@ -269,6 +269,15 @@ type FileContent struct {
 	TooLarge bool   `json:"too_large,omitempty"`
 }
 
+var errFileNotFound = &apiError{http.StatusNotFound, CodeNotFound, "file not found"}
+
+// notAFile reports a store's answer for a path that names no regular file:
+// missing, or (the path being clean already) a symlink or another special
+// file the local store refuses to follow. Neither is a failure.
+func notAFile(err error) bool {
+	return errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrInvalidPath)
+}
+
 var errNoStore = &apiError{http.StatusServiceUnavailable, CodeUnavailable, "no file store is configured"}
 
 // listFiles serves GET /v1/projects/{id}/files: every file of the project
@@ -308,8 +317,8 @@ func (a *API) readFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	project := accessOf(r).id.String()
 	info, err := a.cfg.Store.Stat(r.Context(), project, path)
-	if errors.Is(err, storage.ErrNotFound) {
-		return &apiError{http.StatusNotFound, CodeNotFound, "file not found"}
+	if notAFile(err) {
+		return errFileNotFound
 	}
 	if err != nil {
 		return err
@@ -321,8 +330,8 @@ func (a *API) readFile(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	content, info, err := a.cfg.Store.Read(r.Context(), project, path)
-	if errors.Is(err, storage.ErrNotFound) {
-		return &apiError{http.StatusNotFound, CodeNotFound, "file not found"}
+	if notAFile(err) {
+		return errFileNotFound
 	}
 	if err != nil {
 		return err

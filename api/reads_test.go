@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +15,9 @@ import (
 
 	"github.com/agentworker/agentworker/api"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/logtest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -214,4 +218,70 @@ func TestReadRoutes(t *testing.T) {
 			t.Errorf("days=400: %d", rp.status)
 		}
 	})
+}
+
+// TestHostileRequests: what a client controls is bounded before it costs
+// anything. A symlink in the local store is a missing file (404), not a
+// failure; a name over 255 bytes or a path over 1024 is a 400 whatever the
+// store, answered and logged in bounded size; a task body over 1 MB and a
+// steering body over 64 kB are 413.
+func TestHostileRequests(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	store, err := storage.NewLocal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log logtest.Buffer
+	e := setup(t, envOpts{store: store, log: &log})
+	project := uuid.New()
+	tok := e.token(t, "", "authenticated", project)
+	if _, err := store.Write(t.Context(), project.String(), "a.txt", []byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, project.String())
+	for name, target := range map[string]string{"link.txt": "a.txt", "passwd": "/etc/passwd", "up": ".."} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := "/v1/projects/" + project.String() + "/files/"
+	for _, c := range []struct {
+		name, path string
+		want       int
+		code       string
+	}{
+		{"Symlink", "link.txt", http.StatusNotFound, api.CodeNotFound},
+		{"SymlinkOut", "passwd", http.StatusNotFound, api.CodeNotFound},
+		{"SymlinkDir", "up/" + project.String() + "/a.txt", http.StatusNotFound, api.CodeNotFound},
+		{"Name256", strings.Repeat("n", 256), http.StatusBadRequest, api.CodeValidation},
+		{"Path1025", strings.Repeat("p/", 512) + "x", http.StatusBadRequest, api.CodeValidation},
+		{"Path900k", strings.Repeat("q", 900_000), http.StatusBadRequest, api.CodeValidation},
+	} {
+		rp := e.call(t, http.MethodGet, files+c.path, tok, "", nil)
+		if rp.status != c.want || errorCode(t, rp) != c.code {
+			t.Errorf("%s: %d %.300s; want %d %s", c.name, rp.status, rp.body, c.want, c.code)
+		}
+		if len(rp.body) > 1024 {
+			t.Errorf("%s: a %d-byte answer", c.name, len(rp.body))
+		}
+	}
+	var list struct{ Files []api.FileEntry }
+	e.get(t, "/v1/projects/"+project.String()+"/files", tok, &list)
+	if len(list.Files) != 1 || list.Files[0].Path != "a.txt" {
+		t.Errorf("files = %+v, want a.txt alone", list.Files)
+	}
+
+	big := `{"type":"chat","prompt":"` + strings.Repeat("x", 1<<20) + `"}`
+	if rp := e.call(t, http.MethodPost, "/v1/projects/"+project.String()+"/tasks", tok, big, nil); rp.status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a body over 1 MB: %d %.200s, want 413", rp.status, rp.body)
+	}
+	task := e.newTask(t, project)
+	answer := `{"answer":"` + strings.Repeat("y", 64<<10) + `"}`
+	if rp := e.call(t, http.MethodPost, "/v1/tasks/"+task.ID.String()+"/answer", tok, answer, nil); rp.status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a steering body over 64 kB: %d %.200s, want 413", rp.status, rp.body)
+	}
+	if strings.Contains(log.String(), "level=ERROR") || len(log.String()) > 4096 {
+		t.Errorf("the API logged %d bytes: %.500s", len(log.String()), log.String())
+	}
 }

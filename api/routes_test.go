@@ -81,6 +81,9 @@ func TestEveryRouteAnswersCORSAlike(t *testing.T) {
 					t.Errorf("%s: status %d, want %d (%s)", c.name, rp.status, c.want, rp.body)
 				}
 				errorCode(t, rp)
+				if rp.header.Get("X-Content-Type-Options") != "nosniff" {
+					t.Errorf("%s: X-Content-Type-Options %q, want nosniff", c.name, rp.header.Get("X-Content-Type-Options"))
+				}
 				if got := rp.header.Get("Access-Control-Allow-Origin"); got != allowed {
 					t.Errorf("%s: Access-Control-Allow-Origin %q, want %q", c.name, got, allowed)
 				}
@@ -107,11 +110,58 @@ func TestEveryRouteAnswersCORSAlike(t *testing.T) {
 			t.Errorf("%s: status %d (want %d), Access-Control-Allow-Origin %q", c.name, rp.status, c.want, rp.header.Get("Access-Control-Allow-Origin"))
 		}
 		errorCode(t, rp)
+		if rp.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q, want nosniff", c.name, rp.header.Get("X-Content-Type-Options"))
+		}
 		if rp := off.call(t, c.method, c.path, tok, "", nil); rp.status != http.StatusServiceUnavailable {
 			t.Errorf("%s with auth off: status %d, want 503", c.name, rp.status)
 		}
 	}
 	if rp := e.call(t, "DELETE", "/v1/tasks/"+task.ID.String()+"/cancel", tok, "", nil); rp.header.Get("Allow") != "POST" {
 		t.Errorf("405 Allow %q, want POST", rp.header.Get("Allow"))
+	}
+}
+
+// TestForgeableRequestsRefused walks the route table: a token in the query
+// is taken only by the event streams (EventSource cannot set a header), and
+// a write must be application/json, so a page of another origin cannot send
+// one without a preflight.
+func TestForgeableRequestsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectID := uuid.New()
+	task := e.newTask(t, projectID)
+	item, _, err := agentsql.OpenInboxItem(t.Context(), e.pool, agentsql.InboxItem{ProjectID: projectID, Kind: agentsql.InboxTaskCompleted, Reason: "completed", Title: "done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	existing := map[string]uuid.UUID{"project": projectID, "task": task.ID, "inbox": item.ID}
+	tok := e.token(t, "", "authenticated", projectID)
+	const body = `{"type":"chat","prompt":"forged"}`
+	for _, rt := range api.Routes(e.api) {
+		t.Run(rt.Method+" "+rt.Path, func(t *testing.T) {
+			t.Parallel()
+			path := strings.Replace(rt.Path, "{id}", existing[rt.Scope].String(), 1)
+			if rt.Stream {
+				return // TestCreateTask follows a stream with the token in the query
+			}
+			rp := e.call(t, rt.Method, path+"?access_token="+tok, "", body, nil)
+			if rp.status != http.StatusUnauthorized {
+				t.Errorf("token in the query: status %d, want 401 (%s)", rp.status, rp.body)
+			}
+			if rt.Method != http.MethodPost {
+				return
+			}
+			for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""} {
+				rp := e.call(t, rt.Method, path, tok, body, map[string]string{"Content-Type": ct})
+				if rp.status != http.StatusUnsupportedMediaType || errorCode(t, rp) != api.CodeUnsupportedMediaType {
+					t.Errorf("Content-Type %q: status %d, want 415 (%s)", ct, rp.status, rp.body)
+				}
+			}
+		})
+	}
+	var n int
+	if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM ai_tasks WHERE prompt = 'forged'").Scan(&n); err != nil || n != 0 {
+		t.Errorf("forged requests created %d tasks (%v)", n, err)
 	}
 }

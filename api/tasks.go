@@ -40,6 +40,9 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxTaskBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return errTooLarge
+		}
 		return validation(`body must be {"type", "prompt", "input", "agent_id", "priority", "parent_task_id", "depends_on"}`)
 	}
 	if req.Priority < 0 || req.Priority > 4 {
@@ -70,6 +73,8 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+var errTooLarge = &apiError{http.StatusRequestEntityTooLarge, CodeValidation, "request body too large"}
+
 type controlRequest struct {
 	ExpectedVersion *int   `json:"expected_version"`
 	Answer          string `json:"answer"`
@@ -85,7 +90,7 @@ func (a *API) control(action agentsql.Action) handler {
 		case err != nil:
 			return validation("could not read the request body")
 		case len(body) > maxControlBody:
-			return &apiError{http.StatusRequestEntityTooLarge, CodeValidation, "request body too large"}
+			return errTooLarge
 		case len(body) > 0:
 			if err := json.Unmarshal(body, &req); err != nil {
 				return validation("request body is not valid JSON: %v", err)

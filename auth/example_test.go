@@ -18,7 +18,8 @@ func ExampleVerifier_Authorize() {
 		Projects:         []string{"7b0c2d1e-0000-4000-8000-000000000001"},
 		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))},
 	})
-	r := httptest.NewRequest("GET", "/v1/projects/x/events?access_token="+token, nil)
+	r := httptest.NewRequest("GET", "/v1/projects/x/tasks", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
 
 	_, err := v.Authorize(r, "7b0c2d1e-0000-4000-8000-000000000001")
 	fmt.Println("own project:", err)

@@ -55,8 +55,13 @@ func TestServesEmbeddedPage(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, want) {
 			t.Errorf("%s: status %d, content type %q, want %s", path, resp.StatusCode, ct, want)
 		}
-		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+		// No page of another origin may frame the console (its buttons
+		// would be clickjacked with the victim's stored token).
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
 			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+		if xfo, nosniff := resp.Header.Get("X-Frame-Options"), resp.Header.Get("X-Content-Type-Options"); xfo != "DENY" || nosniff != "nosniff" {
+			t.Errorf("%s: X-Frame-Options %q, X-Content-Type-Options %q", path, xfo, nosniff)
 		}
 	}
 }
@@ -601,4 +606,83 @@ func TestConsoleTokenExpiry(t *testing.T) {
 		visible(`body[data-project-conn="expired"]`),
 		until(`document.getElementById("message").textContent.includes("token expired")`),
 	)
+}
+
+// TestConsoleLinkCannotSwapToken: a link carrying another token does not
+// replace the stored one. The page keeps its project and says, always,
+// which project and subject its token is for; the link's project is entered
+// only when the person confirms it, and what they type meanwhile goes to
+// their own project.
+func TestConsoleLinkCannotSwapToken(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, consoleModel())
+	other := uuid.New()
+	attacker, err := c.verifier.Sign(auth.Claims{Projects: []string{other.String()},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "attacker", ExpiresAt: jwtDate(time.Now().Add(time.Hour))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := c.srv.URL + "/?" + url.Values{"project": {other.String()}, "token": {attacker}}.Encode()
+	ctx := browse(t, 90*time.Second)
+	own := c.project.String()
+	run(t, ctx, "open the own project",
+		chromedp.Navigate(c.page()),
+		visible(`body[data-project-conn="live"]`),
+		until(`document.getElementById("identity").textContent.includes("`+own+`") && document.getElementById("identity").textContent.includes("operator")`),
+	)
+	run(t, ctx, "follow the attacker's link",
+		chromedp.Navigate(link),
+		visible(`#switch`),
+		until(`document.getElementById("switch-text").textContent.includes("`+other.String()+`") && document.getElementById("switch-text").textContent.includes("attacker")`),
+		visible(`body[data-project-conn="live"]`),
+	)
+	var state struct {
+		Token, Project, Body, Identity, Search string
+	}
+	eval(t, ctx, `({token: localStorage.getItem("token"), project: localStorage.getItem("project"),
+		body: document.body.dataset.project, identity: document.getElementById("identity").textContent, search: location.search})`, &state)
+	if state.Token != c.token || state.Project != own || state.Body != own || !strings.Contains(state.Identity, "operator") {
+		t.Fatalf("after the link: %+v; want the own token and project kept", state)
+	}
+	if strings.Contains(state.Search, "token") {
+		t.Errorf("the token stayed in the address bar: %q", state.Search)
+	}
+	run(t, ctx, "type a prompt before deciding",
+		setValue(`#prompt`, "my password is hunter2"),
+		click(`#submit`),
+		until(`document.querySelectorAll("#tasks tr.task-row").length >= 1`),
+	)
+	var inOther, inOwn int
+	if err := c.pool.QueryRow(t.Context(), "SELECT count(*) FILTER (WHERE project_id = $1), count(*) FILTER (WHERE project_id = $2) FROM ai_tasks", other, c.project).Scan(&inOther, &inOwn); err != nil {
+		t.Fatal(err)
+	}
+	if inOther != 0 || inOwn != 1 {
+		t.Fatalf("tasks: %d in the link's project, %d in the own; want 0 and 1", inOther, inOwn)
+	}
+	run(t, ctx, "confirm entering the link's project",
+		click(`#switch-confirm`),
+		until(`document.body.dataset.project === "`+other.String()+`"`),
+		until(`document.getElementById("identity").textContent.includes("attacker")`),
+		until(`document.getElementById("switch").hidden`),
+	)
+	eval(t, ctx, `({token: localStorage.getItem("token"), project: localStorage.getItem("project"),
+		body: document.body.dataset.project, identity: document.getElementById("identity").textContent, search: location.search})`, &state)
+	if state.Token != attacker || state.Project != other.String() {
+		t.Errorf("after confirming: %+v; want the link's token and project", state)
+	}
+	screenshot(t, ctx, "console-link-confirmed")
+
+	// Declining keeps the page as it was.
+	run(t, ctx, "decline a link back",
+		chromedp.Navigate(c.page()),
+		visible(`#switch`),
+		click(`#switch-cancel`),
+		until(`document.getElementById("switch").hidden`),
+	)
+	eval(t, ctx, `({token: localStorage.getItem("token"), project: localStorage.getItem("project"),
+		body: document.body.dataset.project, identity: document.getElementById("identity").textContent, search: location.search})`, &state)
+	if state.Token != attacker || state.Body != other.String() || strings.Contains(state.Search, "token") {
+		t.Errorf("after declining: %+v; want the page unchanged", state)
+	}
 }

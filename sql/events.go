@@ -420,3 +420,41 @@ func EventCursor(ctx context.Context, db DBTX, projectID uuid.UUID, id int64) (P
 
 // ErrEventNotFound reports that no agent_events row has the given id.
 var ErrEventNotFound = errors.New("event not found")
+
+// EventKey is a task and its project.
+type EventKey struct {
+	Task, Project uuid.UUID
+}
+
+// EventsSince returns the tasks (with their projects) that have events with
+// an id above afterID, and the highest id among them (afterID when none). An
+// afterID below 0 asks only for the highest id of the table.
+func EventsSince(ctx context.Context, db DBTX, afterID int64) ([]EventKey, int64, error) {
+	if afterID < 0 {
+		var top int64
+		if err := db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM agent_events`).Scan(&top); err != nil {
+			return nil, 0, fmt.Errorf("read the newest event id: %w", err)
+		}
+		return nil, top, nil
+	}
+	rows, err := db.Query(ctx, `SELECT task_id, project_id, max(id) FROM agent_events WHERE id > $1 GROUP BY task_id, project_id`, afterID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the tasks with events after id %d: %w", afterID, err)
+	}
+	defer rows.Close()
+	var keys []EventKey
+	top := afterID
+	for rows.Next() {
+		var k EventKey
+		var id int64
+		if err := rows.Scan(&k.Task, &k.Project, &id); err != nil {
+			return nil, 0, fmt.Errorf("read the tasks with events after id %d: %w", afterID, err)
+		}
+		keys = append(keys, k)
+		top = max(top, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read the tasks with events after id %d: %w", afterID, err)
+	}
+	return keys, top, nil
+}

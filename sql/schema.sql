@@ -1124,6 +1124,14 @@ CREATE TABLE public.agentworker_task_transitions (
 -- COMMENT: TABLE agentworker_task_transitions
 COMMENT ON TABLE public.agentworker_task_transitions IS 'The legal moves of ai_tasks.status; sql.CanTransition mirrors it.';
 
+-- TABLE: agentworker_token_epochs
+CREATE TABLE public.agentworker_token_epochs (
+    scope text NOT NULL,
+    not_before timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT agentworker_token_epochs_scope_check CHECK (((scope = '*'::text) OR (scope ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'::text)))
+);
+
 -- TABLE: build_decisions
 CREATE TABLE public.build_decisions (
     task_id uuid NOT NULL,
@@ -1378,6 +1386,10 @@ ALTER TABLE ONLY public.agentworker_run_transitions
 ALTER TABLE ONLY public.agentworker_task_transitions
     ADD CONSTRAINT agentworker_task_transitions_pkey PRIMARY KEY (from_status, to_status);
 
+-- CONSTRAINT: agentworker_token_epochs agentworker_token_epochs_pkey
+ALTER TABLE ONLY public.agentworker_token_epochs
+    ADD CONSTRAINT agentworker_token_epochs_pkey PRIMARY KEY (scope);
+
 -- CONSTRAINT: ai_tasks ai_tasks_pkey
 ALTER TABLE ONLY public.ai_tasks
     ADD CONSTRAINT ai_tasks_pkey PRIMARY KEY (id);
@@ -1584,6 +1596,9 @@ ALTER TABLE public.agentworker_run_transitions ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: agentworker_task_transitions
 ALTER TABLE public.agentworker_task_transitions ENABLE ROW LEVEL SECURITY;
+
+-- ROW SECURITY: agentworker_token_epochs
+ALTER TABLE public.agentworker_token_epochs ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: ai_tasks
 ALTER TABLE public.ai_tasks ENABLE ROW LEVEL SECURITY;

@@ -7,13 +7,30 @@ import (
 	"unicode/utf8"
 )
 
+// Bounds of a path, what file systems (a name) and S3 (a key) hold: longer
+// ones are refused before anything else reads them.
+const (
+	MaxNameBytes = 255  // one segment
+	MaxPathBytes = 1024 // the whole cleaned path
+)
+
+// quote quotes p for an error, only its start when it is long: an error
+// may be logged or answered, and a path can be megabytes.
+func quote(p string) string {
+	const keep = 96
+	if len(p) <= keep {
+		return fmt.Sprintf("%q", p)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", p[:keep], len(p))
+}
+
 // CleanPath is the path jail: it normalises a project-relative file path or
 // returns an error wrapping ErrInvalidPath. A leading "./", a trailing
 // slash and doubled slashes are dropped and "a/../b" becomes "b"; the result is
 // slash-separated, without a leading slash, and never the project root
 // itself. Rejected: the empty path, absolute paths, ".." that climbs out of
-// the project, backslashes, NUL and other control characters, and invalid
-// UTF-8.
+// the project, backslashes, NUL and other control characters, invalid
+// UTF-8, a segment over MaxNameBytes and a path over MaxPathBytes.
 func CleanPath(p string) (string, error) {
 	if p == "" {
 		return "", fmt.Errorf("clean path %q: empty: %w", p, ErrInvalidPath)
@@ -23,7 +40,7 @@ func CleanPath(p string) (string, error) {
 		return "", err
 	}
 	if clean == "" {
-		return "", fmt.Errorf("clean path %q: names the project root, not a file: %w", p, ErrInvalidPath)
+		return "", fmt.Errorf("clean path %s: names the project root, not a file: %w", quote(p), ErrInvalidPath)
 	}
 	return clean, nil
 }
@@ -39,20 +56,33 @@ func CleanDir(p string) (string, error) {
 
 // cleanRel normalises p and returns "" for the project root.
 func cleanRel(p string) (string, error) {
+	// "./" and doubled slashes are all cleaning can drop besides "a/..":
+	// anything four times the bound is refused unread.
+	if len(p) > 4*MaxPathBytes {
+		return "", fmt.Errorf("clean path %s: longer than %d bytes: %w", quote(p), MaxPathBytes, ErrInvalidPath)
+	}
 	if err := checkChars(p); err != nil {
-		return "", fmt.Errorf("clean path %q: %w", p, err)
+		return "", fmt.Errorf("clean path %s: %w", quote(p), err)
 	}
 	if strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("clean path %q: absolute path: %w", p, ErrInvalidPath)
+		return "", fmt.Errorf("clean path %s: absolute path: %w", quote(p), ErrInvalidPath)
 	}
 	// Not starting with "/", p cleans to a relative path; Clean also drops
 	// a leading "./".
 	clean := path.Clean(p)
 	if clean == ".." || strings.HasPrefix(clean, "../") {
-		return "", fmt.Errorf("clean path %q: escapes the project: %w", p, ErrInvalidPath)
+		return "", fmt.Errorf("clean path %s: escapes the project: %w", quote(p), ErrInvalidPath)
 	}
 	if clean == "." {
 		return "", nil
+	}
+	if len(clean) > MaxPathBytes {
+		return "", fmt.Errorf("clean path %s: longer than %d bytes: %w", quote(p), MaxPathBytes, ErrInvalidPath)
+	}
+	for seg := range strings.SplitSeq(clean, "/") {
+		if len(seg) > MaxNameBytes {
+			return "", fmt.Errorf("clean path %s: a name longer than %d bytes: %w", quote(p), MaxNameBytes, ErrInvalidPath)
+		}
 	}
 	return clean, nil
 }

@@ -136,3 +136,35 @@ func FuzzCleanPath(f *testing.F) {
 		}
 	})
 }
+
+// TestCleanPathBounds: a segment may be 255 bytes and a path 1024, what
+// file systems and S3 keys hold; past them the path is refused, and the
+// error quotes only its start.
+func TestCleanPathBounds(t *testing.T) {
+	t.Parallel()
+	seg255 := strings.Repeat("a", 255)
+	tests := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{"Segment255", seg255, true},
+		{"Segment256", strings.Repeat("a", 256), false},
+		{"DeepSegment256", "src/" + strings.Repeat("é", 128), false}, // 256 bytes
+		{"Path1024", strings.Repeat(strings.Repeat("b", 99)+"/", 10) + strings.Repeat("c", 24), true},
+		{"Path1025", strings.Repeat(strings.Repeat("b", 99)+"/", 10) + strings.Repeat("c", 25), false},
+		{"Path900k", strings.Repeat("d/", 450_000), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := storage.CleanPath(tt.in)
+			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, storage.ErrInvalidPath)) {
+				t.Fatalf("CleanPath(%d bytes) = %v, want ok %v", len(tt.in), err, tt.ok)
+			}
+			if err != nil && len(err.Error()) > 300 {
+				t.Errorf("error of %d bytes for a %d-byte path", len(err.Error()), len(tt.in))
+			}
+		})
+	}
+}

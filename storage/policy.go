@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // The file policy the tools apply on top of the path jail (CleanPath):
@@ -32,13 +34,13 @@ var sensitiveNames = map[string]bool{
 	".git-credentials": true, ".dockercfg": true, ".htpasswd": true, "credentials": true,
 	"credentials.json": true, "service-account.json": true, "secrets.yml": true, "secrets.yaml": true,
 	"authorized_keys": true, "known_hosts": true, "shadow": true, "master.key": true,
-	"credentials.toml": true,
+	"credentials.toml": true, "secrets.json": true, ".yarnrc": true, ".yarnrc.yml": true,
 }
 
 // sensitivePrefixes and sensitiveExts match base names by shape.
 var (
 	sensitivePrefixes = []string{".env", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"}
-	sensitiveExts     = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".asc", ".gpg", ".ppk", ".tfstate", ".tfvars"}
+	sensitiveExts     = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".asc", ".gpg", ".ppk", ".tfstate", ".tfstate.backup", ".tfvars"}
 	// sensitiveDirs are directories whose every file is refused.
 	sensitiveDirs = map[string]bool{".ssh": true, ".gnupg": true, ".aws": true, ".docker": true, ".kube": true}
 	// sensitivePaths are trailing segments refused at any depth: a
@@ -50,10 +52,12 @@ var (
 // project-relative path p names a file that commonly holds secrets: .env*,
 // private keys and certificates (*.pem, *.key, *.p12, *.pfx, id_rsa*, …),
 // credential stores (.netrc, .npmrc, .pypirc, .git-credentials, .git/config,
-// *.kdbx, …), or anything under .ssh, .gnupg, .aws, .docker or .kube. Case
-// does not matter.
+// *.kdbx, secrets.json, .yarnrc.yml, *.tfstate, …), or anything under
+// .ssh, .gnupg, .aws, .docker or .kube. Case does not matter, nor does a
+// compatibility form: the path is compared as NFKC renders it, so a
+// full-width ".ｅnv" is ".env".
 func CheckSensitive(p string) error {
-	lower := strings.ToLower(p)
+	lower := strings.ToLower(norm.NFKC.String(p))
 	for _, sp := range sensitivePaths {
 		if lower == sp || strings.HasSuffix(lower, "/"+sp) {
 			return fmt.Errorf("%s: %w", p, ErrSensitive)

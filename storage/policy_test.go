@@ -21,6 +21,11 @@ func TestCheckSensitive(t *testing.T) {
 		{".git/config", true}, {"vendor/lib/.git/config", true}, {".GIT/CONFIG", true}, {"web/.npmrc", true},
 		{"home/.netrc", true}, {".pypirc", true}, {"home/.aws/credentials", true}, {"id_ed25519.pub", true},
 		{"keys/id_ecdsa_sk", true}, {"id_rsa.old", true}, {"passwords.kdbx", true}, {".cargo/credentials.toml", true},
+		{"secrets.json", true}, {"config/Secrets.JSON", true}, {".yarnrc.yml", true}, {"web/.yarnrc", true},
+		{"infra/terraform.tfstate", true}, {"terraform.tfstate.backup", true}, {"home/.netrc", true}, {"pkg/.pypirc", true},
+		// Compatibility forms are compared as what they render as (NFKC):
+		// full-width letters, a ligature, full-width punctuation.
+		{".ｅnv", true}, {"ｉｄ_ｒｓａ", true}, {"app/．env", true}, {"ﬁle.pem", true}, {"server．ｋｅｙ", true}, {"secrets．json", true},
 		{"config", false}, {"git/config", false}, {".github/config.yml", false}, {".git/HEAD", false}, {"src/.gitconfig.md", false},
 		{"main.go", false}, {"src/environment.ts", false}, {"docs/keys.md", false}, {"README.md", false},
 		{"env/config.yaml", false}, {"src/monkey.go", false}, {"keyboard.txt", false}, {"pem/notes.txt", false},

@@ -179,9 +179,7 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	// No WriteTimeout: event streams are long-lived. They end with ctx.
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := newHTTPServer(ctx, cfg, handler)
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.ListenAndServe() }()
 	log.Info("agentworker serving", slog.String("http_addr", cfg.HTTPAddr), slog.Int("concurrency", cfg.WorkerConcurrency))
@@ -206,6 +204,16 @@ func serve(ctx context.Context, cfg config) error {
 	return stopErr
 }
 
+// newHTTPServer bounds every connection: headers within 10 s, the whole
+// request within HTTP_READ_TIMEOUT, the answer within HTTP_WRITE_TIMEOUT,
+// an idle keep-alive connection closed after HTTP_IDLE_TIMEOUT. An event
+// stream clears its own deadlines once it starts; it ends with ctx.
+func newHTTPServer(ctx context.Context, cfg config, handler http.Handler) *http.Server {
+	return &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: min(10*time.Second, cfg.HTTPReadTimeout),
+		ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+		MaxHeaderBytes: 64 << 10, BaseContext: func(net.Listener) context.Context { return ctx }}
+}
+
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1
 // API (event streams, whose hub runs until ctx ends, task submission and
 // control, the inbox, the console's reads) and the console page.
@@ -219,13 +227,15 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		if verifier, err = auth.NewVerifier(cfg.JWTSecret, nil); err != nil {
 			return nil, err
 		}
+		verifier = verifier.WithMaxTTL(cfg.JWTMaxTTL, cfg.JWTServiceMaxTTL)
 	}
 	hub := sse.NewHub(pool, log)
 	go func() { _ = hub.Run(ctx) }()
 	mux := healthMux(pool, st, commands)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
-	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st}).Register(mux)
+	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
+		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }

@@ -48,9 +48,16 @@ type config struct {
 	TasksMDPath       string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it (empty: off)"`
 	StuckIdleTimeout  time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
+	HTTPReadTimeout   time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"30s" desc:"a request's headers and body must arrive within it, else its connection is closed (an event stream is exempt once it starts); headers alone within 10s"`
+	HTTPWriteTimeout  time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"an answer must be written within it (an event stream is exempt)"`
+	HTTPIdleTimeout   time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"a keep-alive connection without a request for this long is closed"`
 	JWTSecret         string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
+	JWTMaxTTL         time.Duration `envconfig:"JWT_MAX_TTL" default:"24h" desc:"longest a project token may live: one whose exp is further from now, or from its iat, is refused (401)"`
+	JWTServiceMaxTTL  time.Duration `envconfig:"JWT_SERVICE_MAX_TTL" default:"24h" desc:"the same for service_role tokens; the backends holding JWT_SECRET mint them as they need them, so keep it short"`
 	CORSOrigins       []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
 	SSEHeartbeat      time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
+	SSEMaxStreams     int           `envconfig:"SSE_MAX_STREAMS" default:"1000" desc:"event streams this process holds open at once; past it a new one is answered 429 with Retry-After"`
+	SSEMaxPerToken    int           `envconfig:"SSE_MAX_STREAMS_PER_TOKEN" default:"20" desc:"event streams one token may hold open at once (a console tab holds two); past it, 429"`
 	MetricsToken      string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
 	RunCommand        string        `envconfig:"RUN_COMMAND" default:"sandbox" desc:"sandbox: build tasks get run_command (npm scripts in bubblewrap, no network) and run the project's checks before finish; off: no commands. If the sandbox cannot start, commands are off and serve logs why — never unsandboxed"`
 	RunConcurrency    int           `envconfig:"RUN_COMMAND_CONCURRENCY" default:"2" desc:"commands this process runs at once"`
@@ -84,6 +91,12 @@ func loadConfig() (config, error) {
 		return c, errors.New("config: BUDGET_MAX_TOKENS and BUDGET_MAX_COST_USD must not be negative")
 	case c.TaskLease <= 0:
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
+	case c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0:
+		return c, errors.New("config: HTTP_READ_TIMEOUT, HTTP_WRITE_TIMEOUT and HTTP_IDLE_TIMEOUT must be positive")
+	case c.JWTMaxTTL <= 0 || c.JWTServiceMaxTTL <= 0:
+		return c, errors.New("config: JWT_MAX_TTL and JWT_SERVICE_MAX_TTL must be positive")
+	case c.SSEMaxStreams < 1 || c.SSEMaxPerToken < 1:
+		return c, errors.New("config: SSE_MAX_STREAMS and SSE_MAX_STREAMS_PER_TOKEN must be at least 1")
 	case c.SSEHeartbeat <= 0:
 		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
 	case c.StuckIdleTimeout <= 0:

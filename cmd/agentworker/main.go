@@ -5,6 +5,7 @@
 //	agentworker submit    create a task (--follow to watch it)
 //	agentworker follow    print a task's timeline live
 //	agentworker token     print a bearer token for the console and /v1
+//	agentworker revoke    refuse the tokens issued so far, of projects or all
 //	agentworker demo      run the whole path on the embedded default
 //	agentworker bench     measure it against raw River
 //
@@ -33,6 +34,9 @@ commands:
                               print a task's events live until it ends
   token [--project ID,…] [--service] [--ttl 24h]
                               print a bearer token (signed with JWT_SECRET)
+  revoke (--project ID,… | --all)
+                              refuse every token of those projects (or every
+                              token, service tokens included) issued until now
   demo                        run a build task end to end on the embedded default
   bench [--quick] [--json]    measure latency, throughput, events, tools, memory vs raw River
   help                        this text and every environment variable
@@ -75,6 +79,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return follow(ctx, cfg, rest, out)
 	case "token":
 		return token(cfg, rest, out)
+	case "revoke":
+		return revoke(ctx, cfg, rest, out)
 	case "demo":
 		return demo(ctx, cfg, out)
 	case "bench":

@@ -5,11 +5,16 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/agentworker/agentworker/auth"
+	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
@@ -20,10 +25,9 @@ func TestMain(m *testing.M) { dbtest.Main(m, s3test.LeakOption()) }
 // environment cannot leak into a test.
 func clearEnv(t *testing.T) {
 	t.Helper()
-	for _, k := range []string{"DATABASE_URL", "S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "S3_USE_SSL",
-		"STORAGE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL", "WORKER_CONCURRENCY", "WORKER_ACTIVE_LIMIT", "MAX_ITERATIONS",
-		"TASK_LEASE", "HTTP_ADDR", "JWT_SECRET", "METRICS_TOKEN", "LOG_LEVEL", "LOG_FORMAT", "RUN_COMMAND", "RUN_COMMAND_CONCURRENCY",
-		"RUN_COMMAND_MAX_TIMEOUT", "RUN_COMMAND_MAX_OUTPUT", "RUN_COMMAND_DIR", "RUN_COMMAND_CHECKS"} {
+	typ := reflect.TypeFor[config]()
+	for i := range typ.NumField() {
+		k := typ.Field(i).Tag.Get("envconfig")
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
@@ -120,7 +124,8 @@ func TestToken(t *testing.T) {
 		t.Fatalf("token without JWT_SECRET: %v", err)
 	}
 	t.Setenv("JWT_SECRET", secret)
-	for _, bad := range [][]string{{"token"}, {"token", "--project", "nope"}, {"token", "--service", "--ttl", "-1s"}} {
+	for _, bad := range [][]string{{"token"}, {"token", "--project", "nope"}, {"token", "--service", "--ttl", "-1s"},
+		{"token", "--project", project, "--ttl", "25h"}} { // past JWT_MAX_TTL
 		if err := run(t.Context(), bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("run(%v) succeeded", bad)
 		}
@@ -134,7 +139,36 @@ func TestToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := v.Verify(strings.TrimSpace(out.String()))
-	if err != nil || !c.CanAccess(project) || c.CanAccess("0190c6a4-7d3e-7b7a-9c1e-6f4f3b2a1d01") || c.Subject != "ops" {
-		t.Errorf("token claims = %+v, %v; want project %s only, subject ops", c, err, project)
+	if err != nil || !c.CanAccess(project) || c.CanAccess("0190c6a4-7d3e-7b7a-9c1e-6f4f3b2a1d01") || c.Subject != "ops" ||
+		c.IssuedAt == nil || c.ID == "" {
+		t.Errorf("token claims = %+v, %v; want project %s only, subject ops, iat and jti", c, err, project)
+	}
+}
+
+// TestRevoke: `agentworker revoke` refuses the tokens of the projects named
+// issued until now.
+func TestRevoke(t *testing.T) {
+	clearEnv(t)
+	dbURL := dbtest.NewURL(t)
+	t.Setenv("DATABASE_URL", dbURL)
+	project := uuid.New()
+	if err := run(t.Context(), []string{"revoke"}, &bytes.Buffer{}); err == nil {
+		t.Error("revoke without --project or --all succeeded")
+	}
+	if err := run(t.Context(), []string{"migrate"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"revoke", "--project", project.String()}, &out); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	nb, err := agentsql.TokensNotBefore(t.Context(), pool, []string{project.String()})
+	if err != nil || nb.IsZero() || !strings.Contains(out.String(), project.String()) {
+		t.Errorf("after revoke (%q): not before %v, %v", out.String(), nb, err)
 	}
 }

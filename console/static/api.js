@@ -55,3 +55,27 @@ export class Client {
 // segment, keeping its slashes.
 export const enc = encodeURIComponent;
 export const filePath = (p) => p.split("/").map(enc).join("/");
+
+// tokenClaims reads a JWT's claims for display, without checking them (the
+// server does); null when it is not a JWT.
+export function tokenClaims(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const bin = atob(part.padEnd(Math.ceil(part.length / 4) * 4, "="));
+    const claims = JSON.parse(new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))));
+    return claims && typeof claims === "object" ? claims : null;
+  } catch {
+    return null;
+  }
+}
+
+// describeToken says whom a token names and what it may open, e.g. "as
+// operator (token for project 7b0c…)".
+export function describeToken(token) {
+  const c = tokenClaims(token);
+  if (!c) return "(the token is not a JWT)";
+  const who = typeof c.sub === "string" && c.sub ? `as ${c.sub}` : "(no subject)";
+  if (c.role === "service_role") return `${who} (service token: every project)`;
+  const projects = Array.isArray(c.projects) ? c.projects.filter((p) => typeof p === "string") : [];
+  return `${who} (token for ${projects.length === 1 ? "project" : "projects"} ${projects.join(", ") || "none"})`;
+}

@@ -5,7 +5,7 @@
 // and token are kept in localStorage and the selected task in the URL, so
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
-import { Client, enc, filePath } from "./api.js";
+import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -33,18 +33,62 @@ const timeline = new Timeline(100);
 const tree = new FileTree();
 const streams = new Map(); // messageId → text
 
-// ---- start-up: credentials from the URL (once) or localStorage ----
+// ---- start-up: credentials from localStorage, or from a link ----
 
+// A link's token is taken as is only by a page that holds none. It never
+// replaces a stored token unless the person confirms the project it opens:
+// a link could otherwise swap whose project the next prompt goes to.
+let pending = null; // { project, token } of a link, awaiting that choice
 {
   const params = new URLSearchParams(location.search);
-  if (params.has("token")) store.setItem("token", params.get("token"));
-  if (params.has("project")) store.setItem("project", params.get("project"));
+  const linkToken = params.get("token");
+  const linkProject = params.get("project");
+  const stored = store.getItem("token");
+  if (linkToken !== null && stored && linkToken !== stored) {
+    pending = { project: linkProject || "", token: linkToken };
+  } else {
+    if (linkToken !== null) store.setItem("token", linkToken);
+    if (linkProject !== null) store.setItem("project", linkProject);
+  }
   $("project").value = store.getItem("project") || "";
   $("token").value = store.getItem("token") || "";
-  if (params.has("token")) {
+  if (linkToken !== null) {
     // Keep the token out of the address bar and the history.
     history.replaceState(null, "", `${location.pathname}?project=${enc($("project").value)}${location.hash}`);
   }
+  if (pending) showSwitch();
+}
+
+// showSwitch asks whether to enter the project of a link's token, saying
+// which project and subject each token is for.
+function showSwitch() {
+  const theirs = describeToken(pending.token);
+  const mine = describeToken(store.getItem("token") || "");
+  $("switch-text").textContent = `A link asks to open project ${pending.project || "(none)"} ${theirs}. ` +
+    `You are in project ${store.getItem("project") || "(none)"} ${mine}. Enter the link's project? ` +
+    "Until you do, everything you type goes to your project.";
+  $("switch").hidden = false;
+}
+
+$("switch-confirm").addEventListener("click", () => {
+  const p = pending;
+  pending = null;
+  $("switch").hidden = true;
+  $("project").value = p.project;
+  $("token").value = p.token;
+  open(p.project, p.token);
+});
+
+$("switch-cancel").addEventListener("click", () => {
+  pending = null;
+  $("switch").hidden = true;
+});
+
+// showIdentity says which project the page uses and whom its token names.
+function showIdentity(p, token) {
+  const c = tokenClaims(token);
+  $("identity").textContent = `Project ${p} ${describeToken(token)}`;
+  document.body.dataset.subject = (c && c.sub) || "";
 }
 
 for (const s of STAGES) $("stages").append(el("li", { textContent: s, data: { stage: s } }));
@@ -109,6 +153,7 @@ async function open(p, token) {
   }
   client = new Client(token);
   project = p;
+  showIdentity(p, token);
   say("");
   tasks.clear();
   document.body.dataset.project = p;

@@ -27,17 +27,27 @@ import (
 // rows to each, instead of every stream querying on its own wake-up. A
 // subscriber that has not said, or that finds a gap in what it was handed
 // (its buffer overflowed), reads the table itself.
+//
+// Streams never reread on a timer: an idle stream costs the database
+// nothing. The backstop for an announcement that never came (its writer died
+// between commit and announcement) is the Hub's sweep: one query per sweep
+// interval for the whole process finds the tasks with newer events, and the
+// Hub announces those that were not announced to the streams that follow
+// them.
 type Hub struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	sweep time.Duration
 
-	mu       sync.Mutex
-	byTask   map[uuid.UUID]map[*Subscription]struct{}
-	byProj   map[uuid.UUID]map[*Subscription]struct{}
-	want     map[uuid.UUID]struct{} // announced tasks the reader has yet to read
-	wantC    chan struct{}
-	done     chan struct{}
-	doneOnce sync.Once
+	mu     sync.Mutex
+	byTask map[uuid.UUID]map[*Subscription]struct{}
+	byProj map[uuid.UUID]map[*Subscription]struct{}
+	want   map[uuid.UUID]struct{} // announced tasks the reader has yet to read
+	wantC  chan struct{}
+	// Tasks announced since the last sweep, and in the interval before.
+	announced, announcedBefore map[uuid.UUID]struct{}
+	done                       chan struct{}
+	doneOnce                   sync.Once
 }
 
 // hubReadLimit is the most events of one task the Hub reads per query; a
@@ -48,20 +58,42 @@ const hubReadLimit = 500
 // past it they are dropped and the stream reads the table itself.
 const subscriptionBuffer = 2 * hubReadLimit
 
+// HubOption configures a Hub.
+type HubOption func(*Hub)
+
+// DefaultSweep is how often a Hub looks for events whose announcement was
+// lost, unless WithSweep says otherwise.
+const DefaultSweep = 2 * time.Second
+
+// WithSweep sets how often the Hub looks for events whose announcement was
+// lost: the most a lost announcement delays a stream.
+func WithSweep(d time.Duration) HubOption {
+	return func(h *Hub) {
+		if d > 0 {
+			h.sweep = d
+		}
+	}
+}
+
 // NewHub returns a Hub listening through a connection taken from pool (and
 // not returned to it). Call Run to start it. logger defaults to slog.Default.
-func NewHub(pool *pgxpool.Pool, logger *slog.Logger) *Hub {
+func NewHub(pool *pgxpool.Pool, logger *slog.Logger, opts ...HubOption) *Hub {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Hub{
-		pool: pool, log: logger,
-		byTask: map[uuid.UUID]map[*Subscription]struct{}{},
-		byProj: map[uuid.UUID]map[*Subscription]struct{}{},
-		want:   map[uuid.UUID]struct{}{},
-		wantC:  make(chan struct{}, 1),
-		done:   make(chan struct{}),
+	h := &Hub{
+		pool: pool, log: logger, sweep: DefaultSweep,
+		byTask:    map[uuid.UUID]map[*Subscription]struct{}{},
+		byProj:    map[uuid.UUID]map[*Subscription]struct{}{},
+		want:      map[uuid.UUID]struct{}{},
+		wantC:     make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		announced: map[uuid.UUID]struct{}{}, announcedBefore: map[uuid.UUID]struct{}{},
 	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 // Subscription is a wake-up signal for the events of one task or project,
@@ -185,6 +217,17 @@ func (h *Hub) dispatch(payload string) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.byTask) > 0 || len(h.byProj) > 0 { // the sweep only runs then
+		for _, t := range key.Tasks {
+			h.announced[t] = struct{}{}
+		}
+	}
+	h.announce(key)
+}
+
+// announce wakes the subscribers of the tasks and projects of key; h.mu is
+// held.
+func (h *Hub) announce(key agentsql.Announcement) {
 	queued := false
 	for _, t := range key.Tasks {
 		for s := range h.byTask[t] {
@@ -206,6 +249,75 @@ func (h *Hub) dispatch(payload string) {
 		case h.wantC <- struct{}{}:
 		default: // the reader is already due
 		}
+	}
+}
+
+// sweepLoop looks, every sweep interval while someone subscribes, for tasks
+// with events newer than two sweeps ago, and announces those nobody
+// announced in that time. Two intervals: an event can commit after a later
+// id was seen.
+func (h *Hub) sweepLoop(ctx context.Context) {
+	tick := time.NewTicker(h.sweep)
+	defer tick.Stop()
+	low, high := int64(-1), int64(-1) // ids seen two sweeps ago and at the last
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !h.subscribed() {
+			low, high = -1, -1 // a new stream reads the table itself
+			continue
+		}
+		keys, top, err := agentsql.EventsSince(ctx, h.pool, low)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.WarnContext(ctx, "sse hub: sweep for unannounced events", slog.String("err", err.Error()))
+			}
+			continue
+		}
+		if low < 0 {
+			low, high = top, top
+			continue
+		}
+		h.announceMissed(keys)
+		low, high = high, top
+	}
+}
+
+func (h *Hub) subscribed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byTask) > 0 || len(h.byProj) > 0
+}
+
+// announceMissed announces the swept tasks that were not announced in the
+// last two sweep intervals, and starts the next interval.
+func (h *Hub) announceMissed(keys []agentsql.EventKey) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var missed agentsql.Announcement
+	for _, k := range keys {
+		_, now := h.announced[k.Task]
+		_, before := h.announcedBefore[k.Task]
+		if now || before {
+			continue
+		}
+		if h.byTask[k.Task] != nil || h.byProj[k.Project] != nil {
+			missed.Tasks = append(missed.Tasks, k.Task)
+			missed.Projects = append(missed.Projects, k.Project)
+		}
+	}
+	h.announcedBefore, h.announced = h.announced, make(map[uuid.UUID]struct{}, len(h.announced))
+	for _, t := range missed.Tasks { // swept twice, announced once
+		h.announced[t] = struct{}{}
+	}
+	if len(missed.Tasks) > 0 {
+		// Usually a writer that died between commit and announcement; an
+		// announcement still on its way after its commit also lands here.
+		h.log.Debug("sse hub: announcing events nobody announced", slog.Int("tasks", len(missed.Tasks)))
+		h.announce(missed)
 	}
 }
 
@@ -312,12 +424,10 @@ const (
 // Done.
 func (h *Hub) Run(ctx context.Context) error {
 	defer h.doneOnce.Do(func() { close(h.done) })
-	readerDone := make(chan struct{})
-	defer func() { <-readerDone }()
-	go func() {
-		defer close(readerDone)
-		h.readLoop(ctx)
-	}()
+	var loops sync.WaitGroup
+	defer loops.Wait()
+	loops.Go(func() { h.readLoop(ctx) })
+	loops.Go(func() { h.sweepLoop(ctx) })
 	backoff := hubMinBackoff
 	for {
 		err := h.listen(ctx)

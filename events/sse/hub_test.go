@@ -22,12 +22,13 @@ import (
 	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 )
 
 // readCounter counts the statements that read agent_events, by who sent
 // them: a stream reading its own task, or the hub reading for all of them.
 type readCounter struct {
-	stream, hub atomic.Int64
+	stream, hub, project, other atomic.Int64
 }
 
 func (c *readCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
@@ -36,6 +37,10 @@ func (c *readCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 		c.hub.Add(1)
 	case strings.Contains(data.SQL, "FROM agent_events") && strings.Contains(data.SQL, "WHERE task_id = $1 AND seq > $2"):
 		c.stream.Add(1)
+	case strings.Contains(data.SQL, "pg_snapshot_xmin") && strings.Contains(data.SQL, "WHERE project_id = $1"):
+		c.project.Add(1)
+	default:
+		c.other.Add(1)
 	}
 	return ctx
 }
@@ -86,8 +91,7 @@ func TestHubReadsOnceForAllStreams(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the hub did not listen within 20 s")
 	}
-	// No timed rechecks during the test: every read is a wake-up's.
-	streams := sse.NewStreams(pool, hub, sse.Config{Recheck: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	streams := sse.NewStreams(pool, hub, sse.Config{Logger: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/tasks/{id}/events", serve(streams.TaskEvents))
 	ctx, stop := context.WithCancel(context.Background())
@@ -258,5 +262,110 @@ func TestHubHandsRowsOrAsksToRead(t *testing.T) {
 			t.Fatal("no overflow within 20 s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestIdleStreamsReadNothing: streams with nothing new cost the database
+// nothing, however many are open: no stream rereads on a timer. The one
+// backstop for an event whose announcement was lost (its writer died between
+// commit and announcement) is the hub's: one query per sweep for the whole
+// process, which wakes only the streams of the events it finds.
+func TestIdleStreamsReadNothing(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	pool, reads := countingPool(t, db)
+	const sweep = 200 * time.Millisecond
+	hub := sse.NewHub(pool, slog.New(slog.DiscardHandler), sse.WithSweep(sweep))
+	runHub(t, hub)
+	streams := sse.NewStreams(pool, hub, sse.Config{Logger: slog.New(slog.DiscardHandler)})
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/tasks/{id}/events", serve(streams.TaskEvents))
+	mux.Handle("GET /v1/projects/{id}/events", serve(streams.ProjectEvents))
+	ctx, stop := context.WithCancel(context.Background())
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	srv.Start()
+	t.Cleanup(srv.Close)
+	t.Cleanup(stop)
+
+	const n = 10 // task streams, and as many project streams
+	type stream struct {
+		url string
+		got chan sse.Message
+	}
+	var all []stream
+	var tasks []uuid.UUID
+	var projects []uuid.UUID
+	for range n {
+		project := uuid.New()
+		task, err := agentsql.InsertTask(t.Context(), db, agentsql.NewTask{ProjectID: project, Type: "build", Prompt: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := events.NewRecorder(db, task.ID, project).Emit(t.Context(), events.Log{Level: events.LevelInfo, Message: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		tasks, projects = append(tasks, task.ID), append(projects, project)
+		all = append(all, stream{url: srv.URL + "/v1/tasks/" + task.ID.String() + "/events", got: make(chan sse.Message, 8)},
+			stream{url: srv.URL + "/v1/projects/" + project.String() + "/events", got: make(chan sse.Message, 8)})
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(stop)
+	for _, s := range all {
+		wg.Go(func() {
+			_ = (&sse.Client{}).Follow(ctx, s.url, "", func(m sse.Message) error {
+				s.got <- m
+				return nil
+			})
+		})
+	}
+	next := func(s stream, what string) sse.Message {
+		t.Helper()
+		select {
+		case m := <-s.got:
+			return m
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no %s event within 20 s", s.url, what)
+			return sse.Message{}
+		}
+	}
+	for _, s := range all {
+		next(s, "first")
+	}
+
+	// Idle: ten sweeps, in which the streams read nothing.
+	streamReads, projectReads, other := reads.stream.Load(), reads.project.Load(), reads.other.Load()
+	start := time.Now()
+	const sweeps = 10
+	poll.Until(t, "ten sweeps", 30*time.Second, func() bool { return reads.other.Load()-other >= sweeps })
+	window := time.Since(start)
+	byStreams := reads.stream.Load() - streamReads + reads.project.Load() - projectReads
+	t.Logf("%d idle streams over %s: %d reads by streams, %d sweep statements", len(all), window.Round(time.Millisecond), byStreams, sweeps)
+	if byStreams != 0 {
+		t.Errorf("idle streams read agent_events %d times in %s; want 0", byStreams, window)
+	}
+	if window < (sweeps-2)*sweep { // ten ticks span nine intervals at least
+		t.Errorf("%d statements in %s: more than one per %s sweep", sweeps, window, sweep)
+	}
+
+	// An event committed without an announcement still reaches its streams.
+	tx, err := db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.announce', 'after_commit', true)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.NewRecorder(tx, tasks[3], projects[3]).Emit(t.Context(), events.Log{Level: events.LevelInfo, Message: "unannounced"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all[6:8] { // task 3's stream and its project's
+		if m := next(s, "unannounced"); m.Event.TaskID != tasks[3] || m.Event.Seq != 2 {
+			t.Errorf("%s: event %+v, want task %s seq 2", s.url, m.Event, tasks[3])
+		}
 	}
 }

@@ -35,9 +35,6 @@ type Config struct {
 	// Heartbeat is the interval of comment lines that keep idle streams
 	// (and proxies) alive. Defaults to 15 seconds.
 	Heartbeat time.Duration
-	// Recheck is how often a stream reads its events without a
-	// notification, a backstop for a lost one. Defaults to 2 seconds.
-	Recheck time.Duration
 	// HeldRecheck is how often a project stream rereads while events of the
 	// project wait for an older transaction to end. Defaults to 20 ms.
 	HeldRecheck time.Duration
@@ -59,9 +56,6 @@ type Streams struct {
 func NewStreams(pool *pgxpool.Pool, hub *Hub, cfg Config) *Streams {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 15 * time.Second
-	}
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = 2 * time.Second
 	}
 	if cfg.HeldRecheck <= 0 {
 		cfg.HeldRecheck = 20 * time.Millisecond
@@ -240,17 +234,23 @@ func (s *Streams) ProjectEvents(w http.ResponseWriter, r *http.Request) error {
 
 // catchUp writes the events after the stream's cursor and reports whether
 // some are held back (to be reread soon). recheck says the wake-up came from
-// the stream's timer, not the hub: the stream must read the table.
+// the stream's own timer (connecting, held events), not the hub: the stream
+// must read the table.
 type catchUp func(ctx context.Context, write func(id string, ev events.Event) error, recheck bool) (held bool, err error)
 
-// stream runs one SSE response: headers, then catch-up on every wake-up,
-// recheck or held-event timer, with heartbeats, until the client leaves,
-// the server shuts down or the token expires (the request's context), or
-// the hub stops.
+// stream runs one SSE response: headers, then catch-up on connecting, on
+// every wake-up of the hub and, while a project's events are held, on the
+// held-event timer, with heartbeats, until the client leaves, the server
+// shuts down or the token expires (the request's context), or the hub
+// stops. Nothing else reads: between announcements a stream costs the
+// database nothing (the hub's sweep is the backstop for a lost one).
 func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscription, catch catchUp) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any server write timeout
+	// A stream outlives the server's read and write timeouts, which bound
+	// every other request.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -319,10 +319,10 @@ func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscripti
 		if rc.Flush() != nil {
 			return
 		}
-		next := s.cfg.Recheck
 		if held {
-			next = s.cfg.HeldRecheck
+			recheck.Reset(s.cfg.HeldRecheck)
+		} else {
+			recheck.Stop() // also drops the first firing, if a wake-up won
 		}
-		recheck.Reset(next)
 	}
 }

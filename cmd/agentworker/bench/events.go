@@ -283,7 +283,9 @@ func sseSubscribers(ctx context.Context, opts Options, db *database, tasks []uui
 	hub := sse.NewHub(db.pool, opts.Logger)
 	go func() { _ = hub.Run(hctx) }()
 	mux := http.NewServeMux()
-	api.New(db.pool, sse.NewStreams(db.pool, hub, sse.Config{Logger: opts.Logger}), api.Config{Verifier: verifier, Logger: opts.Logger}).Register(mux)
+	// One token follows every task: the caps of open streams are raised to that.
+	api.New(db.pool, sse.NewStreams(db.pool, hub, sse.Config{Logger: opts.Logger}), api.Config{Verifier: verifier, Logger: opts.Logger,
+		MaxStreams: len(tasks), MaxStreamsPerToken: len(tasks)}).Register(mux)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		cancel()
