@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/google/uuid"
 	"log/slog"
 	"sort"
 
@@ -33,6 +34,12 @@ type taskRun struct {
 	cs     *changeset.Set // nil for chat and plan tasks; set once reset or rewound
 	lp     *loop          // nil until the loop is built
 	plan   *Plan
+	// agent is the agent the task runs as, if any; expand the project's
+	// agents by name when the task is a plan that creates tasks (nil
+	// otherwise), and children the tasks it planned.
+	agent    *agentsql.Agent
+	expand   map[string]uuid.UUID
+	children []agentsql.PlannedTask
 	// checks is the last static check report; repairs the self-repair
 	// attempts made.
 	checks  *verify.Report

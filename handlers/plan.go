@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -31,7 +33,24 @@ const (
 type Plan struct {
 	Summary string     `json:"summary"`
 	Steps   []PlanStep `json:"steps"`
+	// Tasks are the tasks a plan with input.expand planned: they become its
+	// children, ordered by their dependencies, when it succeeds.
+	Tasks []PlanTask `json:"tasks,omitempty"`
 }
+
+// PlanTask is one task of an expanding plan.
+type PlanTask struct {
+	Key       string   `json:"key"`
+	Title     string   `json:"title"`
+	Prompt    string   `json:"prompt"`
+	Type      string   `json:"type"`
+	Agent     string   `json:"agent"` // an agent of the project by name, or empty
+	Priority  int      `json:"priority"`
+	DependsOn []string `json:"dependsOn"` // keys of other tasks of the plan
+}
+
+// maxPlannedTasks bounds the tasks one plan may create.
+const maxPlannedTasks = 50
 
 // PlanStep is one step of a Plan; a build executes it as one decision.
 type PlanStep struct {
@@ -58,8 +77,9 @@ func (p *Plan) Text() string {
 }
 
 // planSchema is the JSON Schema of a Plan, strict: every property required,
-// nothing else allowed (so there is no place for code).
-func planSchema() map[string]any {
+// nothing else allowed (so there is no place for code). An expanding plan
+// has tasks too.
+func planSchema(expand bool) map[string]any {
 	str := func(d string) map[string]any { return map[string]any{"type": "string", "description": d} }
 	step := map[string]any{
 		"type": "object", "additionalProperties": false,
@@ -73,19 +93,37 @@ func planSchema() map[string]any {
 			"needsCodeGeneration": map[string]any{"type": "boolean", "description": "True when code must be written for this step."},
 		},
 	}
-	return map[string]any{
+	schema := map[string]any{
 		"type": "object", "additionalProperties": false, "required": []string{"summary", "steps"},
 		"properties": map[string]any{
 			"summary": str("The goal and approach in one or two sentences."),
 			"steps":   map[string]any{"type": "array", "items": step},
 		},
 	}
+	if expand {
+		task := map[string]any{
+			"type": "object", "additionalProperties": false,
+			"required": []string{"key", "title", "prompt", "type", "agent", "priority", "dependsOn"},
+			"properties": map[string]any{
+				"key":       str("A short unique key, e.g. t1, that other tasks name in dependsOn."),
+				"title":     str("The task in a few words."),
+				"prompt":    str("What the task's agent must do, as a person would ask it."),
+				"type":      map[string]any{"type": "string", "enum": []string{"chat", "plan", "build"}},
+				"agent":     str("The name of one of the project's agents to do it, or empty."),
+				"priority":  map[string]any{"type": "integer", "description": "1 (most urgent) to 4."},
+				"dependsOn": map[string]any{"type": "array", "items": str("The key of a task that must succeed first.")},
+			},
+		}
+		schema["required"] = []string{"summary", "steps", "tasks"}
+		schema["properties"].(map[string]any)["tasks"] = map[string]any{"type": "array", "items": task}
+	}
+	return schema
 }
 
 // validate checks a plan from the model: known actions, jailed paths,
 // unique ids (missing ids are assigned).
 func (p *Plan) validate() error {
-	if len(p.Steps) == 0 {
+	if len(p.Steps) == 0 && len(p.Tasks) == 0 {
 		return errors.New("the plan has no steps")
 	}
 	seen := map[string]bool{}
@@ -117,12 +155,22 @@ func (p *Plan) validate() error {
 	return nil
 }
 
-// structuredPlan asks the plan task's model for its plan as JSON.
-func (r *Runner) structuredPlan(ctx context.Context, lp *loop, messages []llm.Message) (*Plan, error) {
-	messages = append(messages, llm.Message{Role: llm.RoleUser,
-		Content: "Now give the plan as JSON matching the schema: steps in dependency order, descriptions in words, no code."})
+// structuredPlan asks the plan task's model for its plan as JSON; with
+// agents (an expanding plan: the project's agents by name), for its tasks
+// too.
+func (r *Runner) structuredPlan(ctx context.Context, lp *loop, messages []llm.Message, agents map[string]uuid.UUID) (*Plan, error) {
+	ask := "Now give the plan as JSON matching the schema: steps in dependency order, descriptions in words, no code."
+	if agents != nil {
+		names := slices.Sorted(maps.Keys(agents))
+		ask += fmt.Sprintf(" Also break the work into tasks (at most %d) that the project's agents will run, each with a key, "+
+			"and the keys of the tasks that must succeed before it; the project's agents are: %s.", maxPlannedTasks, strings.Join(names, ", "))
+		if len(names) == 0 {
+			ask = strings.TrimSuffix(ask, "the project's agents are: .") + "the project has no agents: leave agent empty."
+		}
+	}
+	messages = append(messages, llm.Message{Role: llm.RoleUser, Content: ask})
 	lp.iterations++
-	resp, err := lp.generate(ctx, messages, &llm.ResponseSchema{Name: "plan", Schema: planSchema(), Strict: true})
+	resp, err := lp.generate(ctx, messages, &llm.ResponseSchema{Name: "plan", Schema: planSchema(agents != nil), Strict: true})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +183,91 @@ func (r *Runner) structuredPlan(ctx context.Context, lp *loop, messages []llm.Me
 	if err := plan.validate(); err != nil {
 		return nil, &taskError{CodePlanInvalid, err}
 	}
+	if agents == nil && len(plan.Tasks) > 0 {
+		return nil, &taskError{CodePlanInvalid, errors.New("the plan has tasks, but the task did not ask to expand (input.expand)")}
+	}
+	if err := plan.validateTasks(agents); err != nil {
+		return nil, &taskError{CodePlanInvalid, err}
+	}
 	return &plan, nil
+}
+
+// validateTasks checks an expanding plan's tasks: unique keys, known types
+// and agents, priorities 1 to 4 (0: 2), dependencies on tasks of the plan
+// and no cycle among them.
+func (p *Plan) validateTasks(agents map[string]uuid.UUID) error {
+	if len(p.Tasks) > maxPlannedTasks {
+		return fmt.Errorf("the plan has %d tasks; at most %d", len(p.Tasks), maxPlannedTasks)
+	}
+	byKey := map[string]*PlanTask{}
+	for i := range p.Tasks {
+		t := &p.Tasks[i]
+		switch {
+		case strings.TrimSpace(t.Key) == "":
+			return fmt.Errorf("task %d has no key", i+1)
+		case byKey[t.Key] != nil:
+			return fmt.Errorf("task key %q is used twice", t.Key)
+		case strings.TrimSpace(t.Prompt) == "":
+			return fmt.Errorf("task %q has no prompt", t.Key)
+		case t.Type != "chat" && t.Type != "plan" && t.Type != "build":
+			return fmt.Errorf("task %q: type %q is not chat, plan or build", t.Key, t.Type)
+		case t.Priority < 0 || t.Priority > 4:
+			return fmt.Errorf("task %q: priority %d is not 1 to 4", t.Key, t.Priority)
+		}
+		if t.Priority == 0 {
+			t.Priority = 2
+		}
+		if _, ok := agents[t.Agent]; t.Agent != "" && !ok {
+			return fmt.Errorf("task %q: %q is not an agent of this project", t.Key, t.Agent)
+		}
+		byKey[t.Key] = t
+	}
+	// Depth-first: a task met again while its own dependencies are being
+	// walked closes a cycle.
+	state := map[string]int{} // 1 walking, 2 done
+	var walk func(key string) error
+	walk = func(key string) error {
+		switch state[key] {
+		case 1:
+			return fmt.Errorf("the tasks' dependencies form a cycle through %q", key)
+		case 2:
+			return nil
+		}
+		state[key] = 1
+		for _, dep := range byKey[key].DependsOn {
+			if byKey[dep] == nil || dep == key {
+				return fmt.Errorf("task %q depends on %q, which is not another task of the plan", key, dep)
+			}
+			if err := walk(dep); err != nil {
+				return err
+			}
+		}
+		state[key] = 2
+		return nil
+	}
+	for _, t := range p.Tasks {
+		if err := walk(t.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plannedTasks is the plan's tasks as the database makes them.
+func (p *Plan) plannedTasks(agents map[string]uuid.UUID) []agentsql.PlannedTask {
+	out := make([]agentsql.PlannedTask, 0, len(p.Tasks))
+	for _, t := range p.Tasks {
+		pt := agentsql.PlannedTask{Key: t.Key, Title: t.Title, Prompt: t.Prompt, Type: agentsql.TaskType(t.Type),
+			Priority: t.Priority, DependsOn: t.DependsOn}
+		if id, ok := agents[t.Agent]; ok {
+			pt.AgentID = &id
+		}
+		if pt.DependsOn == nil {
+			pt.DependsOn = []string{}
+		}
+		out = append(out, pt)
+	}
+	return out
 }
 
 // loadPlan reads the plan of input.plan_task_id, if the build has one.

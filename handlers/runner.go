@@ -373,6 +373,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 					return err
 				}
 			}
+			if tr.agent, tr.expand, err = r.agentsOf(ctx, task); err != nil {
+				return err
+			}
 			pctx, err = r.loadContext(ctx, tr.store, task, tr.plan)
 			return err
 		}); err != nil {
@@ -382,6 +385,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			system, err := r.prompts.System(spec.taskType, pctx)
 			if err != nil {
 				return &taskError{CodeInternal, err}
+			}
+			if tr.agent != nil {
+				system += agentSection(tr.agent)
 			}
 			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
 			return nil
@@ -394,6 +400,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		}
 		if r.deps.Sandbox == nil {
 			registry = registry.Without(tools.RunCommand)
+		}
+		if tr.agent != nil && tr.agent.Tools != nil {
+			registry = registry.Only(tr.agent.Tools)
 		}
 		pol, err := r.policyOf(task)
 		if err != nil {
@@ -444,8 +453,11 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		return stage(ctx, rec, StageFinalResponse, func() error {
 			if spec.taskType == "plan" {
 				var err error
-				if plan, err = r.structuredPlan(ctx, lp, messages); err != nil {
+				if plan, err = r.structuredPlan(ctx, lp, messages, tr.expand); err != nil {
 					return err
+				}
+				if len(plan.Tasks) > 0 {
+					tr.children = plan.plannedTasks(tr.expand)
 				}
 				if strings.TrimSpace(final) == "" || plan.Summary != "" {
 					final = plan.Summary
@@ -591,6 +603,11 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(r.task.Type), Model: model, Summary: summary},
 	)
 	_, err := r.rec.InPipeline(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
+		if len(r.children) > 0 {
+			if err := agentsql.QueueExpandPlan(p, r.at.fence(r.task), r.children); err != nil {
+				return err
+			}
+		}
 		if hasSet {
 			if err := agentsql.QueueFinishChangeSet(p, r.at.fence(r.task), agentsql.ChangeSetApplied, false); err != nil {
 				return err

@@ -448,3 +448,55 @@ func TestConcurrentEdgesCannotCloseACycle(t *testing.T) {
 	}
 	wantErrorContaining(t, <-second, "INVALID_TASK_DEPENDENCY")
 }
+
+// TestExpandPlanOnceUnderItsFence: a plan's tasks are created under the
+// holder's fence, in the finish's transaction: a stale holder creates
+// nothing (its whole transaction fails), and a second expansion of the same
+// plan creates no second set.
+func TestExpandPlanOnceUnderItsFence(t *testing.T) {
+	t.Parallel()
+	g := newGraph(t)
+	ctx := t.Context()
+	plan, err := agentsql.InsertTask(ctx, g.pool, agentsql.NewTask{ProjectID: g.project, Type: "plan", Prompt: "plan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fence agentsql.Fence
+	err = pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
+		c, err := agentsql.ClaimTask(ctx, tx, plan.ID, 1, "test", time.Minute)
+		fence = agentsql.Fence{TaskID: plan.ID, Epoch: c.Task.Fence}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := []agentsql.PlannedTask{
+		{Key: "a", Title: "A", Prompt: "do a", Type: "build", Priority: 1, DependsOn: []string{}},
+		{Key: "b", Title: "B", Prompt: "do b", Type: "chat", Priority: 2, DependsOn: []string{"a"}},
+	}
+	expand := func(f agentsql.Fence) error {
+		var p agentsql.Pipeline
+		if err := agentsql.QueueExpandPlan(&p, f, tasks); err != nil {
+			return err
+		}
+		return p.Run(ctx, g.pool)
+	}
+	children := func() int {
+		var n int
+		if err := g.pool.QueryRow(ctx, `SELECT count(*) FROM ai_tasks WHERE parent_task_id = $1`, plan.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := expand(agentsql.Fence{TaskID: plan.ID, Epoch: fence.Epoch - 1}); !errors.Is(err, agentsql.ErrFenced) || children() != 0 {
+		t.Fatalf("a stale holder's expansion: %v, %d children; want ErrFenced and none", err, children())
+	}
+	for range 2 {
+		if err := expand(fence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := children(); n != 2 {
+		t.Fatalf("two expansions made %d children, want one set of 2", n)
+	}
+}

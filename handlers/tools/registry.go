@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -148,6 +149,20 @@ func (r *Registry) Without(names ...string) *Registry {
 	for _, n := range names {
 		delete(out.allowed, n)
 		delete(out.catalog, n)
+	}
+	return out
+}
+
+// Only returns a copy of the registry narrowed to the named tools (an
+// agent's): a name the registry does not allow stays out, so a list never
+// widens what the task type may do. The control tools (finish) stay: they
+// steer the loop, never the project.
+func (r *Registry) Only(names []string) *Registry {
+	out := &Registry{allowed: map[string]Tool{}, catalog: maps.Clone(r.catalog), taskType: r.taskType}
+	for name, t := range r.allowed {
+		if t.Access == Control || slices.Contains(names, name) {
+			out.allowed[name] = t
+		}
 	}
 	return out
 }

@@ -1,0 +1,139 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/llmtest"
+)
+
+func (h *harness) agent(t *testing.T, name, persona string, tools []string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `INSERT INTO agents (project_id, name, role, persona, tools) VALUES ($1, $2, 'test role', $3, $4) RETURNING id`,
+		h.project, name, persona, tools).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestTaskRunsAsItsAgent: the agent's persona is in the system prompt of
+// every model call of its task, and the tools offered are the type's
+// narrowed to the agent's: a chat agent listing write_file does not gain it.
+func TestTaskRunsAsItsAgent(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []scripted.Reply{call("read_file", m{"path": "a.txt"}), llmtest.Text("It says a.")}, handlers.Config{}, map[string]string{"a.txt": "a\n"})
+	agent := h.agent(t, "reader", "You answer in one short sentence.", []string{"read_file", "write_file"})
+	var id uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, agent_id) VALUES ($1, 'chat', 'what does a.txt say?', $2) RETURNING id`,
+		h.project, agent).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	_, task := h.wait(t, id)
+	result(t, task)
+	reqs := h.llm.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model calls, want 2", len(reqs))
+	}
+	for i, req := range reqs {
+		if sys := req.Messages[0].Content; !strings.Contains(sys, `You are the agent "reader" (test role)`) || !strings.Contains(sys, "You answer in one short sentence.") {
+			t.Errorf("call %d's system prompt lacks the agent: %q", i, sys)
+		}
+		var names []string
+		for _, tool := range req.Tools {
+			names = append(names, tool.Name)
+		}
+		if !slices.Equal(names, []string{"read_file"}) {
+			t.Errorf("call %d offered %v, want only read_file (the chat type's tools narrowed to the agent's)", i, names)
+		}
+	}
+}
+
+// TestPlanExpandsIntoTasks: a plan with input.expand plans tasks, which
+// become its children with their agents, priorities and dependencies when
+// it succeeds; a child sees its own planned task, not the plan.
+func TestPlanExpandsIntoTasks(t *testing.T) {
+	t.Parallel()
+	plan := handlers.Plan{Summary: "Login, then its review.", Steps: []handlers.PlanStep{}, Tasks: []handlers.PlanTask{
+		{Key: "t1", Title: "Login page", Prompt: "Add a login page", Type: "build", Agent: "coder", Priority: 1, DependsOn: []string{}},
+		{Key: "t2", Title: "Review", Prompt: "Review the login page", Type: "chat", Agent: "", Priority: 3, DependsOn: []string{"t1"}},
+	}}
+	h := setup(t, planReplies(plan), handlers.Config{}, map[string]string{"src/main.ts": "console.log('hi')\n"})
+	coder := h.agent(t, "coder", "", nil)
+	planID := h.insert(t, "plan", "add a login page and review it", m{"expand": true})
+	_, planTask := h.wait(t, planID)
+	if res := result(t, planTask); len(res.Plan.Tasks) != 2 {
+		t.Fatalf("plan result = %s", planTask.Result)
+	}
+	if req := h.llm.Requests()[2]; !strings.Contains(string(req.Body), `"tasks"`) || !strings.Contains(req.Messages[len(req.Messages)-1].Content, "coder") {
+		t.Errorf("the structured plan request asks for no tasks, or names no agent: %s", req.Body)
+	}
+
+	rows, err := h.pool.Query(t.Context(), `SELECT id, status, priority, agent_id, prompt, input FROM ai_tasks WHERE parent_task_id = $1 ORDER BY priority`, planID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type child struct {
+		ID       uuid.UUID
+		Status   agentsql.Status
+		Priority int
+		AgentID  *uuid.UUID
+		Prompt   string
+		Input    json.RawMessage
+	}
+	children, err := pgx.CollectRows(rows, pgx.RowToStructByPos[child])
+	if err != nil || len(children) != 2 {
+		t.Fatalf("children: %+v, %v", children, err)
+	}
+	t1, t2 := children[0], children[1]
+	if t1.Status != agentsql.StatusQueued || t1.AgentID == nil || *t1.AgentID != coder || t1.Prompt != "Add a login page" ||
+		!strings.Contains(string(t1.Input), `"key": "t1"`) || strings.Contains(string(t1.Input), "plan_task_id\": \""+planID.String()+"\", \"steps") {
+		t.Errorf("t1 = %+v (%s)", t1, t1.Input)
+	}
+	if t2.Status != agentsql.StatusWaiting || t2.AgentID != nil || t2.Priority != 3 {
+		t.Errorf("t2 = %+v", t2)
+	}
+	deps, _, _, err := agentsql.TaskRelations(t.Context(), h.pool, t2.ID)
+	if err != nil || len(deps) != 1 || deps[0] != t1.ID {
+		t.Errorf("t2 depends on %v (%v), want t1 %s", deps, err, t1.ID)
+	}
+}
+
+// TestPlanTasksRefused: a planned task naming an unknown agent, a
+// dependency outside the plan or a cycle fails the plan with plan_invalid,
+// and nothing is created.
+func TestPlanTasksRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		tasks []handlers.PlanTask
+		want  string
+	}{
+		{"UnknownAgent", []handlers.PlanTask{{Key: "a", Prompt: "x", Type: "chat", Agent: "ghost", DependsOn: []string{}}}, `"ghost" is not an agent`},
+		{"UnknownDependency", []handlers.PlanTask{{Key: "a", Prompt: "x", Type: "chat", DependsOn: []string{"b"}}}, `depends on "b"`},
+		{"Cycle", []handlers.PlanTask{{Key: "a", Prompt: "x", Type: "chat", DependsOn: []string{"b"}}, {Key: "b", Prompt: "y", Type: "chat", DependsOn: []string{"a"}}}, "cycle"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, planReplies(handlers.Plan{Summary: "s", Steps: []handlers.PlanStep{}, Tasks: tt.tasks}), handlers.Config{}, map[string]string{"a.txt": "a\n"})
+			id := h.insert(t, "plan", "plan it", m{"expand": true})
+			_, task := h.wait(t, id)
+			te := taskError(t, task)
+			if task.Status != agentsql.StatusFailed || te.Code != handlers.CodePlanInvalid || !strings.Contains(te.Message, tt.want) {
+				t.Fatalf("status %s, error %+v; want plan_invalid saying %q", task.Status, te, tt.want)
+			}
+			var n int
+			if err := h.pool.QueryRow(t.Context(), `SELECT count(*) FROM ai_tasks WHERE parent_task_id = $1`, id).Scan(&n); err != nil || n != 0 {
+				t.Errorf("%d children created (%v)", n, err)
+			}
+		})
+	}
+}
