@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/agentworker/agentworker/handlers"
-	"github.com/agentworker/agentworker/testing/corpus"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/corpus"
 )
 
 // TestCorpusSampleThroughTheWorker sends a sample of the edit corpus

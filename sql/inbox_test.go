@@ -17,7 +17,7 @@ func TestFlagIdleOncePerRun(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	id := insertTaskIn(t, pool, agentsql.StatusRunning)
-	if _, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET attempt = 1, started_at = now() - interval '1 hour' WHERE id = $1`, id); err != nil {
+	if _, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET attempt = 1, started_at = now() - interval '1 hour'`+dbtest.AsWorker+`WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(t.Context(), `INSERT INTO task_runs (task_id, attempt, idempotency_key, status) VALUES ($1, 1, $2, 'running')`, id, id.String()+"/1"); err != nil {

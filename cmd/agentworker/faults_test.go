@@ -37,9 +37,10 @@ import (
 // The fault suite: build tasks run on two `serve` processes while a fault
 // hits them — a process frozen past its lease or killed, Postgres crashed
 // and restarted, MinIO killed and restarted, the model answering 429/500 in
-// a storm — and after each, every task must have ended with the
-// invariants intact (checkInvariants), each succeeded build's file landed
-// once and each failed build left its project unchanged. The short version
+// a storm, MinIO down past the store's retries — and after each, every
+// task must have ended with the invariants intact (checkInvariants), each
+// succeeded build's file landed once and each failed build left its
+// project unchanged. The short version
 // runs in CI; -faults.long adds Postgres down for 15 s and more tasks.
 var faultsLong = flag.Bool("faults.long", false, "run the long fault suite (Postgres down 15 s, more tasks)")
 
@@ -54,11 +55,15 @@ func faultTasks() int {
 // buildModel scripts every build the same way: write the file the prompt
 // names, then finish. Each reply takes delay, so faults land mid-task.
 // While storm is above zero, each call is answered with a 500 or a 429; a
-// build of a file named poison* gets a 500 for every call.
+// build of a file named poison* gets a 500 for every call. A careless
+// model finishes after its write whatever the tool answered: a storage
+// outage shown to it as a tool failure would end in a "succeeded" build
+// without its file.
 type buildModel struct {
-	delay time.Duration
-	storm atomic.Int64
-	calls atomic.Int64
+	delay    time.Duration
+	careless bool
+	storm    atomic.Int64
+	calls    atomic.Int64
 }
 
 func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
@@ -75,7 +80,7 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 	}
 	// Finish once the write went through; a write that failed (the store
 	// was down) is made again, as a model reading the tool error would.
-	if last := req.Messages[len(req.Messages)-1]; last.Role == llm.RoleTool && strings.Contains(last.Content, `"success":true`) {
+	if last := req.Messages[len(req.Messages)-1]; last.Role == llm.RoleTool && (m.careless || strings.Contains(last.Content, `"success":true`)) {
 		r := llmtest.Call("finish", map[string]string{"summary": "done"})
 		r.Delay = m.delay
 		return r
@@ -102,12 +107,18 @@ type faultEnv struct {
 	minio *privateMinio
 }
 
-type faultOpts struct{ privatePG, privateMinio bool }
+type faultOpts struct {
+	privatePG, privateMinio bool
+	// careless: the model ignores a failed write (buildModel).
+	careless bool
+	// env is added to the processes' environment.
+	env []string
+}
 
 func newFaultEnv(t *testing.T, o faultOpts) *faultEnv {
 	t.Helper()
-	m := &buildModel{delay: 300 * time.Millisecond}
-	e := &faultEnv{model: m, procEnv: &procEnv{llm: llmtest.NewWith(t, m)}}
+	m := &buildModel{delay: 300 * time.Millisecond, careless: o.careless}
+	e := &faultEnv{model: m, procEnv: &procEnv{llm: llmtest.NewWith(t, m), env: o.env}}
 	if o.privatePG {
 		e.pg = startPrivatePG(t)
 		e.dbURL = e.pg.cluster.URL("postgres")
@@ -247,10 +258,36 @@ func TestFaults(t *testing.T) {
 			waitFor(t, 15*time.Second)
 			e.pg.restart(t)
 		}},
-		{name: "MinioKilledAndRestarted", opts: faultOpts{privateMinio: true}, hit: func(t *testing.T, e *faultEnv) {
+		{name: "MinioKilledAndRestarted", opts: faultOpts{privateMinio: true, careless: true}, hit: func(t *testing.T, e *faultEnv) {
 			e.minio.kill(t)
 			waitFor(t, 2*time.Second)
 			e.minio.restart(t)
+		}},
+		// MinIO down for 10 s, past the store's 2 s of retries: builds in
+		// flight meet it in tool calls and applies, builds submitted
+		// during it in their context build. None may tell the model, and
+		// none may succeed without its file: each hands its task back and
+		// a retry finishes it once MinIO is back.
+		{name: "MinioDown10s", opts: faultOpts{privateMinio: true, careless: true, env: []string{"S3_RETRY_FOR=2s"}}, hit: func(t *testing.T, e *faultEnv) {
+			e.minio.kill(t)
+			for i := range n {
+				waitFor(t, 10*time.Second/time.Duration(n+1))
+				e.submit(t, fmt.Sprintf("late%d.txt", i))
+			}
+			waitFor(t, 10*time.Second/time.Duration(n+1))
+			e.minio.restart(t)
+			t.Cleanup(func() {
+				var handedBack int
+				// Each hand-back writes a recoverable error event.
+				if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM agent_events
+					WHERE type = 'error' AND payload ->> 'errorType' = 'storage_error'`).Scan(&handedBack); err != nil {
+					t.Error(err)
+				}
+				if handedBack == 0 {
+					t.Errorf("no attempt was handed back with storage_error: the outage never outlasted the store's retries")
+				}
+				t.Logf("attempts handed back by the outage: %d", handedBack)
+			})
 		}},
 		{name: "ModelStorm429And500", hit: func(t *testing.T, e *faultEnv) {
 			// One build's model fails for good: it must end failed, typed.

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/agentworker/agentworker/testing/corpus"
 	"github.com/agentworker/agentworker/handlers/verify"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/corpus"
 )
 
 // TestReleasesAsChangeSets takes the npm packages of the edit corpus as

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/handlers/tools"
-	"github.com/agentworker/agentworker/testing/corpus"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/corpus"
 )
 
 var update = flag.Bool("corpus.update", false, "rebuild manifest.json from the registries")
