@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -64,6 +65,16 @@ type buildModel struct {
 	careless bool
 	storm    atomic.Int64
 	calls    atomic.Int64
+	// beforeReply, when set, runs before a write_file ("write") or finish
+	// ("finish") reply is sent: a fault can land exactly before the tool
+	// call or the apply that reply leads to.
+	beforeReply atomic.Pointer[func(kind string)]
+}
+
+func (m *buildModel) before(kind string) {
+	if fn := m.beforeReply.Load(); fn != nil {
+		(*fn)(kind)
+	}
 }
 
 func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
@@ -83,6 +94,7 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 	if last := req.Messages[len(req.Messages)-1]; last.Role == llm.RoleTool && (m.careless || strings.Contains(last.Content, `"success":true`)) {
 		r := llmtest.Call("finish", map[string]string{"summary": "done"})
 		r.Delay = m.delay
+		m.before("finish")
 		return r
 	}
 	var name string
@@ -93,6 +105,7 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 	}
 	r := llmtest.Call("write_file", map[string]string{"path": name, "content": name + "\n"})
 	r.Delay = m.delay
+	m.before("write")
 	return r
 }
 
@@ -263,30 +276,79 @@ func TestFaults(t *testing.T) {
 			waitFor(t, 2*time.Second)
 			e.minio.restart(t)
 		}},
-		// MinIO down for 10 s, past the store's 2 s of retries: builds in
-		// flight meet it in tool calls and applies, builds submitted
-		// during it in their context build. None may tell the model, and
-		// none may succeed without its file: each hands its task back and
-		// a retry finishes it once MinIO is back.
+		// MinIO down past the store's 2 s of retries, twice: killed just
+		// before a write_file reply is sent (aimed at the write), for 10 s
+		// during which more builds are submitted (their context builds meet
+		// it), then just before a finish reply (aimed at the checks and the
+		// apply), for 5 s. None may tell the model, none may succeed
+		// without its file: each hands its task back and a retry finishes
+		// it once MinIO is back.
 		{name: "MinioDown10s", opts: faultOpts{privateMinio: true, careless: true, env: []string{"S3_RETRY_FOR=2s"}}, hit: func(t *testing.T, e *faultEnv) {
-			e.minio.kill(t)
+			downBefore := func(kind string) {
+				down := make(chan struct{})
+				var once sync.Once
+				// The kill runs beside the reply, which waits the model's
+				// delay: MinIO is gone before the reply lands, and the model
+				// call is not held up by the kill.
+				hook := func(k string) {
+					if k == kind {
+						once.Do(func() { go func() { e.minio.kill(t); close(down) }() })
+					}
+				}
+				e.model.beforeReply.Store(&hook)
+				if kind == "write" {
+					// A new build's first reply is a write, whatever the
+					// builds in flight are at.
+					e.submit(t, "first.txt")
+				}
+				select {
+				case <-down:
+				case <-time.After(60 * time.Second):
+					t.Fatalf("no %s reply to land the outage before", kind)
+				}
+				e.model.beforeReply.Store(nil)
+			}
+			downBefore("write")
 			for i := range n {
 				waitFor(t, 10*time.Second/time.Duration(n+1))
 				e.submit(t, fmt.Sprintf("late%d.txt", i))
 			}
 			waitFor(t, 10*time.Second/time.Duration(n+1))
 			e.minio.restart(t)
+			downBefore("finish")
+			waitFor(t, 5*time.Second)
+			e.minio.restart(t)
 			t.Cleanup(func() {
-				var handedBack int
-				// Each hand-back writes a recoverable error event.
-				if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM agent_events
-					WHERE type = 'error' AND payload ->> 'errorType' = 'storage_error'`).Scan(&handedBack); err != nil {
+				// Each hand-back writes a recoverable error event; where the
+				// attempt met the outage is in its message.
+				rows, err := e.pool.Query(context.Background(), `SELECT phase, count(*) FROM (SELECT CASE
+						WHEN payload ->> 'message' LIKE '%project context%' THEN 'context build'
+						WHEN payload ->> 'message' LIKE '%apply%' OR payload ->> 'message' LIKE '%roll back%' THEN 'apply'
+						WHEN payload ->> 'message' ~ '^[a-z_]+: ' THEN 'tool call'
+						ELSE 'elsewhere' END AS phase
+					FROM agent_events WHERE type = 'error' AND payload ->> 'errorType' = 'storage_error') x GROUP BY phase ORDER BY phase`)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				where := map[string]int{}
+				for rows.Next() {
+					var phase string
+					var count int
+					if err := rows.Scan(&phase, &count); err != nil {
+						t.Error(err)
+					}
+					where[phase] = count
+				}
+				if err := rows.Err(); err != nil {
 					t.Error(err)
 				}
-				if handedBack == 0 {
-					t.Errorf("no attempt was handed back with storage_error: the outage never outlasted the store's retries")
+				t.Logf("attempts handed back by the outages, by where they met them: %v", where)
+				// Which phase a build is in when MinIO dies is the timing's; that
+				// the outages outlasted the retries and were handed back is not.
+				if len(where) == 0 {
+					t.Errorf("no attempt was handed back with storage_error: the outages never outlasted the store's retries")
 				}
-				t.Logf("attempts handed back by the outage: %d", handedBack)
 			})
 		}},
 		{name: "ModelStorm429And500", hit: func(t *testing.T, e *faultEnv) {

@@ -24,7 +24,7 @@ import (
 
 var (
 	soak      = flag.Bool("soak", false, "run the soak test: -soak.tasks tasks across 4 worker processes on one Postgres")
-	soakTasks = flag.Int("soak.tasks", 1000, "tasks of the soak test (scripts/test runs 300)")
+	soakTasks = flag.Int("soak.tasks", 1000, "tasks of the soak test")
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m, s3test.LeakOption()) }
