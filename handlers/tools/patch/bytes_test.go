@@ -37,6 +37,9 @@ func TestApplyKeepsBytes(t *testing.T) {
 		// A lone CR in a file with LF or CRLF lines is text, as GNU patch,
 		// git and Codex's applier read it (they split at LF only): the line
 		// "b\rc" is one line, addressed whole.
+		{name: "PartOfIndentationLost", file: "func f() {\n        if x {\n                y()\n        }\n}\n",
+			patch: "@@\n     if x {\n-            y()\n+            y()\n+            z()\n     }\n",
+			want:  "func f() {\n        if x {\n                y()\n                z()\n        }\n}\n", wantLayer: Indentation},
 		{name: "LoneCRAmongLFAndCRLFLines", file: "a\nb\rc\r\nd\n", patch: "@@\n a\n-b\rc\n+B\n d\n", want: "a\nB\r\nd\n"},
 		{name: "NoFinalNewlineAppend", file: "a\nb", patch: "@@\n b\n+c\n", want: "a\nb\nc"},
 		{name: "MarkerAddsFinalNewline", file: "a\nb", patch: "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n", want: "a\nb\n"},
