@@ -632,6 +632,11 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 			return tools.Result{}, err
 		}
 	}
+	if res.Err != nil {
+		// An outage is the service's to ride out, not the model's: the
+		// attempt ends and the task is retried from its checkpoint.
+		return tools.Result{}, res.Err
+	}
 	if res.Finished && l.beforeFinish != nil {
 		refusal, err := l.beforeFinish(ctx)
 		if err != nil {

@@ -644,7 +644,9 @@ func (r *taskRun) fail(ctx context.Context, cause error) error {
 		// already moved the task, closed the run, discarded an open change
 		// set and wrote the terminal event: keep the usage spent since the
 		// last checkpoint, and stop without writing anything else.
-		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.runner.deps.Pool, at.fence(task), spend); err != nil {
+		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.runner.deps.Pool, at.fence(task), spend); errors.Is(err, agentsql.ErrFenced) {
+			log.WarnContext(ctx, "usage of a stopped task not counted: the task was taken over, not cancelled")
+		} else if err != nil {
 			log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
 		}
 		log.InfoContext(ctx, "task stopped from outside (a control action, or a takeover after its lease lapsed); dropping this attempt")
@@ -785,15 +787,19 @@ func classify(err error) (code, msg string) {
 		return CodeLLMError, api.Error()
 	case llm.IsTransient(err):
 		return CodeLLMTransient, err.Error()
+	case errors.Is(err, storage.ErrUnavailable):
+		return CodeStorage, err.Error()
 	}
 	return CodeInternal, err.Error()
 }
 
 // isStorageTransient reports storage failures worth a retry: anything from
-// the store that is not a caller mistake.
+// the store that is not a caller mistake, and a store that stayed
+// unreachable for as long as it retries, wherever the task met it (its
+// context, a tool, a check, the apply).
 func isStorageTransient(err error) bool {
 	var te *taskError
-	return errors.As(err, &te) && te.code == CodeStorage
+	return errors.As(err, &te) && te.code == CodeStorage || errors.Is(err, storage.ErrUnavailable)
 }
 
 // entryChanges lists a change set's net changes; a move is one entry.

@@ -469,7 +469,7 @@ func TestPlanOfAnotherProjectIsNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		`UPDATE ai_tasks SET status = 'running', lease_owner = 'test', lease_expires_at = now() + interval '1 hour' WHERE id = $1`,
+		`UPDATE ai_tasks SET status = 'running', lease_owner = 'test', lease_expires_at = now() + interval '1 hour'` + dbtest.AsWorker + `WHERE id = $1`,
 		`UPDATE ai_tasks SET status = 'succeeded', result = $2 WHERE id = $1`,
 	} {
 		args := []any{foreign}

@@ -38,6 +38,12 @@ type ChangeEntry struct {
 	Prior Prior
 }
 
+// Void reports an entry that changes nothing: the delete of a file the
+// base did not hold (the build created it, then deleted or moved it). It is
+// kept rather than dropped so that a rewind to a checkpoint that saw the
+// file can put it back; applying it writes nothing.
+func (e ChangeEntry) Void() bool { return e.Op == ChangeDelete && e.BaseETag == "" }
+
 // OpenChangeSet creates the change set of the build task held by f, or
 // returns the status of the one that exists (a retried attempt). created
 // says this call made it: a new set has no entries and no decisions yet.
@@ -132,16 +138,6 @@ func PutChangeEntry(ctx context.Context, db DBTX, f Fence, e ChangeEntry) error 
 		e.Path, e.Op, content, e.FromPath, e.BaseETag)
 	if err != nil {
 		return fmt.Errorf("stage %s of %q in task %s: %w", e.Op, e.Path, f.TaskID, err)
-	}
-	return nil
-}
-
-// DropChangeEntry removes a path from the change set of the task held by
-// f: the build's changes to it cancelled out (a file created, then deleted).
-func DropChangeEntry(ctx context.Context, db DBTX, f Fence, path string) error {
-	if _, err := fenced(ctx, db, f, `w AS (DELETE FROM change_set_entries WHERE task_id = $1 AND path = $3
-		AND EXISTS (SELECT 1 FROM fence) RETURNING 1)`, path); err != nil {
-		return fmt.Errorf("drop change of %q in task %s: %w", path, f.TaskID, err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package sql_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -8,10 +9,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 )
 
 // claimed returns a task claimed by job 1 and the claim's fence.
@@ -87,7 +90,6 @@ func TestStaleFenceRefusesEveryWrite(t *testing.T) {
 				"put": func() error {
 					return agentsql.PutChangeEntry(ctx, pool, f, agentsql.ChangeEntry{Path: "b.txt", Op: agentsql.ChangeWrite, Content: []byte("b")})
 				},
-				"drop":  func() error { return agentsql.DropChangeEntry(ctx, pool, f, "a.txt") },
 				"reset": func() error { return agentsql.ResetChangeSet(ctx, pool, f) },
 				"mark":  func() error { return agentsql.MarkChangeSetApplying(ctx, pool, f, json.RawMessage(`{}`), nil) },
 				"entry": func() error { return agentsql.MarkChangeEntryApplied(ctx, pool, f, "a.txt") },
@@ -208,8 +210,21 @@ func TestStateMachineGuardsEveryWriter(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'running')`, uuid.New()); err == nil {
-		t.Error("a task was inserted running")
+	// Every status but queued and paused is refused at insert, by the
+	// state machine's own check (23514, ai_tasks_status_transition), not by
+	// some other error.
+	for _, st := range agentsql.Statuses {
+		_, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', $2)`, uuid.New(), st)
+		if st == agentsql.StatusQueued || st == agentsql.StatusPaused {
+			if err != nil {
+				t.Errorf("insert of a %s task: %v", st, err)
+			}
+			continue
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != "ai_tasks_status_transition" {
+			t.Errorf("insert of a %s task = %v, want check_violation ai_tasks_status_transition", st, err)
+		}
 	}
 	task, _ := claimed(t, pool)
 	if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET status = 'queued' WHERE id = $1`, task.ID); err == nil {
@@ -247,4 +262,143 @@ func TestStateMachineGuardsEveryWriter(t *testing.T) {
 	if got, _ := agentsql.GetTask(ctx, pool, other.ID); got.Status != agentsql.StatusQueued {
 		t.Errorf("status after takeover = %s, want queued", got.Status)
 	}
+}
+
+// TestUsageIsFenced: the spend of a holder whose task was taken over (its
+// lease lapsed: the task is queued) is refused and counted nowhere; the
+// spend of an attempt stopped by a cancel is its own and is counted.
+func TestUsageIsFenced(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	spend := agentsql.Spend{TokensIn: 500, TokensOut: 20, Cost: 1.5}
+	tests := []struct {
+		name    string
+		lose    func(t *testing.T, task agentsql.Task)
+		wantErr error
+		want    agentsql.Spend
+	}{
+		{name: "TakenOver", lose: func(t *testing.T, task agentsql.Task) {
+			if _, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET lease_expires_at = now() - interval '1 second'`+dbtest.AsWorker+`WHERE id = $1`, task.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := agentsql.TakeOverLapsed(t.Context(), pool, 100); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: agentsql.ErrFenced},
+		{name: "Cancelled", lose: func(t *testing.T, task agentsql.Task) {
+			if _, err := agentsql.ControlTask(t.Context(), pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+				t.Fatal(err)
+			}
+		}, want: spend},
+		{name: "Held", lose: func(*testing.T, agentsql.Task) {}, want: spend},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			task, f := claimed(t, pool)
+			tt.lose(t, task)
+			if err := agentsql.AddRunUsage(t.Context(), pool, f, spend); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("add usage = %v, want %v", err, tt.wantErr)
+			}
+			var onTask, onRun agentsql.Spend
+			if err := pool.QueryRow(t.Context(), `SELECT t.tokens_in, t.tokens_out, t.cost, r.tokens_in, r.tokens_out, r.cost
+				FROM ai_tasks t JOIN task_runs r ON r.task_id = t.id AND r.attempt = 1 WHERE t.id = $1`, task.ID).
+				Scan(&onTask.TokensIn, &onTask.TokensOut, &onTask.Cost, &onRun.TokensIn, &onRun.TokensOut, &onRun.Cost); err != nil {
+				t.Fatal(err)
+			}
+			if onTask != tt.want || onRun != tt.want {
+				t.Errorf("usage on the task %+v, on its run %+v; want %+v", onTask, onRun, tt.want)
+			}
+		})
+	}
+}
+
+// TestCancelRacesApply: the cancel and the decision to apply reach the
+// task at once; whichever holds the task row first wins, and the other
+// sees its outcome: a cancel that waited on an apply's uncommitted mark is
+// refused (the task succeeds as applied), a mark that waited on a cancel's
+// uncommitted move is fenced (the set is discarded, the task cancelled).
+// Never both, never neither.
+func TestCancelRacesApply(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	// waitingOnLock waits until a statement containing query is blocked on
+	// a lock.
+	waitingOnLock := func(t *testing.T, what, query string) {
+		t.Helper()
+		poll.Until(t, what+" to wait for the task's row", 10*time.Second, func() bool {
+			var n int
+			_ = pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity a
+				WHERE a.wait_event_type = 'Lock' AND a.datname = current_database() AND a.query LIKE '%' || $1 || '%'
+				AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)`, query).Scan(&n)
+			return n > 0
+		})
+	}
+	// One order after the other: each holds two of the pool's connections
+	// and polls with a third.
+	t.Run("ApplyFirst", func(t *testing.T) {
+		ctx := t.Context()
+		task, f := claimed(t, pool)
+		if _, _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := agentsql.MarkChangeSetApplying(ctx, tx, f, json.RawMessage(`{}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		cancelled := make(chan error, 1)
+		go func() {
+			_, err := agentsql.ControlTask(context.WithoutCancel(ctx), pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{Actor: "racer"})
+			cancelled <- err
+		}()
+		waitingOnLock(t, "the cancel", "control_task")
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-cancelled; !errors.Is(err, agentsql.ErrIllegalTransition) {
+			t.Fatalf("cancel after the apply was decided = %v, want refused", err)
+		}
+		if st, _, _ := agentsql.ChangeSetState(ctx, pool, task.ID); st != agentsql.ChangeSetApplying {
+			t.Errorf("set = %s, want applying", st)
+		}
+		if got, _ := agentsql.GetTask(ctx, pool, task.ID); got.Status != agentsql.StatusRunning {
+			t.Errorf("task = %s, want running until the apply finishes", got.Status)
+		}
+	})
+	t.Run("CancelFirst", func(t *testing.T) {
+		ctx := t.Context()
+		task, f := claimed(t, pool)
+		if _, _, err := agentsql.OpenChangeSet(ctx, pool, f, task.ProjectID); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := agentsql.ControlTask(ctx, tx, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{Actor: "racer"}); err != nil {
+			t.Fatal(err)
+		}
+		marked := make(chan error, 1)
+		go func() {
+			marked <- agentsql.MarkChangeSetApplying(context.WithoutCancel(ctx), pool, f, json.RawMessage(`{}`), nil)
+		}()
+		waitingOnLock(t, "the apply's mark", "applying")
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-marked; !errors.Is(err, agentsql.ErrFenced) {
+			t.Fatalf("mark after the cancel = %v, want ErrFenced", err)
+		}
+		if st, _, _ := agentsql.ChangeSetState(ctx, pool, task.ID); st != agentsql.ChangeSetDiscarded {
+			t.Errorf("set = %s, want discarded", st)
+		}
+		if got, _ := agentsql.GetTask(ctx, pool, task.ID); got.Status != agentsql.StatusCancelled {
+			t.Errorf("task = %s, want cancelled", got.Status)
+		}
+	})
 }

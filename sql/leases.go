@@ -13,8 +13,10 @@ import (
 // RenewLease extends the lease of the task held by f. It returns ErrFenced
 // when the task was taken over, cancelled or finished.
 func RenewLease(ctx context.Context, db DBTX, f Fence, d time.Duration) error {
+	// The renewal is the worker's: it may move the lease (migration 102).
 	tag, err := db.Exec(ctx, `UPDATE ai_tasks SET lease_expires_at = now() + $3::interval
-		WHERE id = $1 AND fence = $2 AND status = 'running'`, f.TaskID, f.Epoch, d)
+		WHERE id = $1 AND fence = $2 AND status = 'running'
+		AND set_config('agentworker.machine', 'on', true) IS NOT NULL`, f.TaskID, f.Epoch, d)
 	if err != nil {
 		return fmt.Errorf("renew lease of task %s: %w", f.TaskID, err)
 	}

@@ -57,20 +57,30 @@ func CanTransitionRunSQL(ctx context.Context, db DBTX, from, to RunStatus) (bool
 
 // AddRunUsage adds spend to the task held by f and to its current run: the
 // usage of the iterations since the last checkpoint, or of an attempt
-// stopped from outside (cancelled). Unlike the other fenced writes it goes
-// through after the task stopped running, as long as no other attempt
-// claimed it since: what the attempt spent is its own.
+// stopped from outside by a cancel. It is fenced like every other write:
+// it goes through while f holds the running task, and after a cancel of
+// that same attempt (the task cancelled, its run cancelled, no claim
+// since), whose spend is the attempt's own; a holder whose task was taken
+// over (queued, or running under another fence) gets ErrFenced and adds
+// nothing.
 func AddRunUsage(ctx context.Context, db DBTX, f Fence, s Spend) error {
 	if s == (Spend{}) {
 		return nil
 	}
-	if _, err := db.Exec(ctx, `WITH t AS (
-			UPDATE ai_tasks SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
-			WHERE id = $1 AND fence = $2 RETURNING attempt)
-		UPDATE task_runs r SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
-		FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt`,
-		f.TaskID, f.Epoch, s.TokensIn, s.TokensOut, s.Cost); err != nil {
+	var n int
+	if err := db.QueryRow(ctx, `WITH t AS (
+			UPDATE ai_tasks t SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
+			WHERE t.id = $1 AND t.fence = $2 AND (t.status = 'running' OR t.status = 'cancelled' AND EXISTS (
+				SELECT 1 FROM task_runs r WHERE r.task_id = t.id AND r.attempt = t.attempt AND r.status = 'cancelled'))
+			RETURNING attempt),
+		r AS (UPDATE task_runs r SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
+			FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt)
+		SELECT count(*) FROM t`,
+		f.TaskID, f.Epoch, s.TokensIn, s.TokensOut, s.Cost).Scan(&n); err != nil {
 		return fmt.Errorf("add usage to task %s: %w", f.TaskID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("add usage to task %s: %w", f.TaskID, ErrFenced)
 	}
 	return nil
 }

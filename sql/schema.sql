@@ -312,7 +312,9 @@ BEGIN
         RETURN;
     END IF;
     -- The guard trigger moves the fence of a task that starts running; a
-    -- task running under this job already is fenced here.
+    -- task running under this job already is fenced here. The claim is the
+    -- worker's: it may set the machine's columns (ai_tasks_guard_columns).
+    PERFORM set_config('agentworker.machine', 'on', true);
     UPDATE ai_tasks t SET status = 'running', attempt = t.attempt + 1,
         fence = CASE WHEN t.status = 'running' THEN t.fence + 1 ELSE t.fence END,
         river_job_id = p_job, started_at = coalesce(t.started_at, now()), finished_at = NULL,
@@ -321,6 +323,7 @@ BEGIN
         last_seq = t.last_seq + v_n
     WHERE t.id = p_task
     RETURNING t.* INTO v;
+    PERFORM set_config('agentworker.machine', '', true);
     UPDATE task_runs r SET status = 'interrupted', finished_at = now()
     WHERE r.task_id = p_task AND r.status = 'running';
     -- A run waiting for its retry goes on as this attempt (retry_scheduled
@@ -598,14 +601,18 @@ DECLARE
     v_item uuid;
 BEGIN
     FOR v IN
-        SELECT t.id, t.project_id, r.id AS run_id, now() - coalesce(max(e.created_at) FILTER (WHERE e.payload -> 'metadata' ->> 'alert' IS NULL), t.started_at) AS idle
+        SELECT t.id, t.project_id, t.attempt, r.id AS run_id, now() - coalesce(max(e.created_at) FILTER (WHERE e.payload -> 'metadata' ->> 'alert' IS NULL), t.started_at) AS idle
         FROM ai_tasks t
         JOIN task_runs r ON r.task_id = t.id AND r.attempt = t.attempt AND r.status = 'running'
         LEFT JOIN agent_events e ON e.task_id = t.id
         WHERE t.status = 'running'
-        GROUP BY t.id, t.project_id, r.id
+        GROUP BY t.id, t.project_id, t.attempt, r.id
         HAVING now() - coalesce(max(e.created_at) FILTER (WHERE e.payload -> 'metadata' ->> 'alert' IS NULL), t.started_at) > p_idle
     LOOP
+        PERFORM 1 FROM ai_tasks t
+        WHERE t.id = v.id AND t.status = 'running' AND t.attempt = v.attempt
+        FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
         INSERT INTO inbox_items (project_id, task_id, run_id, kind, reason, title, content)
         VALUES (v.project_id, v.id, v.run_id, 'await_user_input', 'stuck_idle',
                 'Task looks stuck', format('no progress for %s', date_trunc('second', v.idle)))
@@ -863,6 +870,53 @@ BEGIN
         PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
     END IF;
     RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_guard_columns()
+CREATE FUNCTION public.ai_tasks_guard_columns() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_machine boolean := coalesce(current_setting('agentworker.machine', true), '') = 'on';
+    v_requeue boolean := coalesce(current_setting('agentworker.requeue', true), '') = 'on';
+    v_column  text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        v_column := CASE
+            WHEN NEW.attempt <> 0 THEN 'attempt'
+            WHEN NEW.retries <> 0 THEN 'retries'
+            WHEN NEW.last_seq <> 0 THEN 'last_seq'
+            WHEN NEW.fence <> 0 THEN 'fence'
+            WHEN NEW.river_job_id IS NOT NULL THEN 'river_job_id'
+            WHEN NEW.lease_owner IS NOT NULL THEN 'lease_owner'
+            WHEN NEW.lease_expires_at IS NOT NULL THEN 'lease_expires_at'
+        END;
+        IF v_column IS NOT NULL THEN
+            RAISE EXCEPTION 'ai_tasks.% is the worker''s: a task is inserted without it (task %)', v_column, NEW.id
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_machine_columns';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF v_machine THEN
+        RETURN NEW;
+    END IF;
+    v_column := CASE
+        WHEN NEW.attempt IS DISTINCT FROM OLD.attempt THEN 'attempt'
+        WHEN NEW.retries IS DISTINCT FROM OLD.retries AND NOT v_requeue THEN 'retries'
+        WHEN NEW.last_seq IS DISTINCT FROM OLD.last_seq
+             AND coalesce(current_setting('agentworker.seq', true), '') <> 'statement' AND pg_trigger_depth() < 2 THEN 'last_seq'
+        WHEN NEW.fence IS DISTINCT FROM OLD.fence THEN 'fence'
+        WHEN NEW.river_job_id IS DISTINCT FROM OLD.river_job_id THEN 'river_job_id'
+        WHEN NEW.lease_owner IS DISTINCT FROM OLD.lease_owner THEN 'lease_owner'
+        WHEN NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at THEN 'lease_expires_at'
+    END;
+    IF v_column IS NOT NULL THEN
+        RAISE EXCEPTION 'ai_tasks.% is the worker''s: only the worker changes it (task %)', v_column, OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_machine_columns';
+    END IF;
+    RETURN NEW;
 END
 $$;
 
@@ -1549,6 +1603,12 @@ CREATE TRIGGER ai_tasks_drop_checkpoint AFTER UPDATE OF status ON public.ai_task
 -- TRIGGER: ai_tasks ai_tasks_enqueue
 CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_enqueue();
 
+-- TRIGGER: ai_tasks ai_tasks_guard_columns
+CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND (((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+
+-- TRIGGER: ai_tasks ai_tasks_guard_columns_insert
+CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+
 -- TRIGGER: ai_tasks ai_tasks_guard_insert
 CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_guard_status();
 
@@ -1714,29 +1774,78 @@ GRANT SELECT ON TABLE public.agent_events TO authenticated;
 GRANT SELECT ON TABLE public.agent_events TO service_role;
 
 -- ACL: TABLE ai_tasks
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.ai_tasks TO service_role;
+GRANT SELECT,DELETE ON TABLE public.ai_tasks TO service_role;
 GRANT SELECT ON TABLE public.ai_tasks TO authenticated;
+
+-- ACL: COLUMN ai_tasks.id
+GRANT INSERT(id),UPDATE(id) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.project_id
 GRANT INSERT(project_id) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(project_id),UPDATE(project_id) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.type
 GRANT INSERT(type) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(type),UPDATE(type) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.status
+GRANT INSERT(status),UPDATE(status) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.prompt
 GRANT INSERT(prompt) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(prompt),UPDATE(prompt) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.input
 GRANT INSERT(input) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(input),UPDATE(input) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.result
+GRANT INSERT(result),UPDATE(result) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.error
+GRANT INSERT(error),UPDATE(error) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.model
+GRANT INSERT(model),UPDATE(model) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.tokens_in
+GRANT INSERT(tokens_in),UPDATE(tokens_in) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.tokens_out
+GRANT INSERT(tokens_out),UPDATE(tokens_out) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.cost
+GRANT INSERT(cost),UPDATE(cost) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.version
+GRANT INSERT(version),UPDATE(version) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.created_at
+GRANT INSERT(created_at),UPDATE(created_at) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.updated_at
+GRANT INSERT(updated_at),UPDATE(updated_at) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.started_at
+GRANT INSERT(started_at),UPDATE(started_at) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.finished_at
+GRANT INSERT(finished_at),UPDATE(finished_at) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.pause_requested
+GRANT INSERT(pause_requested),UPDATE(pause_requested) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.agent_id
 GRANT INSERT(agent_id) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(agent_id),UPDATE(agent_id) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.priority
 GRANT INSERT(priority) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(priority),UPDATE(priority) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: COLUMN ai_tasks.parent_task_id
 GRANT INSERT(parent_task_id) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(parent_task_id),UPDATE(parent_task_id) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: FUNCTION agent_events(public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agent_events(public.ai_tasks) FROM PUBLIC;
@@ -1843,6 +1952,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_drop_checkpoint() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_enqueue()
 REVOKE ALL ON FUNCTION public.ai_tasks_enqueue() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_guard_columns()
+REVOKE ALL ON FUNCTION public.ai_tasks_guard_columns() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_guard_status()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_status() FROM PUBLIC;

@@ -1,12 +1,15 @@
 package sql_test
 
 import (
+	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -91,4 +94,98 @@ func TestStatusTriggersCalledOnlyWhenTheyAct(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM inbox_items WHERE task_id = $1", task.ID).Scan(&inbox); err != nil || inbox != 1 {
 		t.Fatalf("inbox items of the finished task: %d (%v), want 1", inbox, err)
 	}
+}
+
+// TestMachineColumnsAreTheWorkers: an INSERT or UPDATE by anyone but the
+// worker that sets a column of the machine (attempt and retry counters,
+// the seq counter, the lease and its holder, the run's job) is refused
+// with check_violation (23514) naming ai_tasks_machine_columns, and
+// service_role has no privilege on those columns at all (42501).
+func TestMachineColumnsAreTheWorkers(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	refused := func(t *testing.T, err error, code string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != code || code == "23514" && pgErr.ConstraintName != "ai_tasks_machine_columns" {
+			t.Errorf("got %v, want SQLSTATE %s", err, code)
+		}
+	}
+	t.Run("Insert", func(t *testing.T) {
+		t.Parallel()
+		for _, set := range []string{"attempt = 3", "retries = -1000", "last_seq = 41", "fence = 7", "river_job_id = 1",
+			"lease_owner = 'me'", "lease_expires_at = now() + interval '10 years'"} {
+			col, val, _ := strings.Cut(set, " = ")
+			_, err := pool.Exec(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, `+col+`) VALUES ($1, 'chat', 'x', `+val+`)`, uuid.New())
+			refused(t, err, "23514")
+		}
+	})
+	t.Run("Update", func(t *testing.T) {
+		t.Parallel()
+		task, _ := claimed(t, pool)
+		queued, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			id  uuid.UUID
+			set string
+		}{
+			{task.ID, "attempt = attempt + 1"},
+			{task.ID, "retries = -1000"},
+			{task.ID, "last_seq = 41"},
+			{task.ID, "fence = fence + 1"},
+			{task.ID, "river_job_id = 12345"},
+			{task.ID, "lease_owner = 'someone else'"},
+			{task.ID, "lease_expires_at = now() + interval '10 years'"},
+			{queued.ID, "status = 'running', lease_expires_at = now() + interval '10 years'"},
+		} {
+			_, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET `+tt.set+` WHERE id = $1`, tt.id)
+			refused(t, err, "23514")
+		}
+		after, err := agentsql.GetTask(t.Context(), pool, task.ID)
+		if err != nil || after.Attempt != task.Attempt || after.Fence != task.Fence {
+			t.Errorf("task after the refused updates = %+v, %v", after, err)
+		}
+		// What an app may change still changes.
+		if _, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET prompt = 'y' WHERE id = $1`, queued.ID); err != nil {
+			t.Errorf("update of the prompt: %v", err)
+		}
+	})
+	t.Run("ServiceRoleColumnPrivileges", func(t *testing.T) {
+		t.Parallel()
+		task, err := agentsql.InsertTask(t.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			stmt string
+			code string
+		}{
+			{`UPDATE ai_tasks SET retries = 0 WHERE id = $1`, "42501"},
+			{`UPDATE ai_tasks SET lease_expires_at = NULL WHERE id = $1`, "42501"},
+			{`UPDATE ai_tasks SET last_seq = 0 WHERE id = $1`, "42501"},
+			{`INSERT INTO ai_tasks (id, project_id, type, prompt, attempt) VALUES (gen_random_uuid(), $1, 'chat', 'x', 0)`, "42501"},
+			{`UPDATE ai_tasks SET prompt = 'z' WHERE id = $1`, ""},
+		} {
+			err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(t.Context(), `SET LOCAL ROLE service_role`); err != nil {
+					return err
+				}
+				arg := any(task.ID)
+				if strings.HasPrefix(tt.stmt, "INSERT") {
+					arg = uuid.New()
+				}
+				_, err := tx.Exec(t.Context(), tt.stmt, arg)
+				return err
+			})
+			if tt.code == "" {
+				if err != nil {
+					t.Errorf("%s as service_role: %v", tt.stmt, err)
+				}
+				continue
+			}
+			refused(t, err, tt.code)
+		}
+	})
 }

@@ -232,6 +232,45 @@ func (l *Local) Delete(ctx context.Context, projectID, p string) error {
 	return nil
 }
 
+// DeleteIf implements Store: the current content's hash is compared with
+// ifMatch and the file removed under the path's lock.
+func (l *Local) DeleteIf(ctx context.Context, projectID, p, ifMatch string) error {
+	r, clean, err := l.open(ctx, projectID, p)
+	if err == nil && ifMatch == "" {
+		err = errNoVersion
+	}
+	if err != nil {
+		return fmt.Errorf("delete %q in project %q if at version %q: %w", p, projectID, ifMatch, err)
+	}
+	defer r.Close()
+	defer l.lock(projectID, clean)()
+	cur, err := readFile(r, projectID, clean, hashOnly)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		err = &ConflictError{Path: clean}
+	case err != nil:
+	case cur.ETag != ifMatch:
+		err = conflict(clean, func() ([]byte, FileInfo, error) {
+			var current []byte
+			info, err := readFile(r, projectID, clean, func(f *os.File, h io.Writer) error {
+				var err error
+				current, err = io.ReadAll(io.TeeReader(f, h))
+				return err
+			})
+			return current, info, err
+		})
+	default:
+		name := projectID + "/" + clean
+		if err = r.Remove(name); err == nil {
+			pruneParents(r, projectID, clean)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("delete %q in project %q if at version %q: %w", p, projectID, ifMatch, err)
+	}
+	return nil
+}
+
 // List implements Store. Only regular files are listed; symlinks and other
 // special files are skipped. A dir that does not exist lists as empty. Each
 // file is read to compute its ETag.

@@ -20,7 +20,16 @@ var (
 	// ErrConflict reports a write against a version of a file that is no
 	// longer current: someone else changed it meanwhile.
 	ErrConflict = errors.New("file changed meanwhile")
+	// ErrUnavailable reports a store that could not be reached (refused or
+	// reset connections, timeouts, 5xx answers, throttling) for as long as
+	// the store retries. It is the service's business, never the model's:
+	// the task is handed back and retried.
+	ErrUnavailable = errors.New("file store unavailable")
 )
+
+// errNoVersion refuses a conditional delete without a version: there is
+// no "delete only if missing".
+var errNoVersion = fmt.Errorf("a conditional delete needs the version to delete: %w", ErrInvalidPath)
 
 // ConflictError is an ErrConflict with the file's current state, so the
 // writer can redo its change against it. Current is nil and Exists false
@@ -85,6 +94,12 @@ type Store interface {
 	WriteIf(ctx context.Context, projectID, path string, content []byte, ifMatch string) (FileInfo, error)
 	// Delete removes a file, or returns ErrNotFound.
 	Delete(ctx context.Context, projectID, path string) error
+	// DeleteIf removes a file only if it is still at version ifMatch (not
+	// ""). Otherwise nothing is deleted and the error is a *ConflictError
+	// with the file's current state (Exists false when it is gone). The
+	// stores make the check and the delete as nearly one step as they can:
+	// see each implementation.
+	DeleteIf(ctx context.Context, projectID, path, ifMatch string) error
 	// Stat returns a file's info, or ErrNotFound.
 	Stat(ctx context.Context, projectID, path string) (FileInfo, error)
 	// List returns every file under dir, recursively, sorted by path. dir

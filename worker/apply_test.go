@@ -12,6 +12,7 @@ import (
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage/changeset"
+	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -47,7 +48,7 @@ func TestCrashWhileApplyingIsFinishedByTheNextAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// It dies here: its lease lapses, and a worker's sweep takes the task over.
-	if _, err := h.pool.Exec(ctx, `UPDATE ai_tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+	if _, err := h.pool.Exec(ctx, `UPDATE ai_tasks SET lease_expires_at = now() - interval '1 second'`+dbtest.AsWorker+`WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 

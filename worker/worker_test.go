@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -433,29 +434,62 @@ func TestTransientLLMErrors(t *testing.T) {
 	})
 	t.Run("ProviderFailingForeverEnds", func(t *testing.T) {
 		t.Parallel()
-		// Every call answers 500, with a lease shorter than the waits: the
-		// task's own budget ends it failed with a typed error after the
-		// configured tries, through one River job; no run is left waiting.
-		h := setup(t, setupOpts{responder: scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Error(500, "") }),
-			lease: 2 * time.Second, retryBackoff: 300 * time.Millisecond})
+		// Every call answers 500. During the second try (a retry) the
+		// task's lease lapses and the sweep takes the task over: that try
+		// is cut short and does not count against the task's budget. The
+		// budget still ends the task failed with a typed error after its
+		// five tries: six attempts in all, one model call each (no retries
+		// inside a call), the lapsed one's call included.
+		var h *harness
+		var calls atomic.Int64
+		var takenOver atomic.Int64
+		h = setup(t, setupOpts{responder: scripted.Func(func(*scripted.Request) scripted.Reply {
+			if calls.Add(1) == 2 {
+				// The holder renews its lease every third of it: lapse it
+				// and sweep in one transaction, as a holder frozen past its
+				// lease would be swept.
+				err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(context.Background(), `UPDATE ai_tasks SET lease_expires_at = now() - interval '1 second'`+
+						dbtest.AsWorker+`WHERE status = 'running'`); err != nil {
+						return err
+					}
+					return tx.QueryRow(context.Background(), `SELECT count(*) FROM agentworker_take_over_lapsed(10)`).Scan(new(int64))
+				})
+				if err != nil {
+					t.Errorf("lapse the lease: %v", err)
+				}
+				takenOver.Add(1)
+			}
+			return llmtest.Error(500, "")
+		}), lease: 2 * time.Second, retryBackoff: 300 * time.Millisecond})
 		id := h.insertTask(t, uuid.New(), "chat", "say hello")
 		_, task := h.waitDone(t, id)
 		var te handlers.TaskError
 		if err := json.Unmarshal(task.Error, &te); err != nil || task.Status != agentsql.StatusFailed || te.Code != handlers.CodeLLMTransient || te.Attempt != 5 {
 			t.Fatalf("status = %s, error %s (%v); want failed with %s after 5 tries", task.Status, task.Error, err, handlers.CodeLLMTransient)
 		}
+		if takenOver.Load() != 1 {
+			t.Fatalf("the lease was lapsed %d times, want once", takenOver.Load())
+		}
 		var jobs, retries, waiting int
 		var runs string
 		if err := h.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM river_job WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::uuid::text),
 			retries, (SELECT count(*) FROM task_runs WHERE task_id = $1 AND status = 'retry_scheduled'),
-			(SELECT string_agg(status, ',' ORDER BY attempt) FROM task_runs WHERE task_id = $1)
+			(SELECT string_agg(status || ':' || error_code, ',' ORDER BY attempt) FROM task_runs WHERE task_id = $1)
 			FROM ai_tasks WHERE id = $1`, id).Scan(&jobs, &retries, &waiting, &runs); err != nil {
 			t.Fatal(err)
 		}
-		if jobs != 1 || retries != 4 || waiting != 0 || runs != "failed" {
-			t.Errorf("river jobs %d, retries %d, runs waiting %d, runs %s; want 1 job, 4 retries, none waiting, one failed run", jobs, retries, waiting, runs)
+		// The takeover cancels the job of the lapsed try and enqueues one.
+		if jobs != 2 || retries != 4 || waiting != 0 || runs != "interrupted:lease_lapsed,failed:"+handlers.CodeLLMTransient {
+			t.Errorf("river jobs %d, retries %d, runs waiting %d, runs %s; want 2 jobs, 4 retries, none waiting, the lapsed run then one failed run",
+				jobs, retries, waiting, runs)
 		}
-		t.Logf("model calls: %d", len(h.llm.Requests()))
+		if task.Attempt != 6 {
+			t.Errorf("attempts = %d, want 6: five tries and the one cut short", task.Attempt)
+		}
+		if got := len(h.llm.Requests()); got != 6 {
+			t.Errorf("model calls = %d, want 6: one per attempt", got)
+		}
 	})
 	t.Run("ServerErrorRetriedByRiver", func(t *testing.T) {
 		t.Parallel()

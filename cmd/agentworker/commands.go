@@ -77,7 +77,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 	if cfg.S3Endpoint != "" {
 		s, err := storage.NewS3(ctx, storage.S3Config{
 			Endpoint: cfg.S3Endpoint, AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey,
-			Bucket: cfg.S3Bucket, UseSSL: cfg.S3UseSSL,
+			Bucket: cfg.S3Bucket, UseSSL: cfg.S3UseSSL, RetryFor: cfg.S3RetryFor,
 		})
 		if err != nil {
 			return nil, err

@@ -26,12 +26,13 @@ import (
 type config struct {
 	DatabaseURL string `envconfig:"DATABASE_URL" desc:"PostgreSQL connection string; required by serve, migrate, submit and follow (demo and bench start a private PostgreSQL without it)"`
 
-	S3Endpoint  string `envconfig:"S3_ENDPOINT" desc:"S3/MinIO endpoint (host:port); when set, project files live in S3"`
-	S3AccessKey string `envconfig:"S3_ACCESS_KEY" desc:"S3 access key (required with S3_ENDPOINT)"`
-	S3SecretKey string `envconfig:"S3_SECRET_KEY" desc:"S3 secret key (required with S3_ENDPOINT); never logged"`
-	S3Bucket    string `envconfig:"S3_BUCKET" default:"agentworker" desc:"bucket of the project files; created if missing"`
-	S3UseSSL    bool   `envconfig:"S3_USE_SSL" default:"false" desc:"HTTPS to the S3 endpoint"`
-	StorageDir  string `envconfig:"STORAGE_DIR" desc:"local-directory store, used when S3_ENDPOINT is not set (data when empty)"`
+	S3Endpoint  string        `envconfig:"S3_ENDPOINT" desc:"S3/MinIO endpoint (host:port); when set, project files live in S3"`
+	S3AccessKey string        `envconfig:"S3_ACCESS_KEY" desc:"S3 access key (required with S3_ENDPOINT)"`
+	S3SecretKey string        `envconfig:"S3_SECRET_KEY" desc:"S3 secret key (required with S3_ENDPOINT); never logged"`
+	S3Bucket    string        `envconfig:"S3_BUCKET" default:"agentworker" desc:"bucket of the project files; created if missing"`
+	S3UseSSL    bool          `envconfig:"S3_USE_SSL" default:"false" desc:"HTTPS to the S3 endpoint"`
+	S3RetryFor  time.Duration `envconfig:"S3_RETRY_FOR" default:"20s" desc:"how long a storage call retries an S3 endpoint it cannot reach (refused connections, timeouts, 5xx, throttling) before the task is handed back and retried; the model never sees an outage"`
+	StorageDir  string        `envconfig:"STORAGE_DIR" desc:"local-directory store, used when S3_ENDPOINT is not set (data when empty)"`
 
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI's when empty)"`
 	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"API key of the endpoint; never logged. With neither this nor OPENAI_BASE_URL, serve and demo use the bundled scripted demo model (no real LLM) and say so"`

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -37,9 +38,10 @@ import (
 // The fault suite: build tasks run on two `serve` processes while a fault
 // hits them — a process frozen past its lease or killed, Postgres crashed
 // and restarted, MinIO killed and restarted, the model answering 429/500 in
-// a storm — and after each, every task must have ended with the
-// invariants intact (checkInvariants), each succeeded build's file landed
-// once and each failed build left its project unchanged. The short version
+// a storm, MinIO down past the store's retries — and after each, every
+// task must have ended with the invariants intact (checkInvariants), each
+// succeeded build's file landed once and each failed build left its
+// project unchanged. The short version
 // runs in CI; -faults.long adds Postgres down for 15 s and more tasks.
 var faultsLong = flag.Bool("faults.long", false, "run the long fault suite (Postgres down 15 s, more tasks)")
 
@@ -54,11 +56,25 @@ func faultTasks() int {
 // buildModel scripts every build the same way: write the file the prompt
 // names, then finish. Each reply takes delay, so faults land mid-task.
 // While storm is above zero, each call is answered with a 500 or a 429; a
-// build of a file named poison* gets a 500 for every call.
+// build of a file named poison* gets a 500 for every call. A careless
+// model finishes after its write whatever the tool answered: a storage
+// outage shown to it as a tool failure would end in a "succeeded" build
+// without its file.
 type buildModel struct {
-	delay time.Duration
-	storm atomic.Int64
-	calls atomic.Int64
+	delay    time.Duration
+	careless bool
+	storm    atomic.Int64
+	calls    atomic.Int64
+	// beforeReply, when set, runs before a write_file ("write") or finish
+	// ("finish") reply is sent: a fault can land exactly before the tool
+	// call or the apply that reply leads to.
+	beforeReply atomic.Pointer[func(kind string)]
+}
+
+func (m *buildModel) before(kind string) {
+	if fn := m.beforeReply.Load(); fn != nil {
+		(*fn)(kind)
+	}
 }
 
 func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
@@ -75,9 +91,10 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 	}
 	// Finish once the write went through; a write that failed (the store
 	// was down) is made again, as a model reading the tool error would.
-	if last := req.Messages[len(req.Messages)-1]; last.Role == llm.RoleTool && strings.Contains(last.Content, `"success":true`) {
+	if last := req.Messages[len(req.Messages)-1]; last.Role == llm.RoleTool && (m.careless || strings.Contains(last.Content, `"success":true`)) {
 		r := llmtest.Call("finish", map[string]string{"summary": "done"})
 		r.Delay = m.delay
+		m.before("finish")
 		return r
 	}
 	var name string
@@ -88,6 +105,7 @@ func (m *buildModel) Respond(req *scripted.Request) scripted.Reply {
 	}
 	r := llmtest.Call("write_file", map[string]string{"path": name, "content": name + "\n"})
 	r.Delay = m.delay
+	m.before("write")
 	return r
 }
 
@@ -102,12 +120,18 @@ type faultEnv struct {
 	minio *privateMinio
 }
 
-type faultOpts struct{ privatePG, privateMinio bool }
+type faultOpts struct {
+	privatePG, privateMinio bool
+	// careless: the model ignores a failed write (buildModel).
+	careless bool
+	// env is added to the processes' environment.
+	env []string
+}
 
 func newFaultEnv(t *testing.T, o faultOpts) *faultEnv {
 	t.Helper()
-	m := &buildModel{delay: 300 * time.Millisecond}
-	e := &faultEnv{model: m, procEnv: &procEnv{llm: llmtest.NewWith(t, m)}}
+	m := &buildModel{delay: 300 * time.Millisecond, careless: o.careless}
+	e := &faultEnv{model: m, procEnv: &procEnv{llm: llmtest.NewWith(t, m), env: o.env}}
 	if o.privatePG {
 		e.pg = startPrivatePG(t)
 		e.dbURL = e.pg.cluster.URL("postgres")
@@ -247,10 +271,85 @@ func TestFaults(t *testing.T) {
 			waitFor(t, 15*time.Second)
 			e.pg.restart(t)
 		}},
-		{name: "MinioKilledAndRestarted", opts: faultOpts{privateMinio: true}, hit: func(t *testing.T, e *faultEnv) {
+		{name: "MinioKilledAndRestarted", opts: faultOpts{privateMinio: true, careless: true}, hit: func(t *testing.T, e *faultEnv) {
 			e.minio.kill(t)
 			waitFor(t, 2*time.Second)
 			e.minio.restart(t)
+		}},
+		// MinIO down past the store's 2 s of retries, twice: killed just
+		// before a write_file reply is sent (aimed at the write), for 10 s
+		// during which more builds are submitted (their context builds meet
+		// it), then just before a finish reply (aimed at the checks and the
+		// apply), for 5 s. None may tell the model, none may succeed
+		// without its file: each hands its task back and a retry finishes
+		// it once MinIO is back.
+		{name: "MinioDown10s", opts: faultOpts{privateMinio: true, careless: true, env: []string{"S3_RETRY_FOR=2s"}}, hit: func(t *testing.T, e *faultEnv) {
+			downBefore := func(kind string) {
+				down := make(chan struct{})
+				var once sync.Once
+				// The kill runs beside the reply, which waits the model's
+				// delay: MinIO is gone before the reply lands, and the model
+				// call is not held up by the kill.
+				hook := func(k string) {
+					if k == kind {
+						once.Do(func() { go func() { e.minio.kill(t); close(down) }() })
+					}
+				}
+				e.model.beforeReply.Store(&hook)
+				if kind == "write" {
+					// A new build's first reply is a write, whatever the
+					// builds in flight are at.
+					e.submit(t, "first.txt")
+				}
+				select {
+				case <-down:
+				case <-time.After(60 * time.Second):
+					t.Fatalf("no %s reply to land the outage before", kind)
+				}
+				e.model.beforeReply.Store(nil)
+			}
+			downBefore("write")
+			for i := range n {
+				waitFor(t, 10*time.Second/time.Duration(n+1))
+				e.submit(t, fmt.Sprintf("late%d.txt", i))
+			}
+			waitFor(t, 10*time.Second/time.Duration(n+1))
+			e.minio.restart(t)
+			downBefore("finish")
+			waitFor(t, 5*time.Second)
+			e.minio.restart(t)
+			t.Cleanup(func() {
+				// Each hand-back writes a recoverable error event; where the
+				// attempt met the outage is in its message.
+				rows, err := e.pool.Query(context.Background(), `SELECT phase, count(*) FROM (SELECT CASE
+						WHEN payload ->> 'message' LIKE '%project context%' THEN 'context build'
+						WHEN payload ->> 'message' LIKE '%apply%' OR payload ->> 'message' LIKE '%roll back%' THEN 'apply'
+						WHEN payload ->> 'message' ~ '^[a-z_]+: ' THEN 'tool call'
+						ELSE 'elsewhere' END AS phase
+					FROM agent_events WHERE type = 'error' AND payload ->> 'errorType' = 'storage_error') x GROUP BY phase ORDER BY phase`)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				where := map[string]int{}
+				for rows.Next() {
+					var phase string
+					var count int
+					if err := rows.Scan(&phase, &count); err != nil {
+						t.Error(err)
+					}
+					where[phase] = count
+				}
+				if err := rows.Err(); err != nil {
+					t.Error(err)
+				}
+				t.Logf("attempts handed back by the outages, by where they met them: %v", where)
+				// Which phase a build is in when MinIO dies is the timing's; that
+				// the outages outlasted the retries and were handed back is not.
+				if len(where) == 0 {
+					t.Errorf("no attempt was handed back with storage_error: the outages never outlasted the store's retries")
+				}
+			})
 		}},
 		{name: "ModelStorm429And500", hit: func(t *testing.T, e *faultEnv) {
 			// One build's model fails for good: it must end failed, typed.

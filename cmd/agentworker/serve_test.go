@@ -46,6 +46,8 @@ type procEnv struct {
 	s3    storage.S3Config
 	llm   *llmtest.Server
 	pool  *pgxpool.Pool
+	// env is added to the environment of every process started.
+	env []string
 }
 
 // newProcEnv is a database, a bucket and, unless replies is nil, a
@@ -88,6 +90,7 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 		"S3_BUCKET="+e.s3.Bucket, fmt.Sprintf("S3_USE_SSL=%v", e.s3.UseSSL),
 		"HTTP_ADDR=127.0.0.1:0", "TASK_LEASE="+lease.String(), "WORKER_CONCURRENCY=2", "LOG_LEVEL=info",
 	)
+	cmd.Env = append(cmd.Env, e.env...)
 	if e.llm != nil {
 		cmd.Env = append(cmd.Env, "OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/agentworker/agentworker/storage"
 )
@@ -14,6 +15,11 @@ import (
 // neither read nor written (and are left out of listings, so searches skip
 // them); writes, deletes and moves stay within the task's allowed_paths;
 // reads and writes have size caps.
+//
+// It also notes an outage of the store (storage.ErrUnavailable) that a
+// call met, even one the tool swallowed (a search skipping a file it could
+// not read): the call's result is then that error, not what the tool made
+// of a partial view.
 type guarded struct {
 	storage.Store
 	scope             *storage.Scope
@@ -24,8 +30,91 @@ type guarded struct {
 // ErrReservedPath refuses a change to a path the service writes itself.
 var ErrReservedPath = errors.New("the service writes this file itself; read it, but do not change it")
 
-func guard(env Env) storage.Store {
-	g := guarded{Store: env.Store, scope: env.Scope, reserved: env.Reserved, maxRead: env.MaxReadBytes, maxWrite: env.MaxWriteBytes}
+// outage holds the first outage a tool call met.
+type outage struct {
+	mu    sync.Mutex
+	first error
+}
+
+func (o *outage) note(err error) {
+	if o == nil || !errors.Is(err, storage.ErrUnavailable) {
+		return
+	}
+	o.mu.Lock()
+	if o.first == nil {
+		o.first = err
+	}
+	o.mu.Unlock()
+}
+
+func (o *outage) err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.first
+}
+
+// noting is a store that notes every outage its calls meet.
+type noting struct {
+	storage.Store
+	outage *outage
+}
+
+func (n noting) Read(ctx context.Context, projectID, p string) ([]byte, storage.FileInfo, error) {
+	c, info, err := n.Store.Read(ctx, projectID, p)
+	n.outage.note(err)
+	return c, info, err
+}
+
+func (n noting) Stat(ctx context.Context, projectID, p string) (storage.FileInfo, error) {
+	info, err := n.Store.Stat(ctx, projectID, p)
+	n.outage.note(err)
+	return info, err
+}
+
+func (n noting) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
+	files, err := n.Store.List(ctx, projectID, dir)
+	n.outage.note(err)
+	return files, err
+}
+
+func (n noting) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
+	info, err := n.Store.Write(ctx, projectID, p, content)
+	n.outage.note(err)
+	return info, err
+}
+
+func (n noting) Upsert(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, bool, error) {
+	info, created, err := storage.Upsert(ctx, n.Store, projectID, p, content)
+	n.outage.note(err)
+	return info, created, err
+}
+
+func (n noting) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
+	info, err := n.Store.WriteIf(ctx, projectID, p, content, ifMatch)
+	n.outage.note(err)
+	return info, err
+}
+
+func (n noting) Delete(ctx context.Context, projectID, p string) error {
+	err := n.Store.Delete(ctx, projectID, p)
+	n.outage.note(err)
+	return err
+}
+
+func (n noting) DeleteIf(ctx context.Context, projectID, p, ifMatch string) error {
+	err := n.Store.DeleteIf(ctx, projectID, p, ifMatch)
+	n.outage.note(err)
+	return err
+}
+
+func (n noting) Move(ctx context.Context, projectID, from, to string, overwrite bool) error {
+	err := n.Store.Move(ctx, projectID, from, to, overwrite)
+	n.outage.note(err)
+	return err
+}
+
+func guard(env Env, out *outage) storage.Store {
+	g := guarded{Store: noting{Store: env.Store, outage: out}, scope: env.Scope, reserved: env.Reserved, maxRead: env.MaxReadBytes, maxWrite: env.MaxWriteBytes}
 	if g.maxRead <= 0 {
 		g.maxRead = storage.DefaultMaxReadBytes
 	}
@@ -138,6 +227,14 @@ func (g guarded) Delete(ctx context.Context, projectID, p string) error {
 		return err
 	}
 	return g.Store.Delete(ctx, projectID, clean)
+}
+
+func (g guarded) DeleteIf(ctx context.Context, projectID, p, ifMatch string) error {
+	clean, err := g.writable(p)
+	if err != nil {
+		return err
+	}
+	return g.Store.DeleteIf(ctx, projectID, clean, ifMatch)
 }
 
 func (g guarded) Move(ctx context.Context, projectID, from, to string, overwrite bool) error {

@@ -91,6 +91,11 @@ type Result struct {
 	ExitCode *int
 	// Logs are log events to write with the call's tool_call event.
 	Logs []events.Log
+	// Err is a failure that is not the model's to act on: the store could
+	// not be reached for as long as it retries (storage.ErrUnavailable),
+	// whether or not the tool passed it on. The loop ends the attempt with
+	// it, and the task is retried, instead of showing it to the model.
+	Err error
 }
 
 // Tool is one callable tool.
@@ -221,10 +226,15 @@ func (r *Registry) Call(ctx context.Context, env Env, name, arguments string) Re
 	if err := ctx.Err(); err != nil {
 		return Fail(fmt.Sprintf("%s not run: %v", name, err), "")
 	}
+	var out outage
 	if env.Store != nil {
-		env.Store = guard(env)
+		env.Store = guard(env, &out)
 	}
-	return t.Run(ctx, env, args)
+	res := t.Run(ctx, env, args)
+	if err := out.err(); err != nil {
+		return Result{Err: fmt.Errorf("%s: %w", name, err)}
+	}
+	return res
 }
 
 // Fail builds a failed Result whose Output is a JSON error for the model.

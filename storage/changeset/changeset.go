@@ -108,13 +108,20 @@ func (s *Set) Rewind(ctx context.Context) error {
 	return agentsql.RewindChangeSet(ctx, s.pool, s.fence)
 }
 
-// Entries returns the pending changes in the order they were first made.
+// Entries returns the pending changes in the order they were first made,
+// without the void ones (files the build created and removed again).
 func (s *Set) Entries(ctx context.Context) ([]agentsql.ChangeEntry, error) {
 	staged, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return append([]agentsql.ChangeEntry(nil), staged...), nil
+	var out []agentsql.ChangeEntry
+	for _, e := range staged {
+		if !e.Void() {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // snapshot returns the mirror, loading it if needed. A published mirror is
@@ -169,22 +176,6 @@ func (s *Set) put(e agentsql.ChangeEntry) {
 	}
 	e.Applied, e.Prior = false, agentsql.Prior{Path: e.Path}
 	s.staged = append(staged, e)
-}
-
-// drop mirrors the removal of a path's entry.
-func (s *Set) drop(p string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.staged == nil {
-		return
-	}
-	staged := make([]agentsql.ChangeEntry, 0, len(s.staged))
-	for _, e := range s.staged {
-		if e.Path != p {
-			staged = append(staged, e)
-		}
-	}
-	s.staged, s.gen = staged, s.gen+1
 }
 
 // Discard drops the pending changes; the project stays as it was.
@@ -394,6 +385,31 @@ func (s *Set) Delete(ctx context.Context, projectID, p string) error {
 	return nil
 }
 
+// DeleteIf implements storage.Store: it stages the deletion only if the
+// file, as this build sees it, is still at version ifMatch.
+func (s *Set) DeleteIf(ctx context.Context, projectID, p, ifMatch string) error {
+	clean, err := s.clean(projectID, p)
+	if err != nil {
+		return err
+	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	content, info, err := s.Read(ctx, projectID, clean)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return fmt.Errorf("delete %q: %w", clean, &storage.ConflictError{Path: clean})
+	case err != nil:
+		return fmt.Errorf("delete %q: %w", clean, err)
+	case info.ETag != ifMatch:
+		return fmt.Errorf("delete %q: %w", clean, &storage.ConflictError{Path: clean, Exists: true, Current: content, ETag: info.ETag})
+	}
+	if err := s.del(ctx, s.pool, clean); err != nil {
+		s.changed()
+		return err
+	}
+	return nil
+}
+
 // del stages the deletion of a clean path; the caller holds s.writing and
 // drops the mirror if it fails.
 func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
@@ -406,11 +422,13 @@ func (s *Set) del(ctx context.Context, db agentsql.DBTX, clean string) error {
 		case prev.Op == agentsql.ChangeDelete:
 			return fmt.Errorf("delete %q: %w", clean, storage.ErrNotFound)
 		case prev.BaseETag == "":
-			// Created in this build: deleting it cancels the change.
-			if err := agentsql.DropChangeEntry(ctx, db, s.fence, clean); err != nil {
-				return err
+			// Created in this build: deleting it cancels the change. The
+			// entry stays, void (a delete of a file the base did not hold),
+			// so that a rewind to a checkpoint that saw the file has the
+			// row to put it back from.
+			if err := s.putEntry(ctx, db, agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete}); err != nil {
+				return fmt.Errorf("delete %q: %w", clean, err)
 			}
-			s.drop(clean)
 			return nil
 		}
 		e := agentsql.ChangeEntry{Path: clean, Op: agentsql.ChangeDelete, BaseETag: prev.BaseETag}
@@ -550,11 +568,11 @@ func (s *Set) clean(projectID, p string) (string, error) {
 // crash half-way is finished by the next attempt ([Set.Resume]). Before
 // anything is written every base version is checked: a file someone else
 // changed meanwhile fails the whole set with a *storage.ConflictError and
-// nothing is written. Each write is then conditional on that version
-// ([storage.Store.WriteIf]), so a writer that slips in between the check
-// and the write is not overwritten: the apply stops there with the
-// conflict, puts back what it wrote and discards the set. (Deletes are
-// checked, then made: the stores have no conditional delete.)
+// nothing is written. Each write and delete is then conditional on that
+// version ([storage.Store.WriteIf], [storage.Store.DeleteIf]), so a writer
+// that slips in between the check and the write is not overwritten: the
+// apply stops there with the conflict, puts back what it wrote and
+// discards the set.
 //
 // Each write to the store follows a fenced statement of this holder (the
 // mark of the set, then the mark of the entry before): a holder that lost
@@ -639,14 +657,21 @@ func (s *Set) precheck(ctx context.Context, entries []agentsql.ChangeEntry) ([]a
 
 // holds reports whether the base store already holds the entry's state.
 func (s *Set) holds(ctx context.Context, e agentsql.ChangeEntry) (bool, error) {
-	content, _, err := s.base.Read(ctx, s.projectID, e.Path)
+	done, _, err := s.holdsAt(ctx, e)
+	return done, err
+}
+
+// holdsAt is holds, with the version of the file it found ("" when there
+// is none): the version a rollback of the entry is conditional on.
+func (s *Set) holdsAt(ctx context.Context, e agentsql.ChangeEntry) (bool, string, error) {
+	content, info, err := s.base.Read(ctx, s.projectID, e.Path)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return e.Op == agentsql.ChangeDelete, nil
+		return e.Op == agentsql.ChangeDelete, "", nil
 	case err != nil:
-		return false, fmt.Errorf("check %q before applying: %w", e.Path, err)
+		return false, "", fmt.Errorf("check %q: %w", e.Path, err)
 	}
-	return e.Op == agentsql.ChangeWrite && bytes.Equal(content, e.Content), nil
+	return e.Op == agentsql.ChangeWrite && bytes.Equal(content, e.Content), info.ETag, nil
 }
 
 // write applies entries in order. A write is made only over the entry's
@@ -674,7 +699,14 @@ func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
 				return fmt.Errorf("apply write of %q: %w", e.Path, err)
 			}
 		case agentsql.ChangeDelete:
-			if err := s.base.Delete(ctx, s.projectID, e.Path); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			// Only the version the build deleted: a file someone wrote
+			// since is theirs. One already gone was deleted before a crash.
+			err := s.base.DeleteIf(ctx, s.projectID, e.Path, e.BaseETag)
+			var ce *storage.ConflictError
+			if errors.As(err, &ce) && !ce.Exists {
+				err = nil
+			}
+			if err != nil {
 				return fmt.Errorf("apply delete of %q: %w", e.Path, err)
 			}
 		}
@@ -691,7 +723,10 @@ func (s *Set) write(ctx context.Context, entries []agentsql.ChangeEntry) error {
 // undo puts back what an apply stopped by a conflict wrote: every path of
 // the set that holds the staged state gets what it held before, newest
 // first, and the set is discarded, so a retry starts against the current
-// files. A path someone else changed meanwhile is theirs and left alone.
+// files. A path someone else changed meanwhile is theirs and left alone:
+// each write of the rollback is conditional on the version it found
+// holding the staged state, so a write landing after that check is not
+// overwritten either.
 // Only a conflict is undone: a stale holder (sql.ErrFenced) stops at once,
 // and a storage failure leaves the set applying for the next attempt.
 func (s *Set) undo(ctx context.Context, cause error) error {
@@ -705,7 +740,7 @@ func (s *Set) undo(ctx context.Context, cause error) error {
 	}
 	for i := len(entries) - 1; i >= 0; i-- {
 		e := entries[i]
-		done, err := s.holds(ctx, e)
+		done, version, err := s.holdsAt(ctx, e)
 		if err != nil {
 			return errors.Join(cause, fmt.Errorf("roll back %q: %w", e.Path, err))
 		}
@@ -716,11 +751,15 @@ func (s *Set) undo(ctx context.Context, cause error) error {
 			return err
 		}
 		if e.Prior.Exists {
-			_, err = s.base.Write(ctx, s.projectID, e.Path, e.Prior.Content)
+			// version is "" after an applied delete: create only.
+			_, err = s.base.WriteIf(ctx, s.projectID, e.Path, e.Prior.Content, version)
 		} else {
-			err = s.base.Delete(ctx, s.projectID, e.Path)
+			err = s.base.DeleteIf(ctx, s.projectID, e.Path, version)
 		}
-		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		if errors.Is(err, storage.ErrConflict) {
+			continue // written by someone else since the check: theirs
+		}
+		if err != nil {
 			return errors.Join(cause, fmt.Errorf("roll back %q: %w", e.Path, err))
 		}
 	}

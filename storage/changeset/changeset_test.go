@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -329,7 +330,7 @@ func TestStaleHolderWritesNothing(t *testing.T) {
 	}
 	// Another attempt claims the task: running again under a new fence.
 	var epoch int64
-	if err := f.pool.QueryRow(ctx, `UPDATE ai_tasks SET fence = fence + 1 WHERE id = $1 RETURNING fence`, f.taskID).Scan(&epoch); err != nil {
+	if err := f.pool.QueryRow(ctx, `UPDATE ai_tasks SET fence = fence + 1`+dbtest.AsWorker+`WHERE id = $1 RETURNING fence`, f.taskID).Scan(&epoch); err != nil {
 		t.Fatal(err)
 	}
 	ops := map[string]func() error{
@@ -429,35 +430,92 @@ func TestConflictHalfWayRollsBack(t *testing.T) {
 
 // TestRewindToTheCheckpoint: changes made after the last checkpoint (by
 // the tools of an iteration a crash cut short) are undone when a new
-// attempt resumes from it; changes it recorded stay.
+// attempt resumes from it; changes it recorded stay, whatever came after
+// them: a rewrite, a delete or a move of a file the build created, or of
+// a file of the project.
 func TestRewindToTheCheckpoint(t *testing.T) {
 	t.Parallel()
-	f := setup(t, map[string]string{"a.txt": "a\n"})
-	ctx := t.Context()
-	if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("one\n")); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		// after is the cut-short iteration's change.
+		after func(ctx context.Context, f *fixture) error
+	}{
+		{"Write", func(ctx context.Context, f *fixture) error {
+			_, err := f.set.Write(ctx, f.project, "new.txt", []byte("two\n"))
+			return err
+		}},
+		{"Delete", func(ctx context.Context, f *fixture) error { return f.set.Delete(ctx, f.project, "new.txt") }},
+		{"Move", func(ctx context.Context, f *fixture) error {
+			return f.set.Move(ctx, f.project, "new.txt", "moved.txt", false)
+		}},
+		{"DeleteProjectFile", func(ctx context.Context, f *fixture) error { return f.set.Delete(ctx, f.project, "a.txt") }},
+		{"MoveProjectFile", func(ctx context.Context, f *fixture) error {
+			return f.set.Move(ctx, f.project, "a.txt", "moved.txt", false)
+		}},
 	}
-	if _, err := agentsql.SaveCheckpoint(ctx, f.pool, f.fence, agentsql.Checkpoint{TaskID: f.taskID, Attempt: 1, Iteration: 1,
-		Messages: []byte(`[]`), State: []byte(`{}`)}, agentsql.Spend{}); err != nil {
-		t.Fatal(err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+			ctx := t.Context()
+			if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("one\n")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.set.Write(ctx, f.project, "new.txt", []byte("created\n")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := agentsql.SaveCheckpoint(ctx, f.pool, f.fence, agentsql.Checkpoint{TaskID: f.taskID, Attempt: 1, Iteration: 1,
+				Messages: []byte(`[]`), State: []byte(`{}`)}, agentsql.Spend{}); err != nil {
+				t.Fatal(err)
+			}
+			// The next iteration's tools, cut short by a crash.
+			if err := tt.after(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.set.Write(ctx, f.project, "ghost.txt", []byte("ghost\n")); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.set.Delete(ctx, f.project, "b.txt"); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.set.Rewind(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Read through a Set that loads the entries from the table, as
+			// the resumed attempt does.
+			set := changeset.Opened(f.pool, f.store, f.fence, uuid.MustParse(f.project), false)
+			want := map[string]string{"a.txt": "one\n", "new.txt": "created\n", "b.txt": "b\n", "ghost.txt": "<missing>", "moved.txt": "<missing>"}
+			for p, w := range want {
+				if got := f.read(t, set, p); got != w {
+					t.Errorf("%s in the build after the rewind = %q, want %q", p, got, w)
+				}
+			}
+			entries, err := set.Entries(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := describePaths(entries), "a.txt write, new.txt write"; got != want {
+				t.Errorf("entries after the rewind = %s, want %s", got, want)
+			}
+			// The resumed build applies what the checkpoint saw.
+			if _, err := set.Apply(ctx, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			for p, w := range want {
+				if got := f.read(t, f.store, p); got != w {
+					t.Errorf("%s in the project after the apply = %q, want %q", p, got, w)
+				}
+			}
+		})
 	}
-	// The next iteration's tools, cut short by a crash.
-	if _, err := f.set.Write(ctx, f.project, "a.txt", []byte("two\n")); err != nil {
-		t.Fatal(err)
+}
+
+func describePaths(entries []agentsql.ChangeEntry) string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.Path + " " + e.Op
 	}
-	if _, err := f.set.Write(ctx, f.project, "ghost.txt", []byte("ghost\n")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.set.Rewind(ctx); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := f.set.Entries(ctx)
-	if err != nil || len(entries) != 1 || entries[0].Path != "a.txt" || string(entries[0].Content) != "one\n" {
-		t.Fatalf("entries after the rewind = %+v, %v; want a.txt as checkpointed", entries, err)
-	}
-	if got := f.read(t, f.set, "ghost.txt"); got != "<missing>" {
-		t.Errorf("ghost.txt in the build = %q", got)
-	}
+	return strings.Join(out, ", ")
 }
 
 // afterWrite is the real store with a fault injected after each
@@ -486,7 +544,7 @@ func TestTakeoverMidApplyStopsTheStaleHolder(t *testing.T) {
 	store := afterWrite{S3: f.store, hook: func() {
 		once.Do(func() {
 			newFence = agentsql.Fence{TaskID: f.taskID}
-			if err := f.pool.QueryRow(ctx, `UPDATE ai_tasks SET fence = fence + 1 WHERE id = $1 RETURNING fence`, f.taskID).Scan(&newFence.Epoch); err != nil {
+			if err := f.pool.QueryRow(ctx, `UPDATE ai_tasks SET fence = fence + 1`+dbtest.AsWorker+`WHERE id = $1 RETURNING fence`, f.taskID).Scan(&newFence.Epoch); err != nil {
 				t.Error(err)
 			}
 		})
@@ -570,9 +628,15 @@ func TestMirrorKeptInStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		table, err := agentsql.ListChangeEntries(ctx, f.pool, f.taskID)
+		rows, err := agentsql.ListChangeEntries(ctx, f.pool, f.taskID)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var table []agentsql.ChangeEntry
+		for _, e := range rows {
+			if !e.Void() {
+				table = append(table, e)
+			}
 		}
 		if got, want := describe(mirror), describe(table); got != want {
 			t.Fatalf("after %s the Set's entries are\n%s\nthe table holds\n%s", st.name, got, want)
@@ -588,4 +652,109 @@ func describe(entries []agentsql.ChangeEntry) string {
 			e.Ord, e.Path, e.Op, e.Content, e.FromPath, e.BaseETag, e.Applied, e.Prior)
 	}
 	return out
+}
+
+// racer is the real store with another writer stepping in at the moments
+// an apply and its rollback check a file and then change it.
+type racer struct {
+	*storage.S3
+	mu sync.Mutex
+	// beforeChange runs before each write or delete of a path;
+	// afterRead after each read. Each runs at most once a path.
+	beforeChange, afterRead map[string]func()
+}
+
+func (r *racer) fire(hooks map[string]func(), p string) {
+	r.mu.Lock()
+	fn := hooks[p]
+	delete(hooks, p)
+	r.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+func (r *racer) Read(ctx context.Context, projectID, p string) ([]byte, storage.FileInfo, error) {
+	c, info, err := r.S3.Read(ctx, projectID, p)
+	r.fire(r.afterRead, p)
+	return c, info, err
+}
+
+func (r *racer) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
+	r.fire(r.beforeChange, p)
+	return r.S3.Write(ctx, projectID, p, content)
+}
+
+func (r *racer) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (storage.FileInfo, error) {
+	r.fire(r.beforeChange, p)
+	return r.S3.WriteIf(ctx, projectID, p, content, ifMatch)
+}
+
+func (r *racer) Delete(ctx context.Context, projectID, p string) error {
+	r.fire(r.beforeChange, p)
+	return r.S3.Delete(ctx, projectID, p)
+}
+
+func (r *racer) DeleteIf(ctx context.Context, projectID, p, ifMatch string) error {
+	r.fire(r.beforeChange, p)
+	return r.S3.DeleteIf(ctx, projectID, p, ifMatch)
+}
+
+// TestApplyAndRollbackNeverOverwriteANewerFile: Apply's own conflict path
+// on S3. Another writer changes a file the build deletes between the
+// apply's check and its delete: the delete is refused (the file stays
+// theirs) and the apply rolls back; during the rollback the other writer
+// also changes a file the apply wrote, after the rollback checked it:
+// that newer content stays, and everything else is put back.
+func TestApplyAndRollbackNeverOverwriteANewerFile(t *testing.T) {
+	t.Parallel()
+	f := setup(t, map[string]string{"upd.txt": "old\n", "del.txt": "doomed\n", "keep.txt": "keep\n"})
+	ctx := t.Context()
+	theirs := func(p, content string) func() {
+		return func() {
+			if _, err := f.store.Write(ctx, f.project, p, []byte(content)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	r := &racer{S3: f.store, afterRead: map[string]func(){}, beforeChange: map[string]func(){}}
+	set, _, err := changeset.Open(ctx, f.pool, r, f.fence, uuid.MustParse(f.project))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Write(ctx, f.project, "new.txt", []byte("created\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Write(ctx, f.project, "upd.txt", []byte("updated\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Delete(ctx, f.project, "del.txt"); err != nil {
+		t.Fatal(err)
+	}
+	r.beforeChange["del.txt"] = func() {
+		theirs("del.txt", "theirs, after the check\n")()
+		// The rollback checks upd.txt (it holds the build's content),
+		// then someone writes it.
+		r.mu.Lock()
+		r.afterRead["upd.txt"] = theirs("upd.txt", "theirs, during the rollback\n")
+		r.mu.Unlock()
+	}
+	_, err = set.Apply(ctx, []byte(`{}`))
+	var ce *storage.ConflictError
+	if !errors.As(err, &ce) || ce.Path != "del.txt" {
+		t.Fatalf("apply = %v, want a conflict naming del.txt", err)
+	}
+	for p, want := range map[string]string{
+		"new.txt":  "<missing>",
+		"upd.txt":  "theirs, during the rollback\n",
+		"del.txt":  "theirs, after the check\n",
+		"keep.txt": "keep\n",
+	} {
+		if got := f.read(t, f.store, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	if st, _, _ := agentsql.ChangeSetState(ctx, f.pool, f.taskID); st != agentsql.ChangeSetDiscarded {
+		t.Errorf("set status = %s, want discarded", st)
+	}
 }

@@ -202,6 +202,57 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store, opts ...Option
 		}
 	})
 
+	t.Run("DeleteIf", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			name     string
+			existing string // "" for no file
+			ifMatch  func(existing storage.FileInfo) string
+			wantErr  bool
+		}{
+			{name: "MatchingVersion", existing: "old", ifMatch: func(fi storage.FileInfo) string { return fi.ETag }},
+			{name: "StaleVersion", existing: "old", ifMatch: func(storage.FileInfo) string { return "0123456789abcdef0123456789abcdef" }, wantErr: true},
+			{name: "VersionOfMissingFile", ifMatch: func(storage.FileInfo) string { return "0123456789abcdef0123456789abcdef" }, wantErr: true},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				s, project := setup(t)
+				var existing storage.FileInfo
+				if tt.existing != "" {
+					existing = Write(t, s, project, "d/f.txt", tt.existing)
+				}
+				err := s.DeleteIf(ctx, project, "./d/f.txt", tt.ifMatch(existing))
+				got, _, rerr := s.Read(ctx, project, "d/f.txt")
+				if errors.Is(rerr, storage.ErrNotFound) {
+					got = []byte("<missing>")
+				} else if rerr != nil {
+					t.Fatal(rerr)
+				}
+				if !tt.wantErr {
+					if err != nil || string(got) != "<missing>" {
+						t.Fatalf("DeleteIf = %v, the file then holds %q; want it gone", err, got)
+					}
+					return
+				}
+				var ce *storage.ConflictError
+				if !errors.As(err, &ce) {
+					t.Fatalf("DeleteIf = %v, want a *ConflictError", err)
+				}
+				if ce.Path != "d/f.txt" || ce.Exists != (tt.existing != "") || ce.ETag != existing.ETag || string(ce.Current) != tt.existing {
+					t.Errorf("conflict = %+v, want the file's current state", *ce)
+				}
+				want := tt.existing
+				if want == "" {
+					want = "<missing>"
+				}
+				if string(got) != want {
+					t.Errorf("after a refused DeleteIf the file holds %q, want %q", got, want)
+				}
+			})
+		}
+	})
+
 	t.Run("WriteIfRace", func(t *testing.T) {
 		t.Parallel()
 		s, project := setup(t)

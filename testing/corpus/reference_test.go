@@ -17,7 +17,8 @@ var reference = flag.Bool("corpus.reference", false, "apply every form with GNU 
 
 // TestReferenceTools measures what GNU patch and git apply make of the
 // same forms, for docs/edits.md (go test -run ReferenceTools
-// -corpus.reference -v).
+// -corpus.reference -v), and holds the corpus's unified diffs to them.
+// scripts/test runs it.
 func TestReferenceTools(t *testing.T) {
 	if !*reference {
 		t.Skip("compares with GNU patch and git apply with -corpus.reference")
@@ -85,4 +86,12 @@ func TestReferenceTools(t *testing.T) {
 		b.WriteString("\n")
 	}
 	t.Log(b.String())
+	// The corpus's unified diffs are what the reference appliers take
+	// them to be: GNU patch and git apply each land every one byte-exact,
+	// so a corpus edit whose diff and wanted result disagree fails here.
+	for _, name := range []string{"patch", "git apply"} {
+		if s := scores[name+"|"+corpus.Unified]; s == nil || s.exact != s.total || s.total == 0 {
+			t.Errorf("%s applied the unified form %v, want every edit byte-exact", name, s)
+		}
+	}
 }

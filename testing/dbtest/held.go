@@ -24,3 +24,11 @@ func HeldBuild(t testing.TB, db agentsql.DBTX, projectID uuid.UUID, prompt strin
 	}
 	return f
 }
+
+// AsWorker is a FROM item that makes an UPDATE of ai_tasks the worker's:
+// only the worker changes the machine's columns (attempt, retries,
+// last_seq, fence, lease_owner, lease_expires_at, river_job_id). A test
+// that stages what a worker would have done puts it before its WHERE:
+//
+//	UPDATE ai_tasks SET lease_expires_at = now() ` + AsWorker + ` WHERE id = $1
+const AsWorker = ` FROM (SELECT set_config('agentworker.machine', 'on', true)) AS worker `

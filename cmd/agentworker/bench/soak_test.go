@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -19,26 +18,28 @@ import (
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
-var soak = flag.Bool("soak", false, "run the soak test: 1,000 tasks across 4 worker processes on one Postgres")
+var (
+	soak      = flag.Bool("soak", false, "run the soak test: -soak.tasks tasks across 4 worker processes on one Postgres")
+	soakTasks = flag.Int("soak.tasks", 1000, "tasks of the soak test")
+)
 
 func TestMain(m *testing.M) { dbtest.Main(m, s3test.LeakOption()) }
 
-// TestSoak runs 1,000 tasks across 4 `agentworker serve` processes on one
-// Postgres and one MinIO, and checks that none is lost, none ran twice at
-// once, and every task's events are gap-free. Run it with
+// TestSoak runs 1,000 tasks (-soak.tasks) across 4 `agentworker serve`
+// processes on one Postgres and one MinIO, and checks that none is lost,
+// none ran twice at once, and every task's events are gap-free. Run it with
 //
 //	go test -run TestSoak -v ./cmd/agentworker/bench/ -soak
 func TestSoak(t *testing.T) {
 	if !*soak {
 		t.Skip("soak test: run with -soak (takes about a minute)")
 	}
-	const (
-		tasks     = 1000
-		processes = 4
-	)
+	const processes = 4
+	tasks := *soakTasks
 	bin := filepath.Join(t.TempDir(), "agentworker")
 	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
 		t.Fatalf("build agentworker: %v\n%s", err, out)
@@ -83,18 +84,13 @@ func TestSoak(t *testing.T) {
 		SELECT gen_random_uuid(), 'build', 'soak ' || g FROM generate_series(1, $1) g`, tasks); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	for {
+	poll.Until(t, "every task to end", 5*time.Minute, func() bool {
 		var open int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ai_tasks WHERE status IN ('queued', 'running')").Scan(&open); err != nil {
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM ai_tasks WHERE status IN ('queued', 'running')").Scan(&open); err != nil {
 			t.Fatal(err)
 		}
-		if open == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // polling with a deadline (ctx)
-	}
+		return open == 0
+	})
 	elapsed := time.Since(start)
 
 	var succeeded, otherStatus, multiRuns, overlapping, gappy, minEvents, maxEvents int

@@ -28,6 +28,19 @@ func TestApplyKeepsBytes(t *testing.T) {
 			want: "a\r\nB\nC\r\nX\nd\n"},
 		{name: "LoneCRInsideLine", file: "x = 'a\rb'\ny\n", patch: "@@\n x = 'a\rb'\n-y\n+z\n", want: "x = 'a\rb'\nz\n"},
 		{name: "NoFinalNewlineKept", file: "a\nb", patch: "@@\n a\n-b\n+c\n", want: "a\nc"},
+		// Codex's applier ends every file it writes with a newline (CRLF on
+		// Windows for an all-CRLF file); this one keeps the file's missing
+		// final newline, a byte the edit did not change, as GNU patch does
+		// without a "\ No newline" marker in the patch.
+		{name: "CRLFNoFinalNewlineKept", file: "a\r\nb\r\nc", patch: "@@\n b\n-c\n+C\n", want: "a\r\nb\r\nC"},
+		{name: "CRLFNoFinalNewlineEditAbove", file: "a\r\nb\r\nc", patch: "@@\n a\n-b\n+B\n c\n", want: "a\r\nB\r\nc"},
+		// A lone CR in a file with LF or CRLF lines is text, as GNU patch,
+		// git and Codex's applier read it (they split at LF only): the line
+		// "b\rc" is one line, addressed whole.
+		{name: "PartOfIndentationLost", file: "func f() {\n        if x {\n                y()\n        }\n}\n",
+			patch: "@@\n     if x {\n-            y()\n+            y()\n+            z()\n     }\n",
+			want:  "func f() {\n        if x {\n                y()\n                z()\n        }\n}\n", wantLayer: Indentation},
+		{name: "LoneCRAmongLFAndCRLFLines", file: "a\nb\rc\r\nd\n", patch: "@@\n a\n-b\rc\n+B\n d\n", want: "a\nB\r\nd\n"},
 		{name: "NoFinalNewlineAppend", file: "a\nb", patch: "@@\n b\n+c\n", want: "a\nb\nc"},
 		{name: "MarkerAddsFinalNewline", file: "a\nb", patch: "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n", want: "a\nb\n"},
 		{name: "MarkerRemovesFinalNewline", file: "a\nb\n", patch: "@@ -1,2 +1,2 @@\n a\n-b\n+b\n\\ No newline at end of file\n", want: "a\nb"},
