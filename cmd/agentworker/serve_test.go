@@ -89,6 +89,8 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 		"S3_ENDPOINT="+e.s3.Endpoint, "S3_ACCESS_KEY="+e.s3.AccessKey, "S3_SECRET_KEY="+e.s3.SecretKey,
 		"S3_BUCKET="+e.s3.Bucket, fmt.Sprintf("S3_USE_SSL=%v", e.s3.UseSSL),
 		"HTTP_ADDR=127.0.0.1:0", "TASK_LEASE="+lease.String(), "WORKER_CONCURRENCY=2", "LOG_LEVEL=info",
+		// The tests count a project's files; tasks.md has tests of its own.
+		"TASKS_MD_PATH=",
 	)
 	cmd.Env = append(cmd.Env, e.env...)
 	if e.llm != nil {
@@ -297,8 +299,10 @@ func TestSIGSTOPStaleHolder(t *testing.T) {
 		llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": "a\n"}),
 		llmtest.Call("write_file", map[string]string{"path": "b.txt", "content": "b\n"}),
 		// Answered while the first process is frozen: it finds this reply
-		// when it wakes up, and must not act on it.
-		scripted.Reply{Delay: 500 * time.Millisecond, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "c.txt", "content": "stale\n"}).ToolCalls},
+		// when it wakes up, and must not act on it. Its file is one the new
+		// holder never writes, so a stale write could not hide under a
+		// later one.
+		scripted.Reply{Delay: 500 * time.Millisecond, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "stale.txt", "content": "stale\n"}).ToolCalls},
 		scripted.Reply{Delay: 3 * time.Second, ToolCalls: llmtest.Call("write_file", map[string]string{"path": "c.txt", "content": "c\n"}).ToolCalls},
 		llmtest.Call("finish", map[string]string{"summary": "wrote a, b and c"}),
 	)
@@ -350,11 +354,17 @@ func TestSIGSTOPStaleHolder(t *testing.T) {
 	if err != nil || len(files) != 3 {
 		t.Errorf("project files = %v, %v; want a.txt, b.txt and c.txt", files, err)
 	}
-	// The stale reply was never acted on: one write of c.txt, the new holder's.
-	var writes int
-	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM agent_events WHERE task_id = $1 AND type = 'file_update'
-		AND payload ->> 'path' = 'c.txt'`, id).Scan(&writes); err != nil || writes != 1 {
-		t.Errorf("file_update events for c.txt = %d, %v; want the new holder's only", writes, err)
+	// The stale reply was never acted on: stale.txt is in no event, no
+	// change-set entry and not in storage.
+	var staleEvents, staleEntries int
+	if err := e.pool.QueryRow(t.Context(), `SELECT
+			(SELECT count(*) FROM agent_events WHERE task_id = $1 AND payload::text LIKE '%stale.txt%' AND type <> 'progress'),
+			(SELECT count(*) FROM change_set_entries WHERE task_id = $1 AND path = 'stale.txt')`, id).Scan(&staleEvents, &staleEntries); err != nil ||
+		staleEvents != 0 || staleEntries != 0 {
+		t.Errorf("the stale holder's write left %d events and %d change-set entries (%v); want none", staleEvents, staleEntries, err)
+	}
+	if _, _, err := store.Read(t.Context(), projectID.String(), "stale.txt"); err == nil {
+		t.Error("stale.txt, the stale holder's write, is in the project")
 	}
 	select {
 	case <-first.exited:
@@ -369,6 +379,7 @@ func TestSIGSTOPStaleHolder(t *testing.T) {
 func TestServeWithoutModelKey(t *testing.T) {
 	t.Parallel()
 	e := newProcEnv(t)
+	e.env = append(e.env, "TASKS_MD_PATH=tasks.md")
 	p := e.start(t, 30*time.Second)
 	id, projectID := e.insert(t, "create hello.txt saying hi")
 	poll.Until(t, "the build to end", 60*time.Second, func() bool { return e.task(t, id).Status.Terminal() })
@@ -386,4 +397,9 @@ func TestServeWithoutModelKey(t *testing.T) {
 	if data, _, err := store.Read(t.Context(), projectID.String(), "hello.txt"); err != nil || string(data) != "hi\n" {
 		t.Errorf("hello.txt = %q, %v; want \"hi\\n\"", data, err)
 	}
+	// serve keeps the project's task list.
+	poll.Until(t, "tasks.md to list the build as succeeded", 30*time.Second, func() bool {
+		md, _, err := store.Read(t.Context(), projectID.String(), "tasks.md")
+		return err == nil && strings.Contains(string(md), "| succeeded | 1 |") && strings.Contains(string(md), id.String()[:8])
+	})
 }
