@@ -6,6 +6,8 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath } from "./api.js";
+import { renderBoard, redrawBoard, onCardClick, graphFields, clearGraphFields } from "./board.js";
+import { openAgents } from "./agents.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -115,6 +117,7 @@ async function open(p, token) {
   const head = await guarded(loadTasks);
   if (head === undefined) return;
   followProject(head);
+  openAgents(client, p, redrawBoard);
   loadFiles();
   loadInbox();
   loadUsage();
@@ -202,7 +205,10 @@ function renderTasks() {
     return tr;
   }));
   renderUsageTasks();
+  renderBoard(rows, current ? current.id : "");
 }
+
+onCardClick((id) => select(id));
 
 setInterval(() => {
   for (const td of document.querySelectorAll("#tasks td.age")) td.textContent = age(td.dataset.created);
@@ -211,8 +217,9 @@ setInterval(() => {
 $("task-form").addEventListener("submit", (e) => {
   e.preventDefault();
   guarded(async () => {
-    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value });
+    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value, ...graphFields() });
     $("prompt").value = "";
+    clearGraphFields();
     tasks.upsert(t);
     renderTasks();
     select(t.id);

@@ -1,0 +1,146 @@
+// The project's board: its tasks in columns by status, each card with its
+// short id, title, agent, priority and dependencies; and the task form's
+// graph fields (agent, priority, dependencies). It draws the task list the
+// page keeps live, so the board moves as the list does. Every value is
+// rendered as text.
+import { agentList, agentName } from "./agents.js";
+
+const $ = (id) => document.getElementById(id);
+const el = (tag, props = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") e.className = v;
+    else if (k === "data") Object.assign(e.dataset, v);
+    else e[k] = v;
+  }
+  e.append(...children);
+  return e;
+};
+
+// COLUMNS are the board's columns and the statuses each holds: review
+// holds the tasks that wait for a person (a question, a pause).
+export const COLUMNS = [
+  { key: "waiting", title: "Waiting", statuses: ["waiting"] },
+  { key: "queued", title: "Queued", statuses: ["queued"] },
+  { key: "running", title: "Running", statuses: ["running"] },
+  { key: "review", title: "Review", statuses: ["awaiting_input", "paused"] },
+  { key: "succeeded", title: "Succeeded", statuses: ["succeeded"] },
+  { key: "failed", title: "Failed / blocked", statuses: ["failed", "blocked"] },
+  { key: "cancelled", title: "Cancelled", statuses: ["cancelled"] },
+];
+
+export const shortId = (id) => id.slice(0, 8);
+// title is a task's first line of prompt.
+export const title = (t) => (t.prompt || "").split("\n", 1)[0];
+
+// columnOf is the key of the column a status goes in.
+export function columnOf(status) {
+  const c = COLUMNS.find((col) => col.statuses.includes(status));
+  return c ? c.key : "queued";
+}
+
+// boardColumns groups tasks by column, each column by priority (1 first),
+// then oldest first: the order a worker would start them in.
+export function boardColumns(rows) {
+  const cols = new Map(COLUMNS.map((c) => [c.key, []]));
+  for (const t of rows) cols.get(columnOf(t.status)).push(t);
+  for (const list of cols.values()) {
+    list.sort((a, b) => (a.priority || 2) - (b.priority || 2) || (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+  }
+  return cols;
+}
+
+let lastRows = [];
+let lastSelected = "";
+let onSelect = () => {};
+
+// onCardClick sets what clicking a card does.
+export function onCardClick(fn) {
+  onSelect = fn;
+}
+
+// renderBoard draws the board and the dependency picker from the task
+// list; selected is the id of the selected task.
+export function renderBoard(rows, selected = "") {
+  lastRows = rows;
+  lastSelected = selected;
+  const cols = boardColumns(rows);
+  $("board-count").textContent = `(${rows.length})`;
+  $("board").replaceChildren(...COLUMNS.map((c) => {
+    const list = cols.get(c.key);
+    return el("section", { class: `board-col ${c.key}`, data: { column: c.key } },
+      el("h3", {}, c.title, " ", el("small", { textContent: `(${list.length})` })),
+      el("ol", {}, ...list.map((t) => card(t, selected))));
+  }));
+  renderPicker(rows);
+}
+
+// redraw draws the board again from the last list (the agents changed).
+export function redrawBoard() {
+  renderBoard(lastRows, lastSelected);
+  renderAgentSelect();
+}
+
+function card(t, selected) {
+  const deps = t.depends_on || [];
+  const li = el("li", { class: "card", data: { id: t.id, status: t.status, priority: String(t.priority || 2) } },
+    el("div", { class: "card-head" },
+      el("code", { class: "card-id", textContent: shortId(t.id) }),
+      el("span", { class: `prio p${t.priority || 2}`, textContent: `P${t.priority || 2}` }),
+      el("span", { class: `badge ${t.status}`, textContent: t.status })),
+    el("div", { class: "card-title", textContent: title(t), title: t.prompt }),
+    el("div", { class: "card-agent meta", textContent: t.agent_id ? agentName(t.agent_id) : "default agent" }));
+  if (deps.length) {
+    li.append(el("div", { class: "card-deps meta" }, "after ",
+      ...deps.map((d) => el("code", { class: "dep", textContent: shortId(d), data: { id: d } }))));
+  }
+  if (t.id === selected) li.classList.add("selected");
+  li.addEventListener("click", () => onSelect(t.id));
+  return li;
+}
+
+// ---- the task form's graph fields ----
+
+// renderAgentSelect lists the project's agents, keeping the choice; a
+// disabled agent is shown but cannot be chosen.
+export function renderAgentSelect() {
+  const sel = $("agent");
+  const chosen = sel.value;
+  sel.replaceChildren(el("option", { value: "", textContent: "default agent" }),
+    ...agentList().map((a) => el("option", { value: a.id, textContent: a.status === "enabled" ? a.name : `${a.name} (disabled)`, disabled: a.status !== "enabled" })));
+  sel.value = [...sel.options].some((o) => o.value === chosen && !o.disabled) ? chosen : "";
+}
+
+// renderPicker lists the tasks a new one may depend on, keeping what is
+// ticked.
+function renderPicker(rows) {
+  const box = $("depends-on");
+  const ticked = new Set([...box.querySelectorAll("input:checked")].map((i) => i.value));
+  box.replaceChildren(...rows.map((t) => el("label", { class: "dep-choice" },
+    el("input", { type: "checkbox", value: t.id, checked: ticked.has(t.id) }),
+    el("code", { textContent: shortId(t.id) }), ` ${title(t)} `, el("span", { class: `badge ${t.status}`, textContent: t.status }))));
+  if (!rows.length) box.append(el("span", { class: "meta", textContent: "no tasks yet" }));
+  countDeps();
+}
+
+function countDeps() {
+  const n = $("depends-on").querySelectorAll("input:checked").length;
+  $("deps-count").textContent = n ? `(${n})` : "";
+}
+$("depends-on").addEventListener("change", countDeps);
+
+// graphFields is what the task form adds to a new task's body.
+export function graphFields() {
+  const body = { priority: Number($("priority").value) };
+  if ($("agent").value) body.agent_id = $("agent").value;
+  const deps = [...$("depends-on").querySelectorAll("input:checked")].map((i) => i.value);
+  if (deps.length) body.depends_on = deps;
+  return body;
+}
+
+// clearGraphFields unticks the dependencies after a task is created; the
+// agent and priority stay for the next one.
+export function clearGraphFields() {
+  for (const i of $("depends-on").querySelectorAll("input:checked")) i.checked = false;
+  countDeps();
+}
