@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/testing/llmtest"
 )
@@ -188,21 +190,7 @@ func TestBoardInChromium(t *testing.T) {
 		click(`#agent-save`),
 		visible(reviewerRow+`[data-version="2"]`),
 	)
-	req, err := http.NewRequestWithContext(t.Context(), "PATCH", c.srv.URL+"/v1/agents/"+reviewer,
-		strings.NewReader(`{"persona":"edited elsewhere","expected_version":2}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PATCH the reviewer elsewhere: %d", resp.StatusCode)
-	}
+	c.patchAgent(t, reviewer, `{"persona":"edited elsewhere","expected_version":2}`)
 	run(t, ctx, "a stale edit is refused",
 		setValue(`#agent-form input[name="role"]`, "overwrites"),
 		click(`#agent-save`),
@@ -245,6 +233,20 @@ func TestBoardInChromium(t *testing.T) {
 		t.Errorf("agents left: %d, %v; want 2", left, err)
 	}
 
+	// An agent disabled elsewhere, still offered by the page: the task is
+	// refused and the page says why.
+	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":4}`)
+	run(t, ctx, "a task for a disabled agent",
+		keys(`#prompt`, "fourth step: refused"),
+		setValue(`#agent`, reviewer),
+		click(`#submit`),
+		until(`document.getElementById("message").textContent.includes("INVALID_ASSIGNEE")`),
+	)
+	var tasks int
+	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM ai_tasks WHERE project_id = $1`, c.project).Scan(&tasks); err != nil || tasks != 3 {
+		t.Errorf("tasks: %d, %v; want 3", tasks, err)
+	}
+
 	// Markup is text: in the list, the editor, the agent select and the
 	// card; no element was made of it, no handler ran.
 	run(t, ctx, "open the planner", click(plannerRow),
@@ -265,4 +267,58 @@ func TestBoardInChromium(t *testing.T) {
 		t.Errorf("markup rendered: %+v", xss)
 	}
 	screenshot(t, ctx, "board-agents")
+}
+
+// patchAgent updates an agent through the API, as another operator would.
+func (c *pipeline) patchAgent(t *testing.T, id, body string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "PATCH", c.srv.URL+"/v1/agents/"+id, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PATCH agent %s with %s: %d", id, body, resp.StatusCode)
+	}
+}
+
+// TestBoardStateInChromium checks the board's grouping in the browser's
+// own JavaScript: every status has its column (a question and a pause in
+// review, failed and blocked together), and a column is ordered by
+// priority, then oldest first.
+func TestBoardStateInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	srv := httptest.NewServer(console.Handler())
+	t.Cleanup(srv.Close)
+	ctx := browse(t, 60*time.Second)
+	run(t, ctx, "open the page", chromedp.Navigate(srv.URL), chromedp.WaitReady(chromedp.CSS(`body`)))
+	var got map[string][]string
+	eval(t, ctx, `import("/board.js").then(({ boardColumns }) => {
+		const rows = [
+			{ id: "w", status: "waiting", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "q-late-p1", status: "queued", priority: 1, created_at: "2026-01-03T00:00:00Z" },
+			{ id: "q-old-p4", status: "queued", priority: 4, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "q-old-p1", status: "queued", priority: 1, created_at: "2026-01-02T00:00:00Z" },
+			{ id: "r", status: "running", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "asks", status: "awaiting_input", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "paused", status: "paused", priority: 2, created_at: "2026-01-02T00:00:00Z" },
+			{ id: "ok", status: "succeeded", priority: 3, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "failed", status: "failed", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "blocked", status: "blocked", priority: 2, created_at: "2026-01-02T00:00:00Z" },
+			{ id: "x", status: "cancelled", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+		];
+		return Object.fromEntries([...boardColumns(rows)].map(([k, list]) => [k, list.map(t => t.id)]));
+	})`, &got)
+	want := map[string][]string{"waiting": {"w"}, "queued": {"q-old-p1", "q-late-p1", "q-old-p4"}, "running": {"r"},
+		"review": {"asks", "paused"}, "succeeded": {"ok"}, "failed": {"failed", "blocked"}, "cancelled": {"x"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("board columns = %v, want %v", got, want)
+	}
 }
