@@ -171,6 +171,14 @@ func TestBoardInChromium(t *testing.T) {
 		visible(card("succeeded", third)),
 	)
 	screenshot(t, ctx, "board-succeeded")
+	// The task view names the middle task's agent and both its neighbours.
+	run(t, ctx, "open the middle task", click(card("succeeded", second)), visible(fmt.Sprintf(`body[data-task="%s"]`, second)),
+		until(`document.getElementById("task-relations").textContent.includes("before")`))
+	var relations string
+	eval(t, ctx, `document.getElementById("task-relations").textContent`, &relations)
+	if want := fmt.Sprintf("agent reviewer · priority 3 · after %s · before %s", first[:8], third[:8]); relations != want {
+		t.Errorf("task relations = %q, want %q", relations, want)
+	}
 	// In order: each started after the one it depends on finished.
 	var order bool
 	if err := c.pool.QueryRow(t.Context(), `SELECT b.started_at >= a.finished_at AND c.started_at >= b.finished_at
@@ -241,6 +249,7 @@ func TestBoardInChromium(t *testing.T) {
 		setValue(`#agent`, reviewer),
 		click(`#submit`),
 		until(`document.getElementById("message").textContent.includes("INVALID_ASSIGNEE")`),
+		until(fmt.Sprintf(`document.querySelector('#agent option[value="%s"]:disabled')`, reviewer)),
 	)
 	var tasks int
 	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM ai_tasks WHERE project_id = $1`, c.project).Scan(&tasks); err != nil || tasks != 3 {

@@ -32,6 +32,14 @@ export function agentName(id) {
   return a ? a.name : id.slice(0, 8);
 }
 
+// reloadOnRefusal reads the agents again when the server refused a task's
+// agent (disabled or deleted since the list was read), and passes the
+// refusal on.
+export function reloadOnRefusal(err) {
+  if (err.code === "INVALID_ASSIGNEE") loadAgents();
+  throw err;
+}
+
 // openAgents starts the agents' part of the page for a project; onChange
 // runs after every read of the list.
 export function openAgents(c, p, onChange) {

@@ -6,8 +6,8 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, graphFields, clearGraphFields } from "./board.js";
-import { openAgents } from "./agents.js";
+import { renderBoard, redrawBoard, onCardClick, graphFields, clearGraphFields, showRelations } from "./board.js";
+import { openAgents, reloadOnRefusal } from "./agents.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -217,7 +217,7 @@ setInterval(() => {
 $("task-form").addEventListener("submit", (e) => {
   e.preventDefault();
   guarded(async () => {
-    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value, ...graphFields() });
+    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value, ...graphFields() }).catch(reloadOnRefusal);
     $("prompt").value = "";
     clearGraphFields();
     tasks.upsert(t);
@@ -262,6 +262,7 @@ function showTask(t) {
   $("error-box").hidden = !t.error;
   $("error-text").textContent = t.error ? `${t.error.code || ""}: ${t.error.message || ""}\n\n${JSON.stringify(t.error, null, 2)}` : "";
   renderTaskInbox();
+  showRelations(t);
 }
 
 for (const action of Object.keys(CONTROLS)) {

@@ -53,6 +53,7 @@ export function boardColumns(rows) {
 let lastRows = [];
 let lastSelected = "";
 let onSelect = () => {};
+let shownTask = null; // the task whose relations the task view shows
 
 // onCardClick sets what clicking a card does.
 export function onCardClick(fn) {
@@ -79,6 +80,7 @@ export function renderBoard(rows, selected = "") {
 export function redrawBoard() {
   renderBoard(lastRows, lastSelected);
   renderAgentSelect();
+  if (shownTask) showRelations(shownTask);
 }
 
 function card(t, selected) {
@@ -111,14 +113,21 @@ export function renderAgentSelect() {
   sel.value = [...sel.options].some((o) => o.value === chosen && !o.disabled) ? chosen : "";
 }
 
-// renderPicker lists the tasks a new one may depend on, keeping what is
-// ticked.
+// renderPicker lists the tasks a new one may depend on. The list is drawn
+// on every change of a task: a task's choice is kept, element and all, so a
+// tick is never lost to a redraw; only its status is updated.
 function renderPicker(rows) {
   const box = $("depends-on");
-  const ticked = new Set([...box.querySelectorAll("input:checked")].map((i) => i.value));
-  box.replaceChildren(...rows.map((t) => el("label", { class: "dep-choice" },
-    el("input", { type: "checkbox", value: t.id, checked: ticked.has(t.id) }),
-    el("code", { textContent: shortId(t.id) }), ` ${title(t)} `, el("span", { class: `badge ${t.status}`, textContent: t.status }))));
+  const shown = new Map([...box.querySelectorAll("label.dep-choice")].map((l) => [l.dataset.id, l]));
+  box.replaceChildren(...rows.map((t) => {
+    const label = shown.get(t.id) || el("label", { class: "dep-choice", data: { id: t.id } },
+      el("input", { type: "checkbox", value: t.id }),
+      el("code", { textContent: shortId(t.id) }), ` ${title(t)} `, el("span", { class: "badge" }));
+    const badge = label.querySelector(".badge");
+    badge.textContent = t.status;
+    badge.className = `badge ${t.status}`;
+    return label;
+  }));
   if (!rows.length) box.append(el("span", { class: "meta", textContent: "no tasks yet" }));
   countDeps();
 }
@@ -136,6 +145,22 @@ export function graphFields() {
   const deps = [...$("depends-on").querySelectorAll("input:checked")].map((i) => i.value);
   if (deps.length) body.depends_on = deps;
   return body;
+}
+
+// showRelations shows a task's agent, priority and relations (from GET
+// /v1/tasks/{id}) in the task view; a related task opens on a click.
+export function showRelations(t) {
+  shownTask = t;
+  const link = (id) => {
+    const a = el("a", { href: "#", class: "task-ref", textContent: shortId(id), data: { id } });
+    a.addEventListener("click", (e) => { e.preventDefault(); onSelect(id); });
+    return a;
+  };
+  const part = (label, ids) => (ids && ids.length ? [` · ${label} `, ...ids.flatMap((id, i) => (i ? [" ", link(id)] : [link(id)]))] : []);
+  $("task-relations").replaceChildren(
+    `agent ${t.agent_id ? agentName(t.agent_id) : "default"} · priority ${t.priority || 2}`,
+    ...(t.parent_task_id ? [" · part of ", link(t.parent_task_id)] : []),
+    ...part("after", t.depends_on), ...part("before", t.dependents), ...part("children", t.children));
 }
 
 // clearGraphFields unticks the dependencies after a task is created; the
