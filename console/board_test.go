@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,8 +105,8 @@ func TestBoardInChromium(t *testing.T) {
 		actions := []chromedp.Action[chromedp.Void]{
 			setValue(`#type`, "build"),
 			keys(`#prompt`, prompt),
-			setValue(`#agent`, agent),
-			setValue(`#priority`, priority),
+			choose(`#agent`, agent),
+			choose(`#priority`, priority),
 		}
 		for _, d := range deps {
 			actions = append(actions, visible(fmt.Sprintf(`#depends-on input[value="%s"]`, d)), click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
@@ -246,7 +247,7 @@ func TestBoardInChromium(t *testing.T) {
 	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":4}`)
 	run(t, ctx, "a task for a disabled agent",
 		keys(`#prompt`, "fourth step: refused"),
-		setValue(`#agent`, reviewer),
+		choose(`#agent`, reviewer),
 		click(`#submit`),
 		until(`document.getElementById("message").textContent.includes("INVALID_ASSIGNEE")`),
 		until(fmt.Sprintf(`document.querySelector('#agent option[value="%s"]:disabled')`, reviewer)),
@@ -276,6 +277,12 @@ func TestBoardInChromium(t *testing.T) {
 		t.Errorf("markup rendered: %+v", xss)
 	}
 	screenshot(t, ctx, "board-agents")
+}
+
+// choose selects the option of a select with value v, as a person picking
+// it would (chromedp's SetValue leaves no option selected for "").
+func choose(sel, v string) chromedp.Action[chromedp.Void] {
+	return until(fmt.Sprintf(`(s => { s.value = %q; s.dispatchEvent(new Event("change")); return s.value === %q; })(document.querySelector(%q))`, v, v, sel))
 }
 
 // patchAgent updates an agent through the API, as another operator would.
@@ -330,4 +337,65 @@ func TestBoardStateInChromium(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("board columns = %v, want %v", got, want)
 	}
+}
+
+// TestBoardBlockedInChromium: a failing task blocks its dependent on the
+// board, and a retry from the page that succeeds releases it, live.
+func TestBoardBlockedInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	model := scripted.Func(func(req *scripted.Request) scripted.Reply {
+		last, prompt := req.LastUserMessage()
+		if strings.HasPrefix(prompt, "flaky") && failing.Load() {
+			return scripted.Reply{Status: http.StatusBadRequest, ErrorMessage: "the model refuses, this once"}
+		}
+		step := 0
+		for _, m := range req.Messages[last+1:] {
+			step += len(m.ToolCalls)
+		}
+		if step == 0 {
+			return llmtest.Call("write_file", map[string]string{"path": strings.Fields(prompt)[0] + ".txt", "content": "done\n"})
+		}
+		return llmtest.Call("finish", map[string]string{"summary": "done"})
+	})
+	c := newConsole(t, model)
+	ctx := browse(t, 120*time.Second)
+	card := func(column, id string) string {
+		return fmt.Sprintf(`#board .board-col[data-column="%s"] li.card[data-id="%s"]`, column, id)
+	}
+	submit := func(prompt string, deps ...string) string {
+		t.Helper()
+		var before string
+		eval(t, ctx, `document.body.dataset.task || ""`, &before)
+		actions := []chromedp.Action[chromedp.Void]{setValue(`#type`, "build"), keys(`#prompt`, prompt)}
+		for _, d := range deps {
+			actions = append(actions, click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
+		}
+		actions = append(actions, click(`#submit`),
+			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)))
+		run(t, ctx, "submit "+prompt, actions...)
+		var id string
+		eval(t, ctx, `document.body.dataset.task`, &id)
+		return id
+	}
+
+	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`), click(`#deps summary`))
+	flaky := submit("flaky step")
+	dependent := submit("dependent step", flaky)
+	run(t, ctx, "the failure blocks the dependent",
+		visible(card("failed", flaky)+`[data-status="failed"]`),
+		visible(card("failed", dependent)+`[data-status="blocked"]`),
+	)
+	screenshot(t, ctx, "board-blocked")
+	failing.Store(false)
+	run(t, ctx, "retry the failed task from its card",
+		click(card("failed", flaky)),
+		visible(fmt.Sprintf(`body[data-task="%s"]`, flaky)),
+		enabled(`#retry`),
+		click(`#retry`),
+		visible(card("succeeded", flaky)),
+		visible(card("succeeded", dependent)),
+	)
 }

@@ -67,13 +67,34 @@ export function renderBoard(rows, selected = "") {
   lastSelected = selected;
   const cols = boardColumns(rows);
   $("board-count").textContent = `(${rows.length})`;
-  $("board").replaceChildren(...COLUMNS.map((c) => {
+  if (!$("board").children.length) {
+    $("board").append(...COLUMNS.map((c) => el("section", { class: `board-col ${c.key}`, data: { column: c.key } },
+      el("h3", {}, c.title, " ", el("small")), el("ol"))));
+  }
+  const cards = new Map();
+  for (const c of COLUMNS) {
     const list = cols.get(c.key);
-    return el("section", { class: `board-col ${c.key}`, data: { column: c.key } },
-      el("h3", {}, c.title, " ", el("small", { textContent: `(${list.length})` })),
-      el("ol", {}, ...list.map((t) => card(t, selected))));
-  }));
+    const col = $("board").querySelector(`[data-column="${c.key}"]`);
+    col.querySelector("h3 small").textContent = `(${list.length})`;
+    const want = list.map((t) => cardOf(t, selected, cards));
+    const ol = col.querySelector("ol");
+    // A column whose cards did not change is left alone: a card under the
+    // pointer is not replaced while it is being clicked.
+    if (want.length !== ol.children.length || want.some((li, i) => ol.children[i] !== li)) ol.replaceChildren(...want);
+  }
+  shownCards = cards;
   renderPicker(rows);
+}
+
+let shownCards = new Map(); // task id → { key, li }
+
+// cardOf is a task's card: the one shown, when what it shows is the same.
+function cardOf(t, selected, cards) {
+  const key = JSON.stringify([t.status, t.priority, t.prompt, t.agent_id && agentName(t.agent_id), t.depends_on, t.id === selected]);
+  const prev = shownCards.get(t.id);
+  const li = prev && prev.key === key ? prev.li : card(t, selected);
+  cards.set(t.id, { key, li });
+  return li;
 }
 
 // redraw draws the board again from the last list (the agents changed).
@@ -113,22 +134,25 @@ export function renderAgentSelect() {
   sel.value = [...sel.options].some((o) => o.value === chosen && !o.disabled) ? chosen : "";
 }
 
-// renderPicker lists the tasks a new one may depend on. The list is drawn
-// on every change of a task: a task's choice is kept, element and all, so a
-// tick is never lost to a redraw; only its status is updated.
+// renderPicker lists the tasks a new one may depend on. It runs on every
+// change of a task: the choices stay in place, element and all, and only
+// their status changes, so a tick is never lost to a redraw.
 function renderPicker(rows) {
   const box = $("depends-on");
-  const shown = new Map([...box.querySelectorAll("label.dep-choice")].map((l) => [l.dataset.id, l]));
-  box.replaceChildren(...rows.map((t) => {
-    const label = shown.get(t.id) || el("label", { class: "dep-choice", data: { id: t.id } },
+  const labels = [...box.querySelectorAll("label.dep-choice")];
+  const same = labels.length === rows.length && rows.every((t, i) => labels[i].dataset.id === t.id);
+  if (!same) { // a task came or went: the elements of the others are moved, not made again
+    const shown = new Map(labels.map((l) => [l.dataset.id, l]));
+    box.replaceChildren(...rows.map((t) => shown.get(t.id) || el("label", { class: "dep-choice", data: { id: t.id } },
       el("input", { type: "checkbox", value: t.id }),
-      el("code", { textContent: shortId(t.id) }), ` ${title(t)} `, el("span", { class: "badge" }));
-    const badge = label.querySelector(".badge");
+      el("code", { textContent: shortId(t.id) }), ` ${title(t)} `, el("span", { class: "badge" }))));
+    if (!rows.length) box.append(el("span", { class: "meta", textContent: "no tasks yet" }));
+  }
+  rows.forEach((t, i) => {
+    const badge = box.children[i].querySelector(".badge");
     badge.textContent = t.status;
     badge.className = `badge ${t.status}`;
-    return label;
-  }));
-  if (!rows.length) box.append(el("span", { class: "meta", textContent: "no tasks yet" }));
+  });
   countDeps();
 }
 
