@@ -5,8 +5,11 @@
 // iteration progress, a timeline of phases, tool calls, self-repair and
 // errors, streamed model text, the files it touched); shows its result,
 // error and the diff of its changes; steers it (cancel, pause, resume,
-// retry, answering its question); and shows the project's files, inbox and
-// usage. Everything it shows is read from the /v1 API.
+// retry, answering its question); shows the project's files, inbox and
+// usage; draws the tasks as a board by status with their agent, priority and
+// dependencies; creates tasks with an agent, a priority and dependencies; and
+// lists and edits the project's agents. Everything it shows is read from the
+// /v1 API and set as text, never as HTML.
 package console
 
 import (

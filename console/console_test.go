@@ -46,7 +46,8 @@ func TestServesEmbeddedPage(t *testing.T) {
 	srv := httptest.NewServer(console.Handler())
 	defer srv.Close()
 	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript",
-		"/api.js": "text/javascript", "/style.css": "text/css"} {
+		"/api.js": "text/javascript", "/style.css": "text/css",
+		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,8 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
+import { renderBoard, redrawBoard, onCardClick, graphFields, clearGraphFields, showRelations } from "./board.js";
+import { openAgents, reloadOnRefusal } from "./agents.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -160,6 +162,7 @@ async function open(p, token) {
   const head = await guarded(loadTasks);
   if (head === undefined) return;
   followProject(head);
+  openAgents(client, p, redrawBoard);
   loadFiles();
   loadInbox();
   loadUsage();
@@ -247,7 +250,10 @@ function renderTasks() {
     return tr;
   }));
   renderUsageTasks();
+  renderBoard(rows, current ? current.id : "");
 }
+
+onCardClick((id) => select(id));
 
 setInterval(() => {
   for (const td of document.querySelectorAll("#tasks td.age")) td.textContent = age(td.dataset.created);
@@ -256,8 +262,9 @@ setInterval(() => {
 $("task-form").addEventListener("submit", (e) => {
   e.preventDefault();
   guarded(async () => {
-    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value });
+    const t = await client.post(`/v1/projects/${enc(project)}/tasks`, { type: $("type").value, prompt: $("prompt").value, ...graphFields() }).catch(reloadOnRefusal);
     $("prompt").value = "";
+    clearGraphFields();
     tasks.upsert(t);
     renderTasks();
     select(t.id);
@@ -300,6 +307,7 @@ function showTask(t) {
   $("error-box").hidden = !t.error;
   $("error-text").textContent = t.error ? `${t.error.code || ""}: ${t.error.message || ""}\n\n${JSON.stringify(t.error, null, 2)}` : "";
   renderTaskInbox();
+  showRelations(t);
 }
 
 for (const action of Object.keys(CONTROLS)) {

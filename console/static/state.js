@@ -102,8 +102,8 @@ export class FileTree {
 
 // The task statuses each control applies to (the task state machine).
 export const CONTROLS = {
-  cancel: ["queued", "running", "paused", "awaiting_input"],
-  pause: ["queued", "running"],
+  cancel: ["queued", "running", "paused", "awaiting_input", "waiting"],
+  pause: ["queued", "running", "waiting"],
   resume: ["paused"],
   retry: ["failed", "blocked", "cancelled"],
 };

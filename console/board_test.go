@@ -1,0 +1,401 @@
+package console_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/agentworker/agentworker/console"
+	"github.com/agentworker/agentworker/llm/scripted"
+	"github.com/agentworker/agentworker/testing/llmtest"
+)
+
+// hostile is text a project member may type where the page shows it: it
+// must stay text.
+const hostile = `<img src=x onerror="document.body.dataset.xss=1">`
+
+// chainModel plays the agent of TestBoardInChromium: each step writes its
+// file and finishes; the first waits for the test's signal before it
+// writes, so its dependents are seen waiting.
+func chainModel(gate <-chan struct{}) scripted.Responder {
+	return scripted.Func(func(req *scripted.Request) scripted.Reply {
+		last, prompt := req.LastUserMessage()
+		step := 0
+		for _, m := range req.Messages[last+1:] {
+			step += len(m.ToolCalls)
+		}
+		name := strings.Fields(prompt)[0]
+		if name == "first" && step == 0 {
+			select {
+			case <-gate:
+			case <-time.After(90 * time.Second):
+			}
+		}
+		switch step {
+		case 0:
+			return llmtest.Call("write_file", map[string]string{"path": name + ".txt", "content": name + "\n"})
+		case 1:
+			return llmtest.Call("finish", map[string]string{"summary": "wrote " + name + ".txt"})
+		}
+		return scripted.Reply{Status: 400, ErrorMessage: fmt.Sprintf("no step %d for prompt %q", step, prompt)}
+	})
+}
+
+// TestBoardInChromium drives the board and the agents' editor as an
+// operator: two agents created in the page (one named with markup), a
+// chain of three tasks with agents, priorities and dependencies created in
+// the page, the dependents seen waiting and then, live, succeeded in order;
+// an agent edited, refused on a stale version and on a taken name,
+// disabled and deleted; markup shown as text everywhere.
+func TestBoardInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	gate := make(chan struct{})
+	var opened bool
+	openGate := func() {
+		if !opened {
+			opened = true
+			close(gate)
+		}
+	}
+	t.Cleanup(openGate)
+	c := newConsole(t, chainModel(gate))
+	ctx := browse(t, 150*time.Second)
+	js := func(s string) string {
+		b, _ := json.Marshal(s)
+		return string(b)
+	}
+	agentRow := func(name string) string {
+		return fmt.Sprintf(`[...document.querySelectorAll("#agents li.agent-row")].find(li => li.querySelector(".agent-name").textContent === %s)`, js(name))
+	}
+	agentID := func(name string) string {
+		t.Helper()
+		var id string
+		eval(t, ctx, agentRow(name)+`.dataset.id`, &id)
+		return id
+	}
+	createAgent := func(name, role, persona string) string {
+		t.Helper()
+		run(t, ctx, "create agent "+name,
+			click(`#agent-new`),
+			setValue(`#agent-form input[name="name"]`, name),
+			setValue(`#agent-form input[name="role"]`, role),
+			setValue(`#agent-form textarea[name="persona"]`, persona),
+			click(`#agent-save`),
+			until(agentRow(name)),
+		)
+		return agentID(name)
+	}
+	card := func(column, id string) string {
+		return fmt.Sprintf(`#board .board-col[data-column="%s"] li.card[data-id="%s"]`, column, id)
+	}
+	// submit creates a task from the page and returns its id (the page
+	// selects the task it created).
+	submit := func(prompt, agent, priority string, deps ...string) string {
+		t.Helper()
+		var before string
+		eval(t, ctx, `document.body.dataset.task || ""`, &before)
+		actions := []chromedp.Action[chromedp.Void]{
+			setValue(`#type`, "build"),
+			keys(`#prompt`, prompt),
+			choose(`#agent`, agent),
+			choose(`#priority`, priority),
+		}
+		for _, d := range deps {
+			actions = append(actions, visible(fmt.Sprintf(`#depends-on input[value="%s"]`, d)), click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
+		}
+		actions = append(actions, click(`#submit`),
+			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)))
+		run(t, ctx, "submit "+prompt, actions...)
+		var id string
+		eval(t, ctx, `document.body.dataset.task`, &id)
+		return id
+	}
+
+	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`),
+		click(`#tab-agents`), visible(`#agent-form`))
+	planner := createAgent(hostile, "plans "+hostile, "You are "+hostile)
+	reviewer := createAgent("reviewer", "reviews", "You are careful.")
+	plannerRow := fmt.Sprintf(`#agents li.agent-row[data-id="%s"]`, planner)
+
+	run(t, ctx, "open the dependency picker", click(`#deps summary`))
+	first := submit("first step: write first.txt", planner, "1")
+	second := submit("second step: write second.txt", reviewer, "3", first)
+	third := submit("third step: write third.txt\nmore lines", "", "2", second)
+	run(t, ctx, "the dependents wait",
+		visible(card("running", first)),
+		visible(card("waiting", second)),
+		visible(card("waiting", third)),
+	)
+	type cardText struct {
+		ID, Title, Agent, Priority string
+		Deps                       []string
+	}
+	var cards map[string]cardText
+	eval(t, ctx, `Object.fromEntries([...document.querySelectorAll("#board li.card")].map(c => [c.dataset.id, {
+		ID: c.querySelector(".card-id").textContent, Title: c.querySelector(".card-title").textContent,
+		Agent: c.querySelector(".card-agent").textContent, Priority: c.querySelector(".prio").textContent,
+		Deps: [...c.querySelectorAll(".card-deps code")].map(d => d.textContent) }]))`, &cards)
+	for _, want := range []struct {
+		id string
+		cardText
+	}{
+		{first, cardText{first[:8], "first step: write first.txt", hostile, "P1", []string{}}},
+		{second, cardText{second[:8], "second step: write second.txt", "reviewer", "P3", []string{first[:8]}}},
+		{third, cardText{third[:8], "third step: write third.txt", "default agent", "P2", []string{second[:8]}}},
+	} {
+		if got := cards[want.id]; fmt.Sprint(got) != fmt.Sprint(want.cardText) {
+			t.Errorf("card %s = %+v, want %+v", want.id, got, want.cardText)
+		}
+	}
+	screenshot(t, ctx, "board-waiting")
+
+	// An agent with an unfinished task stays; the page says why.
+	run(t, ctx, "delete a busy agent",
+		click(plannerRow),
+		visible(`#agent-delete`),
+		click(`#agent-delete`),
+		visible(`#agent-error[data-code="AGENT_HAS_TASKS"]`),
+	)
+
+	openGate()
+	run(t, ctx, "the chain succeeds, live",
+		visible(card("succeeded", first)),
+		visible(card("succeeded", second)),
+		visible(card("succeeded", third)),
+	)
+	screenshot(t, ctx, "board-succeeded")
+	// The task view names the middle task's agent and both its neighbours.
+	run(t, ctx, "open the middle task", click(card("succeeded", second)), visible(fmt.Sprintf(`body[data-task="%s"]`, second)),
+		until(`document.getElementById("task-relations").textContent.includes("before")`))
+	var relations string
+	eval(t, ctx, `document.getElementById("task-relations").textContent`, &relations)
+	if want := fmt.Sprintf("agent reviewer · priority 3 · after %s · before %s", first[:8], third[:8]); relations != want {
+		t.Errorf("task relations = %q, want %q", relations, want)
+	}
+	// In order: each started after the one it depends on finished.
+	var order bool
+	if err := c.pool.QueryRow(t.Context(), `SELECT b.started_at >= a.finished_at AND c.started_at >= b.finished_at
+		FROM ai_tasks a, ai_tasks b, ai_tasks c WHERE a.id = $1 AND b.id = $2 AND c.id = $3`, first, second, third).Scan(&order); err != nil {
+		t.Fatal(err)
+	}
+	if !order {
+		t.Error("the chain did not run in order")
+	}
+
+	// Edit an agent; a concurrent edit makes the page's version stale.
+	reviewerRow := fmt.Sprintf(`#agents li.agent-row[data-id="%s"]`, reviewer)
+	run(t, ctx, "edit the reviewer",
+		click(reviewerRow),
+		until(`document.querySelector("#agent-form").dataset.id === `+js(reviewer)),
+		setValue(`#agent-form input[name="role"]`, "reviews every change"),
+		click(`#agent-save`),
+		visible(reviewerRow+`[data-version="2"]`),
+	)
+	c.patchAgent(t, reviewer, `{"persona":"edited elsewhere","expected_version":2}`)
+	run(t, ctx, "a stale edit is refused",
+		setValue(`#agent-form input[name="role"]`, "overwrites"),
+		click(`#agent-save`),
+		visible(`#agent-error[data-code="AGENT_VERSION_CONFLICT"]`),
+		visible(reviewerRow+`[data-version="3"]`),
+		click(reviewerRow),
+		until(`document.querySelector("#agent-form textarea[name=persona]").value === "edited elsewhere"`),
+		setValue(`#agent-form input[name="role"]`, "reviews, again"),
+		click(`#agent-save`),
+		visible(reviewerRow+`[data-version="4"]`),
+	)
+	var agentErr, role string
+	eval(t, ctx, `document.querySelector("#agent-error").textContent`, &agentErr)
+	eval(t, ctx, `document.querySelector('`+reviewerRow+` .agent-role').textContent`, &role)
+	if agentErr != "" || role != "reviews, again" {
+		t.Errorf("after the second save: error %q, role %q", agentErr, role)
+	}
+
+	// A taken name, then a disable and a delete.
+	run(t, ctx, "a taken name",
+		click(`#agent-new`),
+		setValue(`#agent-form input[name="name"]`, "reviewer"),
+		click(`#agent-save`),
+		visible(`#agent-error[data-code="AGENT_NAME_TAKEN"]`),
+	)
+	scratch := createAgent("scratch", "tries things", "You are temporary.")
+	run(t, ctx, "disable the planner, delete scratch",
+		click(plannerRow),
+		until(`document.querySelector("#agent-form").dataset.id === `+js(planner)),
+		click(`#agent-disable`),
+		visible(plannerRow+`[data-status="disabled"]`),
+		until(fmt.Sprintf(`document.querySelector('#agent option[value="%s"]:disabled')`, planner)),
+		click(fmt.Sprintf(`#agents li.agent-row[data-id="%s"]`, scratch)),
+		until(`document.querySelector("#agent-form").dataset.id === `+js(scratch)),
+		click(`#agent-delete`),
+		until(fmt.Sprintf(`!document.querySelector('#agents li.agent-row[data-id="%s"]')`, scratch)),
+	)
+	var left int
+	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM agents WHERE project_id = $1`, c.project).Scan(&left); err != nil || left != 2 {
+		t.Errorf("agents left: %d, %v; want 2", left, err)
+	}
+
+	// An agent disabled elsewhere, still offered by the page: the task is
+	// refused and the page says why.
+	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":4}`)
+	run(t, ctx, "a task for a disabled agent",
+		keys(`#prompt`, "fourth step: refused"),
+		choose(`#agent`, reviewer),
+		click(`#submit`),
+		until(`document.getElementById("message").textContent.includes("INVALID_ASSIGNEE")`),
+		until(fmt.Sprintf(`document.querySelector('#agent option[value="%s"]:disabled')`, reviewer)),
+	)
+	var tasks int
+	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM ai_tasks WHERE project_id = $1`, c.project).Scan(&tasks); err != nil || tasks != 3 {
+		t.Errorf("tasks: %d, %v; want 3", tasks, err)
+	}
+
+	// Markup is text: in the list, the editor, the agent select and the
+	// card; no element was made of it, no handler ran.
+	run(t, ctx, "open the planner", click(plannerRow),
+		until(`document.querySelector("#agent-form").dataset.id === `+js(planner)))
+	var xss struct {
+		Name, Role, Option, Card, Persona string
+		Images                            int
+		Ran                               bool
+	}
+	eval(t, ctx, `({ Name: document.querySelector('`+plannerRow+` .agent-name').textContent,
+		Role: document.querySelector('`+plannerRow+` .agent-role').textContent,
+		Option: document.querySelector('#agent option[value="`+planner+`"]').textContent,
+		Card: document.querySelector('#board li.card[data-id="`+first+`"] .card-agent').textContent,
+		Persona: document.querySelector("#agent-form textarea[name=persona]").value,
+		Images: document.querySelectorAll("img").length, Ran: !!document.body.dataset.xss })`, &xss)
+	if xss.Name != hostile || xss.Role != "plans "+hostile || xss.Option != hostile+" (disabled)" || xss.Card != hostile ||
+		xss.Persona != "You are "+hostile || xss.Images != 0 || xss.Ran {
+		t.Errorf("markup rendered: %+v", xss)
+	}
+	screenshot(t, ctx, "board-agents")
+}
+
+// choose selects the option of a select with value v, as a person picking
+// it would (chromedp's SetValue leaves no option selected for "").
+func choose(sel, v string) chromedp.Action[chromedp.Void] {
+	return until(fmt.Sprintf(`(s => { s.value = %q; s.dispatchEvent(new Event("change")); return s.value === %q; })(document.querySelector(%q))`, v, v, sel))
+}
+
+// patchAgent updates an agent through the API, as another operator would.
+func (c *pipeline) patchAgent(t *testing.T, id, body string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "PATCH", c.srv.URL+"/v1/agents/"+id, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PATCH agent %s with %s: %d", id, body, resp.StatusCode)
+	}
+}
+
+// TestBoardStateInChromium checks the board's grouping in the browser's
+// own JavaScript: every status has its column (a question and a pause in
+// review, failed and blocked together), and a column is ordered by
+// priority, then oldest first.
+func TestBoardStateInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	srv := httptest.NewServer(console.Handler())
+	t.Cleanup(srv.Close)
+	ctx := browse(t, 60*time.Second)
+	run(t, ctx, "open the page", chromedp.Navigate(srv.URL), chromedp.WaitReady(chromedp.CSS(`body`)))
+	var got map[string][]string
+	eval(t, ctx, `import("/board.js").then(({ boardColumns }) => {
+		const rows = [
+			{ id: "w", status: "waiting", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "q-late-p1", status: "queued", priority: 1, created_at: "2026-01-03T00:00:00Z" },
+			{ id: "q-old-p4", status: "queued", priority: 4, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "q-old-p1", status: "queued", priority: 1, created_at: "2026-01-02T00:00:00Z" },
+			{ id: "r", status: "running", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "asks", status: "awaiting_input", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "paused", status: "paused", priority: 2, created_at: "2026-01-02T00:00:00Z" },
+			{ id: "ok", status: "succeeded", priority: 3, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "failed", status: "failed", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+			{ id: "blocked", status: "blocked", priority: 2, created_at: "2026-01-02T00:00:00Z" },
+			{ id: "x", status: "cancelled", priority: 2, created_at: "2026-01-01T00:00:00Z" },
+		];
+		return Object.fromEntries([...boardColumns(rows)].map(([k, list]) => [k, list.map(t => t.id)]));
+	})`, &got)
+	want := map[string][]string{"waiting": {"w"}, "queued": {"q-old-p1", "q-late-p1", "q-old-p4"}, "running": {"r"},
+		"review": {"asks", "paused"}, "succeeded": {"ok"}, "failed": {"failed", "blocked"}, "cancelled": {"x"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("board columns = %v, want %v", got, want)
+	}
+}
+
+// TestBoardBlockedInChromium: a failing task blocks its dependent on the
+// board, and a retry from the page that succeeds releases it, live.
+func TestBoardBlockedInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	model := scripted.Func(func(req *scripted.Request) scripted.Reply {
+		last, prompt := req.LastUserMessage()
+		if strings.HasPrefix(prompt, "flaky") && failing.Load() {
+			return scripted.Reply{Status: http.StatusBadRequest, ErrorMessage: "the model refuses, this once"}
+		}
+		step := 0
+		for _, m := range req.Messages[last+1:] {
+			step += len(m.ToolCalls)
+		}
+		if step == 0 {
+			return llmtest.Call("write_file", map[string]string{"path": strings.Fields(prompt)[0] + ".txt", "content": "done\n"})
+		}
+		return llmtest.Call("finish", map[string]string{"summary": "done"})
+	})
+	c := newConsole(t, model)
+	ctx := browse(t, 120*time.Second)
+	card := func(column, id string) string {
+		return fmt.Sprintf(`#board .board-col[data-column="%s"] li.card[data-id="%s"]`, column, id)
+	}
+	submit := func(prompt string, deps ...string) string {
+		t.Helper()
+		var before string
+		eval(t, ctx, `document.body.dataset.task || ""`, &before)
+		actions := []chromedp.Action[chromedp.Void]{setValue(`#type`, "build"), keys(`#prompt`, prompt)}
+		for _, d := range deps {
+			actions = append(actions, click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
+		}
+		actions = append(actions, click(`#submit`),
+			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)))
+		run(t, ctx, "submit "+prompt, actions...)
+		var id string
+		eval(t, ctx, `document.body.dataset.task`, &id)
+		return id
+	}
+
+	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`), click(`#deps summary`))
+	flaky := submit("flaky step")
+	dependent := submit("dependent step", flaky)
+	run(t, ctx, "the failure blocks the dependent",
+		visible(card("failed", flaky)+`[data-status="failed"]`),
+		visible(card("failed", dependent)+`[data-status="blocked"]`),
+	)
+	screenshot(t, ctx, "board-blocked")
+	failing.Store(false)
+	run(t, ctx, "retry the failed task from its card",
+		click(card("failed", flaky)),
+		visible(fmt.Sprintf(`body[data-task="%s"]`, flaky)),
+		enabled(`#retry`),
+		click(`#retry`),
+		visible(card("succeeded", flaky)),
+		visible(card("succeeded", dependent)),
+	)
+}
