@@ -41,6 +41,8 @@ type Server struct {
 	// ErrorMessage); any other Reply gets the picture. Without it every
 	// image request gets the picture.
 	ImageResponder func(*ImageRequest) Reply
+	// Limit, when set, refuses chat completions past its pace with 429.
+	Limit *RateLimit
 
 	mu            sync.Mutex
 	requests      []Request
@@ -83,6 +85,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.record(req)
 	if decodeErr != nil {
 		writeError(w, http.StatusBadRequest, "", decodeErr.Error())
+		return
+	}
+	if s.Limit != nil && !s.Limit.take(w.Header(), time.Now()) {
+		writeError(w, http.StatusTooManyRequests, "", "rate limit reached for requests")
 		return
 	}
 	if s.RejectRequiredToolChoice && req.ToolChoice == string(llm.ToolChoiceRequired) {
