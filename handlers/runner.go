@@ -50,8 +50,8 @@ const (
 	// CodeLLMRateLimited: the provider kept refusing for its rate limit
 	// longer than LLM_RATE_LIMIT_MAX_WAIT; the task is handed back.
 	CodeLLMRateLimited = "llm_rate_limited"
-	CodeStorage      = "storage_error"
-	CodeInternal     = "internal_error"
+	CodeStorage        = "storage_error"
+	CodeInternal       = "internal_error"
 	// CodeConflict: a file the build changed was changed by someone else
 	// meanwhile; nothing was applied.
 	CodeConflict = "change_conflict"
