@@ -27,7 +27,9 @@ const (
 	// syncInterval is how often a busy pacer reconciles with the other
 	// replicas through its Sharer.
 	syncInterval = time.Second
-	syncTimeout  = 3 * time.Second
+	// A refusal tells the others sooner: they may be overshooting too.
+	refusedSyncInterval = 100 * time.Millisecond
+	syncTimeout         = 3 * time.Second
 	// tokenBurst is how many seconds of the token pace one burst may use.
 	tokenBurst = 6.0
 )
@@ -62,6 +64,14 @@ type pacer struct {
 	busy         bool
 	lastProbe    time.Time
 	lastDecrease time.Time
+	// wmax is the estimate before the last back-off: probing returns to
+	// it quickly, and past it slowly.
+	wmax float64
+	// Answers counted over the current second, and the rate of the last
+	// one: while the provider refuses, it answers about its limit.
+	winStart     time.Time
+	winCount     int
+	answeredRate float64
 	syncing      bool
 	lastSync     time.Time
 	lastRate     float64 // last rate reported to obs
@@ -276,7 +286,10 @@ func (p *pacer) probe(now time.Time) {
 	if p.slowStart {
 		p.total = min(p.total*2, maxRPS)
 	} else {
-		p.total = min(p.total*(1+probeStep), maxRPS)
+		p.total = min(p.total+max(p.total*probeStep, (p.wmax-p.total)/2), maxRPS)
+	}
+	if p.capRPS > 0 {
+		p.total = min(p.total, p.capRPS)
 	}
 	p.paced()
 }
@@ -296,7 +309,17 @@ func (p *pacer) answered(h http.Header) {
 	l := readLimits(h, now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.roll(now)
+	p.winCount++
 	p.learn(now, l)
+}
+
+// roll starts a new second of counting answers when the last is over.
+func (p *pacer) roll(now time.Time) {
+	if d := now.Sub(p.winStart); d >= time.Second {
+		p.answeredRate = float64(p.winCount) / d.Seconds()
+		p.winStart, p.winCount = now, 0
+	}
 }
 
 // learn takes what the x-ratelimit headers said.
@@ -343,10 +366,19 @@ func (p *pacer) refused(h http.Header, wait time.Duration, departed time.Time) {
 		if p.slowStart {
 			factor = 0.5 // the pace doubled past the limit within the last second
 		}
-		p.total = max(p.total*factor, minRPS)
+		p.wmax = p.total
+		if p.slowStart {
+			p.wmax = p.total / 2 // the last pace that was not refused
+		}
+		// Not below what the provider answered in the last second, all
+		// replicas alike: refusing, it answers about its limit.
+		p.roll(now)
+		floor := min(p.answeredRate*float64(p.live)*0.9, p.total)
+		p.total = max(p.total*factor, floor, minRPS)
 		p.slowStart, p.lastDecrease = false, now
 		p.paced()
 	}
+	p.syncAfter(now, refusedSyncInterval)
 	if wait >= blockAfter {
 		if until := now.Add(wait); until.After(p.blocked) {
 			p.blocked = until
@@ -374,8 +406,11 @@ func (p *pacer) charge(estimated, used float64) {
 
 // maybeSync starts a reconciliation with the other replicas when one is
 // due. Called with p.mu held.
-func (p *pacer) maybeSync(now time.Time) {
-	if p.share == nil || p.syncing || now.Sub(p.lastSync) < syncInterval {
+func (p *pacer) maybeSync(now time.Time) { p.syncAfter(now, syncInterval) }
+
+// syncAfter starts a reconciliation unless one ran within interval.
+func (p *pacer) syncAfter(now time.Time, interval time.Duration) {
+	if p.share == nil || p.syncing || now.Sub(p.lastSync) < interval {
 		return
 	}
 	p.syncing, p.lastSync = true, now
@@ -399,9 +434,12 @@ func (p *pacer) sync(mine PaceState) {
 	}
 	p.live = max(live, 1)
 	if agreed.RPS > 0 && !math.IsInf(agreed.RPS, 0) && (agreed.Learned || !p.learned) {
-		if agreed.RPS < p.total || !agreed.Probing {
-			p.slowStart = p.slowStart && agreed.Probing
+		if !agreed.Probing && !agreed.Learned && agreed.RPS < p.total {
+			// Another replica backed off: so does this one, once, and
+			// its calls already under way say nothing of the new pace.
+			p.wmax, p.lastDecrease = max(p.wmax, agreed.RPS/0.7), time.Now()
 		}
+		p.slowStart = p.slowStart && agreed.Probing
 		p.total, p.learned = agreed.RPS, agreed.Learned
 	}
 	if agreed.TPS > 0 {
