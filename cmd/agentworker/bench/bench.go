@@ -101,6 +101,8 @@ type Report struct {
 	Steady   Steady   `json:"steady"`
 	Replicas Replicas `json:"replicas"`
 
+	ProviderLimit ProviderLimit `json:"provider_limit"`
+
 	RSSMB struct {
 		Tasks1   float64 `json:"tasks_1"`
 		Tasks10  float64 `json:"tasks_10"`
@@ -152,6 +154,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"inflight", runInFlight},
 		{"steady", runSteady},
 		{"replicas", runReplicas},
+		{"provider-limit", runProviderLimit},
 		{"memory", runMemory},
 	}
 	for _, s := range steps {
