@@ -27,8 +27,11 @@ const (
 	// syncInterval is how often a busy pacer reconciles with the other
 	// replicas through its Sharer.
 	syncInterval = time.Second
-	// A refusal tells the others sooner: they may be overshooting too.
+	// A refusal tells the others sooner: they may be overshooting too. So
+	// does a new pacer, whose first syncs may find the others not there
+	// yet.
 	refusedSyncInterval = 100 * time.Millisecond
+	startSyncPeriod     = 3 * time.Second
 	syncTimeout         = 3 * time.Second
 	// tokenBurst is how many seconds of the token pace one burst may use.
 	tokenBurst = 6.0
@@ -53,13 +56,16 @@ type pacer struct {
 	learned    bool // total read from x-ratelimit headers
 	slowStart  bool
 	live       int // replicas sharing the key, this one included
-	blocked    time.Time
-	next       time.Time // earliest next departure
-	tokens     float64   // token bucket of this replica
-	tokensAt   time.Time
-	queue      []*waiter
-	running    bool // the dispatcher goroutine runs
-	wake       chan struct{}
+	// weight is this replica's published demand (queued calls + 1) and
+	// totalWeight all live replicas' (0: not shared yet).
+	weight, totalWeight float64
+	blocked             time.Time
+	last                time.Time // the last departure, as scheduled
+	tokens              float64   // token bucket of this replica
+	tokensAt            time.Time
+	queue               []*waiter
+	running             bool // the dispatcher goroutine runs
+	wake                chan struct{}
 	// busy: a call queued since the last probe.
 	busy         bool
 	lastProbe    time.Time
@@ -75,6 +81,7 @@ type pacer struct {
 	syncing      bool
 	lastSync     time.Time
 	lastRate     float64 // last rate reported to obs
+	created      time.Time
 }
 
 type waiter struct {
@@ -86,7 +93,7 @@ type waiter struct {
 
 func newPacer(key PaceKey, cfg RateLimitConfig, logger *slog.Logger) *pacer {
 	p := &pacer{key: key, capRPS: cfg.MaxRPM / 60, capTPS: cfg.MaxTPM / 60, share: cfg.Share, obs: cfg.Observer,
-		logger: logger, live: 1, wake: make(chan struct{}, 1), lastProbe: time.Now()}
+		logger: logger, live: 1, wake: make(chan struct{}, 1), lastProbe: time.Now(), created: time.Now()}
 	if p.capRPS > 0 {
 		p.total = p.capRPS // the operator named the limit: no need to find it
 	} else {
@@ -103,12 +110,27 @@ func (p *pacer) rate() float64 {
 	if p.capRPS > 0 {
 		t = min(t, p.capRPS)
 	}
-	return t / float64(max(p.live, 1))
+	return t * p.part()
+}
+
+// part is this replica's part of the key's limit: by the calls each live
+// replica had queued at the last sync (and one more each, so an idle one
+// still gets going), so that busy replicas are not held back by idle ones.
+func (p *pacer) part() float64 {
+	if p.totalWeight > 0 {
+		return p.weight / p.totalWeight
+	}
+	return 1 / float64(max(p.live, 1))
+}
+
+// interval is the time between two departures at the current pace.
+func (p *pacer) interval() time.Duration {
+	return time.Duration(float64(time.Second) / p.rate())
 }
 
 // tokenRate is this replica's pace in tokens per second (0: unpaced).
 func (p *pacer) tokenRate() float64 {
-	return p.tps / float64(max(p.live, 1))
+	return p.tps * p.part()
 }
 
 func (p *pacer) tokenBurstSize() float64 { return p.tokenRate() * tokenBurst }
@@ -127,8 +149,8 @@ func (p *pacer) readyAt(now time.Time, n float64) time.Time {
 	if p.blocked.After(at) {
 		at = p.blocked
 	}
-	if p.next.After(at) {
-		at = p.next
+	if next := p.last.Add(p.interval()); next.After(at) {
+		at = next
 	}
 	if r := p.tokenRate(); r > 0 {
 		p.refill(now)
@@ -144,11 +166,13 @@ func (p *pacer) readyAt(now time.Time, n float64) time.Time {
 
 // depart lets a call of n tokens leave now.
 func (p *pacer) depart(now time.Time, n float64) {
-	start := now
-	if p.next.After(start) {
-		start = p.next
+	// Scheduled, not actual: a late wake-up is caught up with, by at most
+	// one departure, so the pace holds without a burst after a pause.
+	iv := p.interval()
+	p.last = p.last.Add(iv)
+	if floor := now.Add(-iv); p.last.Before(floor) {
+		p.last = floor
 	}
-	p.next = start.Add(time.Duration(float64(time.Second) / p.rate()))
 	if p.tokenRate() > 0 {
 		p.refill(now)
 		p.tokens -= min(n, p.tokenBurstSize())
@@ -406,7 +430,13 @@ func (p *pacer) charge(estimated, used float64) {
 
 // maybeSync starts a reconciliation with the other replicas when one is
 // due. Called with p.mu held.
-func (p *pacer) maybeSync(now time.Time) { p.syncAfter(now, syncInterval) }
+func (p *pacer) maybeSync(now time.Time) {
+	if now.Sub(p.created) < startSyncPeriod {
+		p.syncAfter(now, refusedSyncInterval)
+		return
+	}
+	p.syncAfter(now, syncInterval)
+}
 
 // syncAfter starts a reconciliation unless one ran within interval.
 func (p *pacer) syncAfter(now time.Time, interval time.Duration) {
@@ -414,7 +444,8 @@ func (p *pacer) syncAfter(now time.Time, interval time.Duration) {
 		return
 	}
 	p.syncing, p.lastSync = true, now
-	mine := PaceState{RPS: p.total, TPS: p.tps, Learned: p.learned, Probing: p.slowStart, BlockedUntil: p.blocked}
+	mine := PaceState{RPS: p.total, TPS: p.tps, Learned: p.learned, Probing: p.slowStart, BlockedUntil: p.blocked,
+		Demand: float64(len(p.queue) + 1)}
 	go p.sync(mine)
 }
 
@@ -433,6 +464,9 @@ func (p *pacer) sync(mine PaceState) {
 		return
 	}
 	p.live = max(live, 1)
+	if agreed.Demand >= mine.Demand {
+		p.weight, p.totalWeight = mine.Demand, agreed.Demand
+	}
 	if agreed.RPS > 0 && !math.IsInf(agreed.RPS, 0) && (agreed.Learned || !p.learned) {
 		if !agreed.Probing && !agreed.Learned && agreed.RPS < p.total {
 			// Another replica backed off: so does this one, once, and

@@ -92,6 +92,9 @@ type PaceState struct {
 	Probing bool
 	// BlockedUntil is when the provider said it accepts calls again.
 	BlockedUntil time.Time
+	// Demand is a replica's weight in the share: its queued calls and one.
+	// Agreed, it is the live replicas' sum.
+	Demand float64
 }
 
 // Sharer shares a key's pace among the replicas calling it.

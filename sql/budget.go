@@ -35,7 +35,8 @@ type ProviderBudget struct {
 // been raised); else the newest of the estimates past their cautious
 // start (a replica that was refused lowers it for all, one that probed
 // raises it for all); else the highest cautious one. The latest wait the
-// provider asked for holds for all.
+// provider asked for holds for all. The agreed Demand is the sum of the
+// live replicas', each replica's share of the limit being its own part.
 func (b *ProviderBudget) Share(ctx context.Context, key llm.PaceKey, mine llm.PaceState) (llm.PaceState, int, error) {
 	lease := b.Lease
 	if lease <= 0 {
@@ -46,31 +47,31 @@ func (b *ProviderBudget) Share(ctx context.Context, key llm.PaceKey, mine llm.Pa
 		blocked = &mine.BlockedUntil
 	}
 	rows, err := b.DB.Query(ctx, `WITH mine AS (
-			INSERT INTO llm_provider_budget AS b (endpoint, model, replica, rps, tps, learned, probing, blocked_until, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + $9::interval)
-			ON CONFLICT (endpoint, model, replica) DO UPDATE SET rps = excluded.rps, tps = excluded.tps,
+			INSERT INTO llm_provider_budget AS b (endpoint, model, replica, rps, tps, learned, probing, blocked_until, demand, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, now() + $9::interval)
+			ON CONFLICT (endpoint, model, replica) DO UPDATE SET rps = excluded.rps, tps = excluded.tps, demand = excluded.demand,
 				learned = excluded.learned, probing = excluded.probing, blocked_until = excluded.blocked_until,
 				expires_at = excluded.expires_at,
 				changed_at = CASE WHEN b.rps = excluded.rps THEN b.changed_at ELSE now() END
-			RETURNING rps, tps, learned, probing, blocked_until, changed_at
+			RETURNING rps, tps, learned, probing, blocked_until, changed_at, demand
 		), gone AS (
 			DELETE FROM llm_provider_budget WHERE (endpoint, model, replica) IN (
 				SELECT endpoint, model, replica FROM llm_provider_budget
 				WHERE endpoint = $1 AND model = $2 AND expires_at < now() - $9::interval
 				FOR UPDATE SKIP LOCKED)
 		)
-		SELECT rps, tps, learned, probing, blocked_until, changed_at FROM mine
+		SELECT rps, tps, learned, probing, blocked_until, changed_at, demand FROM mine
 		UNION ALL
-		SELECT rps, tps, learned, probing, blocked_until, changed_at FROM llm_provider_budget
+		SELECT rps, tps, learned, probing, blocked_until, changed_at, demand FROM llm_provider_budget
 		WHERE endpoint = $1 AND model = $2 AND replica <> $3 AND expires_at > now()`,
-		key.Endpoint, key.Model, b.Replica, mine.RPS, mine.TPS, mine.Learned, mine.Probing, blocked, lease)
+		key.Endpoint, key.Model, b.Replica, mine.RPS, mine.TPS, mine.Learned, mine.Probing, blocked, lease, max(mine.Demand, 1))
 	if err != nil {
 		return llm.PaceState{}, 0, fmt.Errorf("share the rate limit of %s model %q: %w", key.Endpoint, key.Model, err)
 	}
 	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (view, error) {
 		var v view
 		var until *time.Time
-		err := row.Scan(&v.RPS, &v.TPS, &v.Learned, &v.Probing, &until, &v.changed)
+		err := row.Scan(&v.RPS, &v.TPS, &v.Learned, &v.Probing, &until, &v.changed, &v.Demand)
 		if until != nil {
 			v.BlockedUntil = *until
 		}
@@ -113,6 +114,7 @@ func agree(views []view) llm.PaceState {
 		out.RPS, out.Probing = probing.RPS, true
 	}
 	for _, v := range views {
+		out.Demand += v.Demand
 		out.TPS = max(out.TPS, v.TPS)
 		if v.BlockedUntil.After(out.BlockedUntil) {
 			out.BlockedUntil = v.BlockedUntil

@@ -3,8 +3,8 @@
 -- A provider limits an API key, not a process. Every replica calling an
 -- endpoint and model keeps one row here: its view of the key's limit and
 -- a lease it renews about every second while it calls. Each replica paces
--- itself at the limit the live rows agree on divided by their number, so
--- together they stay within it; a replica that stops renewing (idle, or
+-- itself at its part of the limit the live rows agree on, by the calls
+-- each had queued (demand), so together they stay within it; a replica that stops renewing (idle, or
 -- dead) stops taking a share when its lease ends. Rows are small and
 -- rewritten often: the table is internal and never read by apps.
 CREATE TABLE llm_provider_budget (
@@ -23,6 +23,8 @@ CREATE TABLE llm_provider_budget (
     -- When rps last changed, by the database's clock: the newest estimate
     -- is the one the replicas follow.
     changed_at    timestamptz NOT NULL DEFAULT now(),
+    -- This replica's weight in the share: the calls it had queued, and 1.
+    demand        double precision NOT NULL DEFAULT 1 CHECK (demand >= 1),
     -- The provider asked every caller to wait until then.
     blocked_until timestamptz,
     expires_at    timestamptz NOT NULL,

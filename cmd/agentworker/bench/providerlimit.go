@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/agentworker/agentworker/llm/scripted"
 	"github.com/agentworker/agentworker/worker"
 )
@@ -33,6 +35,8 @@ type ProviderLimitRun struct {
 	WallS        float64 `json:"wall_s"`
 	IdealS       float64 `json:"ideal_s"`
 	WallRatio    float64 `json:"wall_ratio"`
+	// Errors are the failed tasks' errors (a few).
+	Errors []string `json:"errors,omitempty"`
 }
 
 func runProviderLimit(ctx context.Context, opts Options, r *Report) error {
@@ -121,6 +125,14 @@ func providerLimitRun(ctx context.Context, opts Options, root string, k int, hea
 	var finished time.Time
 	if err := db.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status <> 'succeeded' AND prompt = 'provider-limit'), max(finished_at)
 		FROM ai_tasks`).Scan(&run.Failed, &finished); err != nil {
+		return run, err
+	}
+	rows, err := db.pool.Query(ctx, `SELECT status || ': ' || coalesce(error::text, '') FROM ai_tasks
+		WHERE status <> 'succeeded' AND prompt = 'provider-limit' LIMIT 3`)
+	if err != nil {
+		return run, err
+	}
+	if run.Errors, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		return run, err
 	}
 	answered, refused := limit.Counts()
