@@ -23,8 +23,8 @@ import (
 
 	"github.com/agentworker/agentworker/api"
 	"github.com/agentworker/agentworker/auth"
-	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/console"
+	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,5 +165,35 @@ func TestRateLimitRetryAfter(t *testing.T) {
 				t.Errorf("waits reported = %v, want %v", waits, tt.wantWaits)
 			}
 		})
+	}
+}
+
+// TestRateLimitTokens: with LLM_MAX_TPM set, calls leave no faster than
+// their tokens allow, beyond a burst of a tenth of a minute's worth.
+func TestRateLimitTokens(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }))
+	const (
+		calls  = 10
+		tokens = 10000 // per call: a prompt of 40,000 bytes
+		tpm    = 600000
+	)
+	client := newClient(t, srv, func(c *llm.Config) { c.RateLimit.MaxTPM = tpm })
+	prompt := strings.Repeat("x", 4*tokens)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			if _, err := client.Complete(t.Context(), userRequest(prompt)); err != nil {
+				t.Errorf("complete: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	// 100,000 tokens at 10,000/s with 60,000 at once: about 4 s.
+	burst := float64(tpm) / 60 * 6
+	want := time.Duration((calls*tokens - burst) / (tpm / 60) * float64(time.Second))
+	if elapsed := time.Since(start); elapsed < want*3/4 {
+		t.Errorf("%d calls of %d tokens took %s, want at least about %s at %d tokens a minute", calls, tokens, elapsed, want, tpm)
 	}
 }
