@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -190,7 +191,7 @@ func (c *Client) watchLimits(req *http.Request, next option.MiddlewareNext) (*ht
 	if err != nil || res == nil || cs == nil {
 		return res, err
 	}
-	if refusal(res.StatusCode, res.Header) {
+	if refusal(res.StatusCode, res.Header) && !quotaExhausted(res) {
 		cs.refused, cs.refusals = true, cs.refusals+1
 		wait, named := retryAfter(res.Header, time.Now())
 		if !named {
@@ -204,6 +205,29 @@ func (c *Client) watchLimits(req *http.Request, next option.MiddlewareNext) (*ht
 	}
 	return res, err
 }
+
+// quotaExhausted reports whether a 429 says the account is out of
+// credit (OpenAI's insufficient_quota): no wait ends that. The error body
+// is read and put back for openai-go.
+func quotaExhausted(res *http.Response) bool {
+	if res.StatusCode != http.StatusTooManyRequests || res.Body == nil {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	_ = res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	if bytes.Contains(body, []byte(codeInsufficientQuota)) {
+		res.Header.Set("x-should-retry", "false")
+		return true
+	}
+	return false
+}
+
+// codeInsufficientQuota is the error code of a 429 that no wait ends.
+const codeInsufficientQuota = "insufficient_quota"
 
 // paced makes one call of model through its pacer: it waits for the pace,
 // and when the provider refuses the call, waits as asked and tries again,
@@ -561,7 +585,7 @@ func (c *Client) convertError(ctx context.Context, err error) error {
 			Type:       redact(sdkErr.Type, c.apiKey),
 			Code:       redact(sdkErr.Code, c.apiKey),
 			Message:    redact(sdkErr.Message, c.apiKey),
-			Transient:  transientStatus(sdkErr.StatusCode),
+			Transient:  transientStatus(sdkErr.StatusCode) && sdkErr.Code != codeInsufficientQuota,
 		}
 	}
 	var streamErr *ssestream.StreamError

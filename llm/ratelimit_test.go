@@ -197,3 +197,22 @@ func TestRateLimitTokens(t *testing.T) {
 		t.Errorf("%d calls of %d tokens took %s, want at least about %s at %d tokens a minute", calls, tokens, elapsed, want, tpm)
 	}
 }
+
+// TestInsufficientQuotaIsNotWaitedOut: a 429 saying the account is out of
+// credit fails at once, as an error trying again will not mend.
+func TestInsufficientQuotaIsNotWaitedOut(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply {
+		return scripted.Reply{Status: http.StatusTooManyRequests, RetryAfter: "1", ErrorMessage: "You exceeded your current quota.",
+			ErrorCode: "insufficient_quota"}
+	}))
+	client := newClient(t, srv, nil)
+	_, err := client.Complete(t.Context(), userRequest("hi"))
+	var api *llm.APIError
+	if !errors.As(err, &api) || api.StatusCode != http.StatusTooManyRequests || llm.IsTransient(err) {
+		t.Fatalf("err = %v, want a non-transient 429", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}

@@ -107,6 +107,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reply.Status != 0 {
+		if reply.ErrorCode != "" {
+			writeCodedError(w, reply.Status, reply.RetryAfter, reply.ErrorMessage, reply.ErrorCode)
+			return
+		}
 		writeError(w, reply.Status, reply.RetryAfter, reply.ErrorMessage)
 		return
 	}
@@ -382,6 +386,19 @@ func writeError(w http.ResponseWriter, status int, retryAfter, message string) {
 	var e wireError
 	e.Error.Message = message
 	e.Error.Type, e.Error.Code = errorKind(status)
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	writeJSON(w, status, e)
+}
+
+// writeCodedError is writeError with code as the error's type and code.
+func writeCodedError(w http.ResponseWriter, status int, retryAfter, message, code string) {
+	if message == "" {
+		message = http.StatusText(status)
+	}
+	var e wireError
+	e.Error.Message, e.Error.Type, e.Error.Code = message, code, &code
 	if retryAfter != "" {
 		w.Header().Set("Retry-After", retryAfter)
 	}
