@@ -687,3 +687,35 @@ func TestConsoleLinkCannotSwapToken(t *testing.T) {
 		t.Errorf("after declining: %+v; want the page unchanged", state)
 	}
 }
+
+// TestRateLimitWaitInChromium: a task whose provider refuses a call for
+// its rate limit shows, in the page's timeline, that it waits and for how
+// long, then goes on to finish.
+func TestRateLimitWaitInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, scripted.Queue(
+		llmtest.Error(http.StatusTooManyRequests, "2"),
+		llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": "alpha\n"}),
+		scripted.Reply{ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"wrote a.txt"}`}}},
+	))
+	ctx := browse(t, 90*time.Second)
+	run(t, ctx, "submit and wait for the end",
+		chromedp.Navigate(c.page()),
+		visible(`#submit`),
+		setValue(`#type`, "build"),
+		keys(`#prompt`, "write a.txt"),
+		click(`#submit`),
+		visible(`body[data-status="completed"]`),
+	)
+	var rows []string
+	eval(t, ctx, `[...document.querySelectorAll('#timeline li')].map(li => li.textContent)`, &rows)
+	found := false
+	for _, r := range rows {
+		found = found || strings.Contains(r, "waiting for the provider's rate limit (about 2s)")
+	}
+	if !found {
+		t.Errorf("timeline rows %q show no rate-limit wait", rows)
+	}
+	screenshot(t, ctx, "rate-limit-wait")
+}

@@ -4,7 +4,7 @@
 export type AgentEventType = "agent_phase" | "tool_call" | "file_update" | "self_repair" | "log" | "error" | "progress";
 
 /** ProgressKind is the kind of a progress event. */
-export type ProgressKind = "stage_enter" | "stage_exit" | "iteration_start" | "tool_start" | "tool_complete" | "thinking" | "stream_delta" | "stream_complete";
+export type ProgressKind = "stage_enter" | "stage_exit" | "iteration_start" | "tool_start" | "tool_complete" | "thinking" | "stream_delta" | "stream_complete" | "rate_limit_wait";
 
 /** Event is one stored event of a task's timeline. */
 export interface BaseAgentEvent {
@@ -122,7 +122,7 @@ export interface ErrorEvent extends BaseAgentEvent {
 
 /** Progress is a progress event. Which fields are set depends on Kind. */
 export interface ProgressPayload {
-  kind: "stage_enter" | "stage_exit" | "iteration_start" | "tool_start" | "tool_complete" | "thinking" | "stream_delta" | "stream_complete";
+  kind: "stage_enter" | "stage_exit" | "iteration_start" | "tool_start" | "tool_complete" | "thinking" | "stream_delta" | "stream_complete" | "rate_limit_wait";
   timestamp: string;
   /** stage_enter / stage_exit */
   stage?: string;
@@ -135,7 +135,7 @@ export interface ProgressPayload {
   toolArgs?: unknown;
   toolResult?: unknown;
   toolSuccess?: boolean;
-  /** milliseconds */
+  /** milliseconds; rate_limit_wait: the expected wait */
   duration?: number;
   /** stream_delta / stream_complete */
   delta?: string;

@@ -66,6 +66,8 @@ func Format(ev Event) string {
 			body += fmt.Sprintf(" %q", p.Delta)
 		case KindStreamComplete:
 			body += fmt.Sprintf(" (%d bytes)", p.TotalLength)
+		case KindRateLimitWait:
+			body += fmt.Sprintf(" %dms", p.Duration)
 		}
 		if p.Message != "" {
 			body += ": " + p.Message

@@ -170,6 +170,9 @@ const (
 	KindThinking       ProgressKind = "thinking"
 	KindStreamDelta    ProgressKind = "stream_delta"
 	KindStreamComplete ProgressKind = "stream_complete"
+	// KindRateLimitWait: the task waits for its model provider's rate
+	// limit, for about duration milliseconds, before its next call.
+	KindRateLimitWait ProgressKind = "rate_limit_wait"
 )
 
 // Progress is a progress event. Which fields are set depends on Kind.
@@ -190,7 +193,7 @@ type Progress struct {
 	ToolArgs    json.RawMessage `json:"toolArgs,omitempty"`
 	ToolResult  json.RawMessage `json:"toolResult,omitempty"`
 	ToolSuccess *bool           `json:"toolSuccess,omitempty"`
-	Duration    int64           `json:"duration,omitempty"` // milliseconds
+	Duration    int64           `json:"duration,omitempty"` // milliseconds; rate_limit_wait: the expected wait
 
 	// stream_delta / stream_complete
 	Delta       string `json:"delta,omitempty"`

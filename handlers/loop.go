@@ -555,6 +555,15 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 			}
 		}
 	}
+	var waitErr error
+	req.OnRateLimitWait = func(d time.Duration) {
+		// Written at once: the timeline shows why nothing moves. The
+		// wait itself holds no connection and no turn.
+		if waitErr == nil {
+			_, waitErr = l.rec.Emit(ctx, events.Progress{Kind: events.KindRateLimitWait, Iteration: l.iterations,
+				Duration: d.Milliseconds(), Message: fmt.Sprintf("waiting for the provider's rate limit (about %s)", d.Round(time.Second))})
+		}
+	}
 	start := time.Now()
 	// The model call is a wait: the task gives up its turn to work.
 	resp, err := gate.Wait(ctx, func() (llm.Response, error) { return l.llm.Complete(ctx, req) })
@@ -563,6 +572,9 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 	}
 	if streamErr != nil {
 		return llm.Response{}, streamErr
+	}
+	if waitErr != nil {
+		return llm.Response{}, waitErr
 	}
 	l.usage = l.usage.Add(resp.Usage)
 	l.cost += l.price.Cost(resp.Usage)

@@ -47,8 +47,11 @@ const (
 	CodeEmptyPrompt  = "empty_prompt"
 	CodeLLMError     = "llm_error"
 	CodeLLMTransient = "llm_unavailable"
-	CodeStorage      = "storage_error"
-	CodeInternal     = "internal_error"
+	// CodeLLMRateLimited: the provider kept refusing for its rate limit
+	// longer than LLM_RATE_LIMIT_MAX_WAIT; the task is handed back.
+	CodeLLMRateLimited = "llm_rate_limited"
+	CodeStorage        = "storage_error"
+	CodeInternal       = "internal_error"
 	// CodeConflict: a file the build changed was changed by someone else
 	// meanwhile; nothing was applied.
 	CodeConflict = "change_conflict"
@@ -773,6 +776,7 @@ func classify(err error) (code, msg string) {
 	var term *TerminationError
 	var api *llm.APIError
 	var blocked *BlockedError
+	var busy *llm.RateLimitError
 	switch {
 	case errors.As(err, &blocked):
 		return CodeExpectationMismatch, blocked.Error()
@@ -780,6 +784,8 @@ func classify(err error) (code, msg string) {
 		return te.code, te.err.Error()
 	case errors.As(err, &term):
 		return term.Reason, term.Error()
+	case errors.As(err, &busy):
+		return CodeLLMRateLimited, err.Error()
 	case errors.As(err, &api):
 		if api.Transient {
 			return CodeLLMTransient, api.Error()

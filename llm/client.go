@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +72,10 @@ type Config struct {
 	// Logger receives warnings, such as the tool_choice fallback.
 	// Defaults to a logger that discards everything.
 	Logger *slog.Logger
+	// RateLimit paces the calls to what the provider allows. A refusal
+	// (429, or 503 with Retry-After) is waited out and tried again, outside
+	// MaxRetries, for up to RateLimit.MaxWait.
+	RateLimit RateLimitConfig
 }
 
 // Client calls the Chat Completions API. It is safe for concurrent use.
@@ -81,6 +87,10 @@ type Client struct {
 	apiKey     string
 	timeout    time.Duration
 	logger     *slog.Logger
+	endpoint   string
+	rateLimit  RateLimitConfig
+	pacersMu   sync.Mutex
+	pacers     map[string]*pacer // by model
 	// requiredUnsupported is set once the endpoint has rejected tool_choice
 	// "required"; later calls send "auto" instead.
 	requiredUnsupported atomic.Bool
@@ -123,29 +133,125 @@ func New(cfg Config) (*Client, error) {
 		apiKey = placeholderAPIKey
 	}
 
+	if cfg.RateLimit.MaxWait <= 0 {
+		cfg.RateLimit.MaxWait = DefaultRateLimitMaxWait
+	}
+
 	// openai-go defers base URL errors to the first request; check now.
-	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("new llm client: base url %q is not an absolute http(s) url", cfg.BaseURL)
 	}
 
+	c := &Client{
+		model:      cfg.Model,
+		imageModel: cfg.ImageModel,
+		apiKey:     cfg.APIKey,
+		timeout:    cfg.Timeout,
+		logger:     cfg.Logger,
+		// The limit is the provider's, per host and API path; the
+		// credentials in a URL are not part of its name.
+		endpoint:  u.Host + strings.TrimSuffix(u.Path, "/"),
+		rateLimit: cfg.RateLimit,
+		pacers:    map[string]*pacer{},
+	}
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
 		option.WithAPIKey(apiKey),
 		option.WithMaxRetries(cfg.MaxRetries),
 		option.WithRequestTimeout(cfg.Timeout),
 		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMiddleware(c.watchLimits),
 	}
-	return &Client{
-		// The services, unlike openai.NewClient, do not read OPENAI_*
-		// environment variables: cfg is the only source of settings.
-		chat:       openai.NewChatCompletionService(opts...),
-		images:     openai.NewImageService(opts...),
-		model:      cfg.Model,
-		imageModel: cfg.ImageModel,
-		apiKey:     cfg.APIKey,
-		timeout:    cfg.Timeout,
-		logger:     cfg.Logger,
-	}, nil
+	// The services, unlike openai.NewClient, do not read OPENAI_*
+	// environment variables: cfg is the only source of settings.
+	c.chat = openai.NewChatCompletionService(opts...)
+	c.images = openai.NewImageService(opts...)
+	return c, nil
+}
+
+// pacer returns the pacer of model at the client's endpoint.
+func (c *Client) pacer(model string) *pacer {
+	c.pacersMu.Lock()
+	defer c.pacersMu.Unlock()
+	p := c.pacers[model]
+	if p == nil {
+		p = newPacer(PaceKey{Endpoint: c.endpoint, Model: model}, c.rateLimit, c.logger)
+		c.pacers[model] = p
+	}
+	return p
+}
+
+// watchLimits is the HTTP middleware that reads every answer's rate-limit
+// headers into the call's pacer, and keeps openai-go from retrying a
+// refusal on its own: the call waits it out (paced calls) instead.
+func (c *Client) watchLimits(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	res, err := next(req)
+	cs, _ := req.Context().Value(callKey{}).(*callState)
+	if err != nil || res == nil || cs == nil {
+		return res, err
+	}
+	if refusal(res.StatusCode, res.Header) && !quotaExhausted(res) {
+		cs.refused, cs.refusals = true, cs.refusals+1
+		wait, named := retryAfter(res.Header, time.Now())
+		if !named {
+			wait = refusalBackoff(cs.refusals)
+		}
+		cs.retryAfter = wait
+		cs.pacer.refused(res.Header, wait, cs.departed)
+		res.Header.Set("x-should-retry", "false")
+	} else if res.StatusCode < http.StatusBadRequest {
+		cs.pacer.answered(res.Header)
+	}
+	return res, err
+}
+
+// quotaExhausted reports whether a 429 says the account is out of
+// credit (OpenAI's insufficient_quota): no wait ends that. The error body
+// is read and put back for openai-go.
+func quotaExhausted(res *http.Response) bool {
+	if res.StatusCode != http.StatusTooManyRequests || res.Body == nil {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	_ = res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	if bytes.Contains(body, []byte(codeInsufficientQuota)) {
+		res.Header.Set("x-should-retry", "false")
+		return true
+	}
+	return false
+}
+
+// codeInsufficientQuota is the error code of a 429 that no wait ends.
+const codeInsufficientQuota = "insufficient_quota"
+
+// paced makes one call of model through its pacer: it waits for the pace,
+// and when the provider refuses the call, waits as asked and tries again,
+// until the call has waited RateLimit.MaxWait in all.
+func (c *Client) paced(ctx context.Context, model string, tokens float64, onWait func(time.Duration), call func(context.Context) error) error {
+	cs := &callState{pacer: c.pacer(model), tokens: tokens, maxWait: c.rateLimit.MaxWait, onWait: onWait}
+	ctx = withCall(ctx, cs)
+	for {
+		if err := cs.pacer.acquire(ctx, cs); err != nil {
+			if errors.Is(err, errWaitTooLong) {
+				return cs.rateLimitError()
+			}
+			return err
+		}
+		cs.refused, cs.departed = false, time.Now()
+		err := call(ctx)
+		if err == nil || !cs.refused || ctx.Err() != nil {
+			return err
+		}
+		cs.lastErr = err
+		if err := cs.sleep(ctx, cs.retryAfter); err != nil {
+			return err
+		}
+	}
 }
 
 // GenerateImage asks the Images API (POST /images/generations) for one
@@ -166,9 +272,15 @@ func (c *Client) GenerateImage(ctx context.Context, prompt, size string) ([]byte
 	} else {
 		params.OutputFormat = openai.ImageGenerateParamsOutputFormatPNG
 	}
-	resp, err := c.images.Generate(ctx, params)
+	var resp *openai.ImagesResponse
+	err := c.paced(ctx, c.imageModel, 0, nil, func(ctx context.Context) (err error) {
+		if resp, err = c.images.Generate(ctx, params); err != nil {
+			return c.convertError(ctx, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("generate image with model %q: %w", c.imageModel, c.convertError(ctx, err))
+		return nil, fmt.Errorf("generate image with model %q: %w", c.imageModel, err)
 	}
 	if len(resp.Data) == 0 || resp.Data[0].B64JSON == "" {
 		return nil, fmt.Errorf("generate image with model %q: %w", c.imageModel, ErrNoImage)
@@ -243,14 +355,26 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 		return Response{}, err
 	}
 	send := option.WithRequestBody("application/json", body)
-	if req.OnDelta == nil {
-		completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
-		if err != nil {
-			return Response{}, c.convertError(ctx, err)
+	// Four bytes a token; the answer's usage corrects the estimate.
+	tokens := float64(len(body)) / 4
+	var resp Response
+	err = c.paced(ctx, c.model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
+		if req.OnDelta == nil {
+			completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
+			if err != nil {
+				return c.convertError(ctx, err)
+			}
+			resp, err = c.response(completion)
+			return err
 		}
-		return c.response(completion)
+		resp, err = c.stream(ctx, send, req.OnDelta)
+		return err
+	})
+	if err != nil {
+		return Response{}, err
 	}
-	return c.stream(ctx, send, req.OnDelta)
+	c.pacer(c.model).charge(tokens, float64(resp.Usage.TotalTokens))
+	return resp, nil
 }
 
 // stream makes one streamed call, reporting content fragments to onDelta.
@@ -461,7 +585,7 @@ func (c *Client) convertError(ctx context.Context, err error) error {
 			Type:       redact(sdkErr.Type, c.apiKey),
 			Code:       redact(sdkErr.Code, c.apiKey),
 			Message:    redact(sdkErr.Message, c.apiKey),
-			Transient:  transientStatus(sdkErr.StatusCode),
+			Transient:  transientStatus(sdkErr.StatusCode) && sdkErr.Code != codeInsufficientQuota,
 		}
 	}
 	var streamErr *ssestream.StreamError

@@ -360,18 +360,18 @@ func TestCompleteRetries(t *testing.T) {
 			wantTransient: true,
 		},
 		{
-			name: "PersistentRateLimitDefaultRetries",
+			// Refusals are waited out, not retried: they spend none of
+			// MaxRetries.
+			name: "RateLimitsSpendNoRetries",
 			replies: []scripted.Reply{
 				llmtest.Error(http.StatusTooManyRequests, "0"),
 				llmtest.Error(http.StatusTooManyRequests, "0"),
+				llmtest.Error(http.StatusServiceUnavailable, "0"),
 				llmtest.Error(http.StatusTooManyRequests, "0"),
-				llmtest.Error(http.StatusTooManyRequests, "0"),
-				llmtest.Text("never reached"),
+				llmtest.Text("ok"),
 			},
-			maxRetries:    0, // default: 3
-			wantRequests:  4,
-			wantStatus:    http.StatusTooManyRequests,
-			wantTransient: true,
+			maxRetries:   -1,
+			wantRequests: 5,
 		},
 		{
 			name:         "BadRequestIsNotRetried",
@@ -390,7 +390,7 @@ func TestCompleteRetries(t *testing.T) {
 		{
 			name: "RetriesDisabled",
 			replies: []scripted.Reply{
-				llmtest.Error(http.StatusServiceUnavailable, "0"), llmtest.Text("never reached"),
+				llmtest.Error(http.StatusServiceUnavailable, ""), llmtest.Text("never reached"),
 			},
 			maxRetries:    -1,
 			wantRequests:  1,

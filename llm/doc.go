@@ -15,11 +15,22 @@
 //
 // # Errors and retries
 //
-// Rate limits (429) and server errors (5xx) are retried by openai-go itself,
-// honouring Retry-After, up to [Config.MaxRetries] times. An error the
-// endpoint answered with is returned as an [*APIError]; [IsTransient] tells
-// whether trying again later may succeed. Cancellation of the caller's
-// context is preserved: errors.Is(err, context.Canceled) holds.
+// Server errors (5xx), timeouts and dropped connections are retried by
+// openai-go itself up to [Config.MaxRetries] times. An error the endpoint
+// answered with is returned as an [*APIError]; [IsTransient] tells whether
+// trying again later may succeed. Cancellation of the caller's context is
+// preserved: errors.Is(err, context.Canceled) holds.
+//
+// # Rate limits
+//
+// Calls to one endpoint and model leave a queue at the pace the provider
+// allows: read from its x-ratelimit-* headers, or found from its refusals
+// (slow start, back-off, probing), capped by [RateLimitConfig.MaxRPM] and
+// MaxTPM, and shared with other replicas through a [Sharer]. A refusal (429,
+// or 503 with Retry-After) is waited out as the provider asks and tried
+// again, outside MaxRetries; a call that has waited
+// [RateLimitConfig.MaxWait] in all fails with a [*RateLimitError].
+// [Request.OnRateLimitWait] is told of each wait of a second or more.
 //
 // # tool_choice "required"
 //

@@ -79,6 +79,10 @@ func IsTransient(err error) bool {
 	if errors.As(err, &apiErr) {
 		return apiErr.Transient
 	}
+	var busy *RateLimitError
+	if errors.As(err, &busy) {
+		return true
+	}
 	if errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.EOF) {

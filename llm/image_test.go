@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -76,9 +77,13 @@ func TestGenerateImage(t *testing.T) {
 				srv := llmtest.NewWith(t, scripted.Queue(), llmtest.Images(func(*scripted.ImageRequest) scripted.Reply {
 					return scripted.Reply{Status: tt.status, ErrorMessage: "no picture today"}
 				}))
-				client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries = -1 })
+				client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.MaxWait = -1, 1500*time.Millisecond })
 
 				_, err := client.GenerateImage(t.Context(), "a red fox", "")
+				var busy *llm.RateLimitError
+				if got := errors.As(err, &busy); got != (tt.status == http.StatusTooManyRequests) {
+					t.Errorf("err = %v: a *RateLimitError is %t, want %t", err, got, !got)
+				}
 				var api *llm.APIError
 				if !errors.As(err, &api) || api.StatusCode != tt.status || api.Message != "no picture today" {
 					t.Fatalf("err = %v, want an *APIError with status %d", err, tt.status)

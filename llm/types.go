@@ -1,6 +1,9 @@
 package llm
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Role is the author of a conversation message.
 type Role string
@@ -78,6 +81,10 @@ type Request struct {
 	// OnDelta, when set, makes the call stream and receives each content
 	// fragment as it arrives. It is called from the calling goroutine.
 	OnDelta func(delta string)
+	// OnRateLimitWait, when set, is told before the call waits d or longer
+	// (a second at least) for the provider's rate limit: its pace, or a
+	// refusal's Retry-After.
+	OnRateLimitWait func(d time.Duration)
 }
 
 // Response is the model's answer to one call.

@@ -1,7 +1,8 @@
 // Package metrics holds agentworker's Prometheus metrics: tasks by status and
 // queue depth (read from Postgres at scrape time, so every replica reports
 // the same cluster-wide numbers), run durations, LLM latency and tokens,
-// tool calls and failures. The registry is injected; nothing is global.
+// the provider's rate limit (waits, refusals, pace), tool calls and
+// failures. The registry is injected; nothing is global.
 package metrics
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -26,6 +28,9 @@ type Metrics struct {
 	llmLatency  *prometheus.HistogramVec
 	llmTokens   *prometheus.CounterVec
 	toolCalls   *prometheus.CounterVec
+	rateWait    *prometheus.CounterVec
+	rateRefused *prometheus.CounterVec
+	ratePace    *prometheus.GaugeVec
 }
 
 // New registers the collectors on reg. db is read at scrape time for the
@@ -50,8 +55,18 @@ func New(reg *prometheus.Registry, db agentsql.DBTX, logger *slog.Logger) (*Metr
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentworker_tool_calls_total", Help: "Tool calls, by tool and outcome (ok, failed).",
 		}, []string{"tool", "outcome"}),
+		rateWait: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentworker_llm_rate_limit_wait_seconds_total", Help: "Time model calls waited for the provider's rate limit (pace and Retry-After), by endpoint and model.",
+		}, []string{"endpoint", "model"}),
+		rateRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentworker_llm_rate_limited_total", Help: "Model requests the provider refused for its rate limit (429, or 503 with Retry-After), by endpoint and model.",
+		}, []string{"endpoint", "model"}),
+		ratePace: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agentworker_llm_pace_requests_per_second", Help: "This process's current pace of model requests, by endpoint and model.",
+		}, []string{"endpoint", "model"}),
 	}
-	cs := []prometheus.Collector{m.runDuration, m.llmLatency, m.llmTokens, m.toolCalls, &dbCollector{db: db, logger: logger}}
+	cs := []prometheus.Collector{m.runDuration, m.llmLatency, m.llmTokens, m.toolCalls, m.rateWait, m.rateRefused, m.ratePace,
+		&dbCollector{db: db, logger: logger}}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -110,6 +125,21 @@ func (m *Metrics) Observe(p events.Payload) {
 		}
 		m.toolCalls.WithLabelValues(e.ToolName, outcome).Inc()
 	}
+}
+
+// RateRefused implements llm.RateObserver.
+func (m *Metrics) RateRefused(k llm.PaceKey) {
+	m.rateRefused.WithLabelValues(k.Endpoint, k.Model).Inc()
+}
+
+// RateWaited implements llm.RateObserver.
+func (m *Metrics) RateWaited(k llm.PaceKey, d time.Duration) {
+	m.rateWait.WithLabelValues(k.Endpoint, k.Model).Add(d.Seconds())
+}
+
+// RatePaced implements llm.RateObserver.
+func (m *Metrics) RatePaced(k llm.PaceKey, rps float64) {
+	m.ratePace.WithLabelValues(k.Endpoint, k.Model).Set(rps)
 }
 
 func number(v any) (float64, bool) {

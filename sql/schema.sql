@@ -1340,6 +1340,25 @@ COMMENT ON COLUMN public.inbox_items.kind IS 'await_user_input | task_completed.
 -- COMMENT: COLUMN inbox_items.reason
 COMMENT ON COLUMN public.inbox_items.reason IS 'Why an await_user_input item exists: question, budget, stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
 
+-- TABLE: llm_provider_budget
+CREATE TABLE public.llm_provider_budget (
+    endpoint text NOT NULL,
+    model text NOT NULL,
+    replica text NOT NULL,
+    rps double precision NOT NULL,
+    tps double precision DEFAULT 0 NOT NULL,
+    learned boolean DEFAULT false NOT NULL,
+    probing boolean DEFAULT false NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    demand double precision DEFAULT 1 NOT NULL,
+    blocked_until timestamp with time zone,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT llm_provider_budget_demand_check CHECK ((demand >= (1)::double precision)),
+    CONSTRAINT llm_provider_budget_rps_check CHECK ((rps >= (0)::double precision)),
+    CONSTRAINT llm_provider_budget_tps_check CHECK ((tps >= (0)::double precision))
+)
+WITH (fillfactor='50');
+
 -- TABLE: task_runs
 CREATE TABLE public.task_runs (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -1509,6 +1528,10 @@ ALTER TABLE ONLY public.change_sets
 -- CONSTRAINT: inbox_items inbox_items_pkey
 ALTER TABLE ONLY public.inbox_items
     ADD CONSTRAINT inbox_items_pkey PRIMARY KEY (id);
+
+-- CONSTRAINT: llm_provider_budget llm_provider_budget_pkey
+ALTER TABLE ONLY public.llm_provider_budget
+    ADD CONSTRAINT llm_provider_budget_pkey PRIMARY KEY (endpoint, model, replica);
 
 -- CONSTRAINT: task_checkpoints task_checkpoints_pkey
 ALTER TABLE ONLY public.task_checkpoints
@@ -1735,6 +1758,9 @@ CREATE POLICY inbox_items_read_own ON public.inbox_items FOR SELECT TO authentic
 
 -- POLICY: inbox_items inbox_items_service
 CREATE POLICY inbox_items_service ON public.inbox_items TO service_role USING (true) WITH CHECK (true);
+
+-- ROW SECURITY: llm_provider_budget
+ALTER TABLE public.llm_provider_budget ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: task_checkpoints
 ALTER TABLE public.task_checkpoints ENABLE ROW LEVEL SECURITY;

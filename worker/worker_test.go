@@ -57,6 +57,7 @@ type setupOpts struct {
 	concurrency   int   // defaults to 4
 	prices        llm.Prices
 	retryBackoff  time.Duration
+	rateLimit     llm.RateLimitConfig
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -82,6 +83,7 @@ func setup(t *testing.T, o setupOpts) *harness {
 	lc := h.llm.Config()
 	lc.MaxRetries = o.maxRetries
 	lc.APIKey = o.apiKey
+	lc.RateLimit = o.rateLimit
 	if lc.MaxRetries == 0 {
 		lc.MaxRetries = -1 // no retries inside a call unless the test asks
 	}
@@ -430,6 +432,53 @@ func TestTransientLLMErrors(t *testing.T) {
 		}
 		if got := len(h.llm.Requests()); got != 2 {
 			t.Errorf("model got %d requests, want 2", got)
+		}
+	})
+	t.Run("RateLimitWaitedOutWithinTheAttempt", func(t *testing.T) {
+		t.Parallel()
+		// Refusals with Retry-After are waited out inside the call, with
+		// no retries of the client's own: the task succeeds on its first
+		// attempt, and its timeline says it waited for the provider.
+		h := setup(t, setupOpts{responder: scripted.Queue(
+			llmtest.Error(429, "2"), llmtest.Error(503, "1"), llmtest.Text("hello"))})
+		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		all, task := h.waitDone(t, id)
+		if task.Status != agentsql.StatusSucceeded || task.Attempt != 1 {
+			t.Fatalf("status = %s after %d attempts, error %s; want succeeded on the first", task.Status, task.Attempt, task.Error)
+		}
+		if errs := payloadsOf[events.Error](t, all); len(errs) != 0 {
+			t.Errorf("error events = %+v, want none", errs)
+		}
+		var waits []int64
+		for _, p := range payloadsOf[events.Progress](t, all) {
+			if p.Kind == events.KindRateLimitWait {
+				waits = append(waits, p.Duration)
+				if !strings.Contains(p.Message, "rate limit") {
+					t.Errorf("wait message = %q", p.Message)
+				}
+			}
+		}
+		if len(waits) != 2 || waits[0] != 2000 || waits[1] != 1000 {
+			t.Errorf("rate_limit_wait durations = %v ms, want [2000 1000]", waits)
+		}
+		checkSeqs(t, all, 1)
+	})
+	t.Run("ProviderBusyPastMaxWaitHandedBack", func(t *testing.T) {
+		t.Parallel()
+		// A provider asking for longer than LLM_RATE_LIMIT_MAX_WAIT hands
+		// the attempt back with a typed, recoverable error; the task's own
+		// budget of tries ends it.
+		h := setup(t, setupOpts{responder: scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Error(429, "600") }),
+			rateLimit: llm.RateLimitConfig{MaxWait: 5 * time.Second}, lease: 2 * time.Second, retryBackoff: 300 * time.Millisecond})
+		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		all, task := h.waitDone(t, id)
+		var te handlers.TaskError
+		if err := json.Unmarshal(task.Error, &te); err != nil || task.Status != agentsql.StatusFailed || te.Code != handlers.CodeLLMRateLimited || !te.Recoverable {
+			t.Fatalf("status = %s, error %s (%v); want failed with a recoverable %s", task.Status, task.Error, err, handlers.CodeLLMRateLimited)
+		}
+		errs := payloadsOf[events.Error](t, all)
+		if len(errs) == 0 || !errs[0].Recoverable || errs[0].ErrorType != handlers.CodeLLMRateLimited || !strings.Contains(errs[0].Message, "provider busy") {
+			t.Errorf("first error event = %+v, want a recoverable %s saying the provider is busy", errs, handlers.CodeLLMRateLimited)
 		}
 	})
 	t.Run("ProviderFailingForeverEnds", func(t *testing.T) {

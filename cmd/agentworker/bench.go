@@ -23,7 +23,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "reduced sizes, under two minutes")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
-	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, graph, memory); all by default")
+	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, graph, memory); all by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -84,8 +84,16 @@ func TestBenchQuickSmoke(t *testing.T) {
 	if benchCPU <= 0 {
 		t.Errorf("replicas: no CPU of the bench process measured in %+v", r.Replicas.Runs)
 	}
+	if runs := r.ProviderLimit.Runs; len(runs) != 4 {
+		t.Errorf("provider-limit = %+v, want four runs (1 and 2 processes, with and without headers)", runs)
+	}
+	for _, run := range r.ProviderLimit.Runs {
+		if run.Failed != 0 || run.Answered != r.ProviderLimit.Tasks*r.ProviderLimit.CallsPerTask || run.WallS <= 0 {
+			t.Errorf("provider-limit run = %+v, want every task succeeded, every call answered once, the time measured", run)
+		}
+	}
 	md := r.Markdown()
-	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks"} {
+	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the markdown table shows no %q:\n%s", want, md)
 		}

@@ -97,12 +97,22 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 	return s, nil
 }
 
-func newLLM(cfg config, log *slog.Logger) (*llm.Client, error) {
+// newLLM is the model client. Its pace per endpoint and model is shared
+// with the other replicas through pool (when not nil), and its waits,
+// refusals and pace go to m (when not nil).
+func newLLM(cfg config, log *slog.Logger, pool *pgxpool.Pool, m *metrics.Metrics) (*llm.Client, error) {
 	if !cfg.llmConfigured() {
 		return nil, errors.New("no model endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible endpoint)")
 	}
+	rl := llm.RateLimitConfig{MaxWait: cfg.LLMRateLimitMaxWait, MaxRPM: cfg.LLMMaxRPM, MaxTPM: cfg.LLMMaxTPM}
+	if pool != nil {
+		rl.Share = &agentsql.ProviderBudget{DB: pool, Replica: uuid.NewString()}
+	}
+	if m != nil {
+		rl.Observer = m
+	}
 	return llm.New(llm.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Model: cfg.LLMModel, ImageModel: cfg.ImageModel,
-		MaxIdleConns: cfg.WorkerConcurrency, Logger: log})
+		MaxIdleConns: cfg.WorkerConcurrency, Logger: log, RateLimit: rl})
 }
 
 // startWorker wires the runner and the River service and starts it.
@@ -162,13 +172,13 @@ func serve(ctx context.Context, cfg config) error {
 		defer stopModel()
 		log.Warn("model: "+demoModelNotice, slog.String("model", cfg.LLMModel))
 	}
-	model, err := newLLM(cfg, log)
-	if err != nil {
-		return err
-	}
 	m, err := metrics.NewProcess(pool, log)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
+	}
+	model, err := newLLM(cfg, log, pool, m)
+	if err != nil {
+		return err
 	}
 	sb, commands := cfg.sandbox(ctx, log)
 	svc, err := startWorker(ctx, cfg, log, pool, st, model, m, sb)

@@ -39,6 +39,10 @@ type config struct {
 	LLMModel      string `envconfig:"LLM_MODEL" default:"gpt-4o-mini" desc:"model name sent to the endpoint"`
 	ImageModel    string `envconfig:"LLM_IMAGE_MODEL" default:"gpt-image-1" desc:"model of the generate_image tool (Images API at the same endpoint)"`
 
+	LLMRateLimitMaxWait time.Duration `envconfig:"LLM_RATE_LIMIT_MAX_WAIT" default:"30m" desc:"how long one model call may wait, in all, for the provider's rate limit (its pace, a 429's or 503's Retry-After, x-ratelimit-reset-*) before the task's attempt is handed back as llm_rate_limited; such waits spend none of the task's attempts"`
+	LLMMaxRPM           float64       `envconfig:"LLM_MAX_RPM" default:"0" desc:"cap of the requests per minute to the endpoint and model, all replicas together (0: what the provider's x-ratelimit headers say, or what its refusals show)"`
+	LLMMaxTPM           float64       `envconfig:"LLM_MAX_TPM" default:"0" desc:"cap of the tokens per minute to the endpoint and model, all replicas together (0: what the provider's x-ratelimit headers say, else none)"`
+
 	WorkerConcurrency int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it and kept open: 10 + 1 per 20 tasks, at most 50 connections)"`
 	WorkerActiveLimit int           `envconfig:"WORKER_ACTIVE_LIMIT" default:"0" desc:"how many of those tasks work at once rather than wait: a task gives up its turn while it waits on its model, a tool or a check, so a burst of answers is worked first come, first done (0: 2 per CPU Go may use; raise it when storage is far away)"`
 	MaxIterations     int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
@@ -90,6 +94,10 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
 	case c.BudgetMaxTokens < 0 || c.BudgetMaxCostUSD < 0:
 		return c, errors.New("config: BUDGET_MAX_TOKENS and BUDGET_MAX_COST_USD must not be negative")
+	case c.LLMRateLimitMaxWait <= 0:
+		return c, fmt.Errorf("config: LLM_RATE_LIMIT_MAX_WAIT must be positive, got %s", c.LLMRateLimitMaxWait)
+	case c.LLMMaxRPM < 0 || c.LLMMaxTPM < 0:
+		return c, errors.New("config: LLM_MAX_RPM and LLM_MAX_TPM must not be negative")
 	case c.TaskLease <= 0:
 		return c, fmt.Errorf("config: TASK_LEASE must be positive, got %s", c.TaskLease)
 	case c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0:

@@ -71,7 +71,7 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	model, err := newLLM(cfg, log)
+	model, err := newLLM(cfg, log, pool, nil)
 	if err != nil {
 		return err
 	}

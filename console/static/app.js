@@ -425,6 +425,12 @@ function progress(p) {
   }
 }
 
+// waitText renders a wait in milliseconds as seconds or minutes.
+function waitText(ms) {
+  const s = Math.round((ms || 0) / 1000);
+  return s < 120 ? `${s}s` : `${Math.round(s / 60)} min`;
+}
+
 function renderStream() {
   $("stream").textContent = [...streams.values()].join("\n\n");
 }
@@ -443,6 +449,7 @@ function describe(ev) {
       if (p.kind === "stage_exit") return { cls: "progress", text: `■ ${p.stage} done` };
       if (p.kind === "iteration_start") return { cls: "progress", text: `iteration ${p.iteration}` };
       if (p.kind === "stream_complete") return { cls: "progress", text: `model said ${p.totalLength} bytes` };
+      if (p.kind === "rate_limit_wait") return { cls: "progress warning", text: `⏳ waiting for the provider's rate limit (about ${waitText(p.duration)})` };
       return { cls: "progress", text: p.kind };
   }
   return { cls: "log", text: ev.type };

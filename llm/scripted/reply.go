@@ -24,6 +24,9 @@ type Reply struct {
 	RetryAfter string
 	// ErrorMessage is the error's message. Defaults to the status text.
 	ErrorMessage string
+	// ErrorCode is the error's type and code. Defaults to the status's
+	// usual ones (rate_limit_exceeded for 429).
+	ErrorCode string
 	// Usage is the token usage reported. Defaults to a rough count derived
 	// from the text lengths of the request and the answer.
 	Usage *llm.Usage

@@ -20,13 +20,19 @@ type Loopback struct {
 
 // ListenLoopback serves responder on a free 127.0.0.1 port until Close.
 func ListenLoopback(responder Responder) (*Loopback, error) {
+	return ListenLoopbackLimited(responder, nil)
+}
+
+// ListenLoopbackLimited is ListenLoopback refusing requests past limit
+// (none when nil).
+func ListenLoopbackLimited(responder Responder, limit *RateLimit) (*Loopback, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen for the scripted model: %w", err)
 	}
 	l := &Loopback{
 		URL:    "http://" + ln.Addr().String() + "/v1",
-		srv:    &http.Server{Handler: &Server{Responder: responder, DiscardRequests: true}, ReadHeaderTimeout: 5 * time.Second},
+		srv:    &http.Server{Handler: &Server{Responder: responder, DiscardRequests: true, Limit: limit}, ReadHeaderTimeout: 5 * time.Second},
 		served: make(chan error, 1),
 	}
 	go func() { l.served <- l.srv.Serve(ln) }()

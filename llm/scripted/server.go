@@ -41,6 +41,8 @@ type Server struct {
 	// ErrorMessage); any other Reply gets the picture. Without it every
 	// image request gets the picture.
 	ImageResponder func(*ImageRequest) Reply
+	// Limit, when set, refuses chat completions past its pace with 429.
+	Limit *RateLimit
 
 	mu            sync.Mutex
 	requests      []Request
@@ -85,6 +87,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", decodeErr.Error())
 		return
 	}
+	if s.Limit != nil && !s.Limit.take(w.Header(), time.Now()) {
+		writeError(w, http.StatusTooManyRequests, "", "rate limit reached for requests")
+		return
+	}
 	if s.RejectRequiredToolChoice && req.ToolChoice == string(llm.ToolChoiceRequired) {
 		writeError(w, http.StatusBadRequest, "", `tool_choice "required" is not supported by this endpoint`)
 		return
@@ -101,6 +107,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reply.Status != 0 {
+		if reply.ErrorCode != "" {
+			writeCodedError(w, reply.Status, reply.RetryAfter, reply.ErrorMessage, reply.ErrorCode)
+			return
+		}
 		writeError(w, reply.Status, reply.RetryAfter, reply.ErrorMessage)
 		return
 	}
@@ -376,6 +386,19 @@ func writeError(w http.ResponseWriter, status int, retryAfter, message string) {
 	var e wireError
 	e.Error.Message = message
 	e.Error.Type, e.Error.Code = errorKind(status)
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	writeJSON(w, status, e)
+}
+
+// writeCodedError is writeError with code as the error's type and code.
+func writeCodedError(w http.ResponseWriter, status int, retryAfter, message, code string) {
+	if message == "" {
+		message = http.StatusText(status)
+	}
+	var e wireError
+	e.Error.Message, e.Error.Type, e.Error.Code = message, code, &code
 	if retryAfter != "" {
 		w.Header().Set("Retry-After", retryAfter)
 	}

@@ -50,6 +50,12 @@ func Images(fn func(*scripted.ImageRequest) scripted.Reply) Option {
 	return func(s *scripted.Server) { s.ImageResponder = fn }
 }
 
+// Limit makes the server refuse requests past limit's pace with 429 and
+// Retry-After (and x-ratelimit headers when limit.Headers).
+func Limit(limit *scripted.RateLimit) Option {
+	return func(s *scripted.Server) { s.Limit = limit }
+}
+
 // New starts a server answering with replies in order; once they are used
 // up it answers with a 500 "script exhausted" error. The server is closed
 // when the test ends.

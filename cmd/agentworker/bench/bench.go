@@ -102,6 +102,8 @@ type Report struct {
 	Replicas Replicas `json:"replicas"`
 	Graph    Graph    `json:"graph"`
 
+	ProviderLimit ProviderLimit `json:"provider_limit"`
+
 	RSSMB struct {
 		Tasks1   float64 `json:"tasks_1"`
 		Tasks10  float64 `json:"tasks_10"`
@@ -153,6 +155,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"inflight", runInFlight},
 		{"steady", runSteady},
 		{"replicas", runReplicas},
+		{"provider-limit", runProviderLimit},
 		{"graph", runGraph},
 		{"memory", runMemory},
 	}

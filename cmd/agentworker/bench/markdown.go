@@ -66,6 +66,16 @@ func (r Report) Markdown() string {
 		row(fmt.Sprintf("%d serve process(es) bounded by their tasks (%d each, %.0f ms model), %d tasks", run.Replicas, bd.Concurrency, bd.ModelDelayMS, bd.Tasks),
 			scaled(run), "", "grows with replicas")
 	}
+	pl := r.ProviderLimit
+	for _, run := range pl.Runs {
+		headers := "Retry-After only"
+		if run.Headers {
+			headers = "x-ratelimit headers"
+		}
+		row(fmt.Sprintf("%d serve process(es), %d builds against a %.0f requests/s provider (%s): failed; refused/answered; wall ÷ ideal", run.Replicas, pl.Tasks, pl.RPS, headers),
+			fmt.Sprintf("%d; %d/%d (%.0f %%); %.1f s ÷ %.0f s = %.2f×", run.Failed, run.Refused, run.Answered, 100*run.RefusedRatio, run.WallS, run.IdealS, run.WallRatio),
+			"", "0; ≤ 10 %; ≤ 1.3×")
+	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range r.Notes {

@@ -1,0 +1,218 @@
+package llm_test
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
+	"github.com/agentworker/agentworker/testing/llmtest"
+)
+
+// observed records what a client's pacers report.
+type observed struct {
+	mu       sync.Mutex
+	refused  int
+	waited   time.Duration
+	lastPace float64
+}
+
+func (o *observed) RateRefused(llm.PaceKey) { o.mu.Lock(); o.refused++; o.mu.Unlock() }
+func (o *observed) RateWaited(_ llm.PaceKey, d time.Duration) {
+	o.mu.Lock()
+	o.waited += d
+	o.mu.Unlock()
+}
+func (o *observed) RatePaced(_ llm.PaceKey, rps float64) {
+	o.mu.Lock()
+	o.lastPace = rps
+	o.mu.Unlock()
+}
+
+// TestRateLimitPacing sends more calls at once than a provider limiting
+// requests per second answers: every call succeeds, few are refused, and
+// the whole takes about the limit's time.
+func TestRateLimitPacing(t *testing.T) {
+	t.Parallel()
+	const (
+		rps   = 20
+		calls = 200
+	)
+	for _, tt := range []struct {
+		name    string
+		headers bool
+	}{
+		{name: "RetryAfterOnly", headers: false},
+		{name: "RateLimitHeaders", headers: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			limit := &scripted.RateLimit{RPS: rps, Headers: tt.headers}
+			srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }),
+				llmtest.Limit(limit))
+			obs := &observed{}
+			client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.Observer = -1, obs })
+
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make(chan error, calls)
+			for range calls {
+				wg.Go(func() {
+					if _, err := client.Complete(t.Context(), userRequest("hi")); err != nil {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			close(errs)
+			for err := range errs {
+				t.Errorf("complete: %v", err)
+			}
+			answered, refused := limit.Counts()
+			ideal := time.Duration(float64(calls) / rps * float64(time.Second))
+			t.Logf("%d answered, %d refused (%.1f%%), %s for an ideal %s", answered, refused,
+				100*float64(refused)/float64(answered), elapsed.Round(time.Millisecond), ideal)
+			if answered != calls {
+				t.Errorf("%d calls answered, want %d", answered, calls)
+			}
+			if float64(refused) > 0.1*calls {
+				t.Errorf("%d calls refused, want at most 10%% of %d", refused, calls)
+			}
+			if obs.refused != refused {
+				t.Errorf("observer saw %d refusals, the server made %d", obs.refused, refused)
+			}
+			// Generous: the machine is shared. The bench measures closely.
+			if elapsed > 2*ideal {
+				t.Errorf("took %s, want about %s", elapsed, ideal)
+			}
+			if tt.headers && math.Abs(obs.lastPace-rps) > 0.01 {
+				t.Errorf("pace = %.2f/s, want the %d/s the headers say", obs.lastPace, rps)
+			}
+		})
+	}
+}
+
+// TestRateLimitRetryAfter: a refused call waits as asked, outside
+// MaxRetries, says so, and gives up with a *RateLimitError once the wait
+// would pass MaxWait.
+func TestRateLimitRetryAfter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		replies    []scripted.Reply
+		maxWait    time.Duration
+		wantWaits  []time.Duration // reported to OnRateLimitWait
+		wantBusy   bool
+		wantMinDur time.Duration
+	}{
+		{
+			name:       "RetryAfterHonoured",
+			replies:    []scripted.Reply{llmtest.Error(http.StatusTooManyRequests, "2"), llmtest.Text("ok")},
+			wantWaits:  []time.Duration{2 * time.Second},
+			wantMinDur: 2 * time.Second,
+		},
+		{
+			name: "ServiceUnavailableWithRetryAfter",
+			replies: []scripted.Reply{{Status: http.StatusServiceUnavailable, RetryAfter: "1"},
+				llmtest.Text("ok")},
+			wantWaits:  []time.Duration{time.Second},
+			wantMinDur: time.Second,
+		},
+		{
+			name:     "PastMaxWait",
+			replies:  []scripted.Reply{llmtest.Error(http.StatusTooManyRequests, "120"), llmtest.Text("never reached")},
+			maxWait:  time.Minute,
+			wantBusy: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := llmtest.New(t, tt.replies...)
+			client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.MaxWait = -1, tt.maxWait })
+			var waits []time.Duration
+			req := userRequest("hi")
+			req.OnRateLimitWait = func(d time.Duration) { waits = append(waits, d) }
+			start := time.Now()
+			resp, err := client.Complete(t.Context(), req)
+			if tt.wantBusy {
+				var busy *llm.RateLimitError
+				if !errors.As(err, &busy) || busy.Refusals != 1 || busy.RetryAfter != 2*time.Minute {
+					t.Fatalf("err = %v, want a *RateLimitError after 1 refusal asking for 2m", err)
+				}
+				var api *llm.APIError
+				if !errors.As(err, &api) || api.StatusCode != http.StatusTooManyRequests || !llm.IsTransient(err) {
+					t.Errorf("err = %v, want it to wrap the 429 and be transient", err)
+				}
+				if n := len(srv.Requests()); n != 1 {
+					t.Errorf("%d requests, want 1: the wait asked for is past MaxWait", n)
+				}
+				return
+			}
+			if err != nil || resp.Message.Content != "ok" {
+				t.Fatalf("complete = %q, %v; want ok", resp.Message.Content, err)
+			}
+			if d := time.Since(start); d < tt.wantMinDur {
+				t.Errorf("answered after %s, before the %s asked for", d, tt.wantMinDur)
+			}
+			if len(waits) != len(tt.wantWaits) || waits[0] != tt.wantWaits[0] {
+				t.Errorf("waits reported = %v, want %v", waits, tt.wantWaits)
+			}
+		})
+	}
+}
+
+// TestRateLimitTokens: with LLM_MAX_TPM set, calls leave no faster than
+// their tokens allow, beyond a burst of a tenth of a minute's worth.
+func TestRateLimitTokens(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }))
+	const (
+		calls  = 10
+		tokens = 10000 // per call: a prompt of 40,000 bytes
+		tpm    = 600000
+	)
+	client := newClient(t, srv, func(c *llm.Config) { c.RateLimit.MaxTPM = tpm })
+	prompt := strings.Repeat("x", 4*tokens)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			if _, err := client.Complete(t.Context(), userRequest(prompt)); err != nil {
+				t.Errorf("complete: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	// 100,000 tokens at 10,000/s with 60,000 at once: about 4 s.
+	burst := float64(tpm) / 60 * 6
+	want := time.Duration((calls*tokens - burst) / (tpm / 60) * float64(time.Second))
+	if elapsed := time.Since(start); elapsed < want*3/4 {
+		t.Errorf("%d calls of %d tokens took %s, want at least about %s at %d tokens a minute", calls, tokens, elapsed, want, tpm)
+	}
+}
+
+// TestInsufficientQuotaIsNotWaitedOut: a 429 saying the account is out of
+// credit fails at once, as an error trying again will not mend.
+func TestInsufficientQuotaIsNotWaitedOut(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply {
+		return scripted.Reply{Status: http.StatusTooManyRequests, RetryAfter: "1", ErrorMessage: "You exceeded your current quota.",
+			ErrorCode: "insufficient_quota"}
+	}))
+	client := newClient(t, srv, nil)
+	_, err := client.Complete(t.Context(), userRequest("hi"))
+	var api *llm.APIError
+	if !errors.As(err, &api) || api.StatusCode != http.StatusTooManyRequests || llm.IsTransient(err) {
+		t.Fatalf("err = %v, want a non-transient 429", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}
