@@ -61,3 +61,12 @@ func agentSection(a *agentsql.Agent) string {
 	}
 	return b.String()
 }
+
+// model is the model the task calls: its own, else its agent's, else the
+// worker's (LLM_MODEL).
+func (r *taskRun) model() string {
+	if r.lp != nil && r.lp.model != "" {
+		return r.lp.model
+	}
+	return r.runner.deps.LLM.Model()
+}

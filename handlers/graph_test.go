@@ -32,18 +32,26 @@ func TestTaskRunsAsItsAgent(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []scripted.Reply{call("read_file", m{"path": "a.txt"}), llmtest.Text("It says a.")}, handlers.Config{}, map[string]string{"a.txt": "a\n"})
 	agent := h.agent(t, "reader", "You answer in one short sentence.", []string{"read_file", "write_file"})
+	if _, err := h.pool.Exec(t.Context(), `UPDATE agents SET model = 'agent-model' WHERE id = $1`, agent); err != nil {
+		t.Fatal(err)
+	}
 	var id uuid.UUID
 	if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, agent_id) VALUES ($1, 'chat', 'what does a.txt say?', $2) RETURNING id`,
 		h.project, agent).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	_, task := h.wait(t, id)
-	result(t, task)
+	if res := result(t, task); res.Model != "agent-model" || task.Model != "agent-model" {
+		t.Errorf("the result says model %q, the task %q; want the agent's", res.Model, task.Model)
+	}
 	reqs := h.llm.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d model calls, want 2", len(reqs))
 	}
 	for i, req := range reqs {
+		if req.Model != "agent-model" {
+			t.Errorf("call %d asked for model %q, want the agent's", i, req.Model)
+		}
 		if sys := req.Messages[0].Content; !strings.Contains(sys, `You are the agent "reader" (test role)`) || !strings.Contains(sys, "You answer in one short sentence.") {
 			t.Errorf("call %d's system prompt lacks the agent: %q", i, sys)
 		}

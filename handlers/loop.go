@@ -44,7 +44,10 @@ func (e *TerminationError) Error() string {
 
 // loop is one run of the LLM tool-calling loop.
 type loop struct {
-	llm                *llm.Client
+	llm *llm.Client
+	// model is the task's own model (its model, else its agent's); empty:
+	// the client's.
+	model              string
 	registry           *tools.Registry
 	env                tools.Env
 	rec                *events.Recorder
@@ -564,6 +567,7 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 				Duration: d.Milliseconds(), Message: fmt.Sprintf("waiting for the provider's rate limit (about %s)", d.Round(time.Second))})
 		}
 	}
+	req.Model = l.model
 	start := time.Now()
 	// The model call is a wait: the task gives up its turn to work.
 	resp, err := gate.Wait(ctx, func() (llm.Response, error) { return l.llm.Complete(ctx, req) })

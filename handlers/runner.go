@@ -5,6 +5,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -411,9 +412,13 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return err
 		}
-		price, _ := r.cfg.Prices.Lookup(r.deps.LLM.Model())
+		model := task.Model
+		if model == "" && tr.agent != nil {
+			model = tr.agent.Model
+		}
+		price, _ := r.cfg.Prices.Lookup(cmp.Or(model, r.deps.LLM.Model()))
 		lp = &loop{
-			llm: r.deps.LLM, registry: registry, rec: rec, toolChoice: spec.toolChoice,
+			llm: r.deps.LLM, model: model, registry: registry, rec: rec, toolChoice: spec.toolChoice,
 			env: tools.Env{Store: tr.store, ProjectID: task.ProjectID.String(),
 				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Reserved: r.cfg.ReservedPaths, Workspace: tr.ws},
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
@@ -481,7 +486,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	}
 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
-		Usage: lp.usage, CostUSD: lp.cost, Model: r.deps.LLM.Model(), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
+		Usage: lp.usage, CostUSD: lp.cost, Model: cmp.Or(lp.model, r.deps.LLM.Model()), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
 		Checks: tr.checks, RepairAttempts: tr.repairs, Plan: plan}
 	// What is still queued (the last tool's result, the stages since) is
 	// written first in the finish's round trip, or by fail.
@@ -723,7 +728,7 @@ func (r *taskRun) fail(ctx context.Context, cause error) error {
 		}
 		_, err := agentsql.FinishTask(wctx, tx, at.fence(task), agentsql.Outcome{
 			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.runner.deps.LLM.Model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.model(),
 		})
 		return err
 	})

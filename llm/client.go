@@ -2,6 +2,7 @@ package llm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -295,6 +296,9 @@ func (c *Client) GenerateImage(ctx context.Context, prompt, size string) ([]byte
 // Model returns the model name the client sends.
 func (c *Client) Model() string { return c.model }
 
+// modelOf is the model req calls: its own, else the client's.
+func (c *Client) modelOf(req Request) string { return cmp.Or(req.Model, c.model) }
+
 // Complete sends req and returns the assistant's answer.
 //
 // The call streams when req.OnDelta is set; either way the Response holds the
@@ -314,7 +318,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 	resp, err := c.complete(ctx, req, choice)
 	if status, rejected := rejectedStatus(err); rejected && choice == ToolChoiceRequired {
 		c.logger.WarnContext(ctx, "endpoint rejected tool_choice required, repeating the call with auto",
-			slog.String("model", c.model), slog.Int("status", status))
+			slog.String("model", c.modelOf(req)), slog.Int("status", status))
 		choice, fallback = ToolChoiceAuto, true
 		resp, err = c.complete(ctx, req, choice)
 		// A second rejection means the request itself is at fault, not
@@ -325,9 +329,9 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 	}
 	if err != nil {
 		if choice != "" {
-			return Response{}, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.model, choice, err)
+			return Response{}, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.modelOf(req), choice, err)
 		}
-		return Response{}, fmt.Errorf("complete with model %q: %w", c.model, err)
+		return Response{}, fmt.Errorf("complete with model %q: %w", c.modelOf(req), err)
 	}
 	resp.ToolChoiceFallback = fallback
 	return resp, nil
@@ -358,7 +362,8 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 	// Four bytes a token; the answer's usage corrects the estimate.
 	tokens := float64(len(body)) / 4
 	var resp Response
-	err = c.paced(ctx, c.model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
+	model := c.modelOf(req)
+	err = c.paced(ctx, model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
 		if req.OnDelta == nil {
 			completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
 			if err != nil {
@@ -373,7 +378,10 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 	if err != nil {
 		return Response{}, err
 	}
-	c.pacer(c.model).charge(tokens, float64(resp.Usage.TotalTokens))
+	c.pacer(model).charge(tokens, float64(resp.Usage.TotalTokens))
+	if resp.Model == "" {
+		resp.Model = model
+	}
 	return resp, nil
 }
 
@@ -485,7 +493,7 @@ func (t Tool) wireForm() ([]byte, error) {
 // (body adds them).
 func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNewParams, error) {
 	params := openai.ChatCompletionNewParams{
-		Model:    shared.ChatModel(c.model),
+		Model:    shared.ChatModel(c.modelOf(req)),
 		Messages: make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)),
 	}
 	for i, m := range req.Messages {
@@ -558,10 +566,7 @@ func (c *Client) response(completion *openai.ChatCompletion) (Response, error) {
 			Arguments: tc.Function.Arguments,
 		})
 	}
-	model := completion.Model
-	if model == "" {
-		model = c.model
-	}
+	model := completion.Model // empty: the model asked for (complete fills it in)
 	return Response{
 		Message:      msg,
 		FinishReason: choice.FinishReason,

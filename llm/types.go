@@ -72,6 +72,8 @@ func (u Usage) Add(o Usage) Usage {
 
 // Request is one Chat Completions call.
 type Request struct {
+	// Model is the model to call; empty: the client's (Config.Model).
+	Model      string
 	Messages   []Message
 	Tools      []Tool
 	ToolChoice ToolChoice // empty means the endpoint's default; sent only with Tools
