@@ -59,8 +59,8 @@ func runGraph(ctx context.Context, opts Options, r *Report) error {
 	g.HandoffMS, g.PickupMS = percentiles(handoffs), percentiles(pickups)
 	g.HandoffRatio = ratio(g.HandoffMS.P50, g.PickupMS.P50)
 	r.Graph = g
-	r.note("graph: %d chains of %d tasks (%d in all) on %d slots; a handoff is a dependency's handler return to its dependent's handler start; a pickup, an independent task's insert to its handler start, inserted every %s while the chains run",
-		g.Chains, g.ChainLength, n, g.Concurrency, probeEvery)
+	r.note("graph: %d chains of %d tasks (%d in all) on %d slots; a handoff is a dependency's handler return to its dependent's handler start; a pickup, an independent task's insert to its handler start, one inserted every %s while the chains run (%d at most)",
+		g.Chains, g.ChainLength, n, g.Concurrency, probeEvery, maxProbes)
 	return nil
 }
 
@@ -92,8 +92,12 @@ func lonePickups(ctx context.Context, opts Options, n int) ([]time.Duration, err
 	return out, nil
 }
 
-// probeEvery is how often an independent task is inserted while chains run.
-const probeEvery = 50 * time.Millisecond
+// An independent task is inserted every probeEvery while the chains run,
+// maxProbes at most: few enough to add little to the load they measure.
+const (
+	probeEvery = 250 * time.Millisecond
+	maxProbes  = 50
+)
 
 // graphRun queues chains × length tasks (each chain depending in order when
 // chained, independent otherwise), starts the worker, and returns tasks/s
@@ -151,6 +155,9 @@ func graphRun(ctx context.Context, opts Options, chains, length int, chained boo
 				probed <- nil
 				return
 			case <-tick.C:
+				if len(probes) == maxProbes {
+					continue
+				}
 				at := time.Now()
 				task, err := agentsql.InsertTask(ctx, db.pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "build", Prompt: "probe"})
 				if err != nil {

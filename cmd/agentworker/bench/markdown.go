@@ -56,8 +56,8 @@ func (r Report) Markdown() string {
 	}
 	if gr := r.Graph; gr.Chains > 0 {
 		row(fmt.Sprintf("%d chains of %d dependent tasks, %d slots: dependency done → dependent start (ms)", gr.Chains, gr.ChainLength, gr.Concurrency),
-			pc(gr.HandoffMS)+fmt.Sprintf("; a lone task's pickup %s", pc(gr.PickupMS)), "",
-			fmt.Sprintf("p50 ≤ 1.2× the lone pickup (now %.2f×)", gr.HandoffRatio))
+			pc(gr.HandoffMS)+fmt.Sprintf("; an independent task's pickup meanwhile %s (on an idle worker %s)", pc(gr.PickupMS), pc(gr.IdlePickupMS)), "",
+			fmt.Sprintf("p50 ≤ 1.2× the pickup meanwhile (now %.2f×)", gr.HandoffRatio))
 		row(fmt.Sprintf("the same %d tasks: chained / independent (per s)", gr.Chains*gr.ChainLength),
 			fmt.Sprintf("%.0f / %.0f", gr.TasksPerS, gr.FlatTasksPerS), "", "")
 	}
