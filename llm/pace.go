@@ -19,7 +19,7 @@ const (
 	minRPS            = 1.0 / 60
 	probeStep         = 0.05
 	probeInterval     = time.Second
-	slowStartInterval = 500 * time.Millisecond
+	slowStartInterval = 200 * time.Millisecond
 	// A refusal asking for a wait this long means the provider is out of
 	// capacity for a while: every call of the key waits, not just the
 	// refused one.
