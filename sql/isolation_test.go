@@ -58,6 +58,7 @@ var apiFunctions = []string{
 	"agentworker_resume_task(uuid,integer,text)",
 	"agentworker_retry_task(uuid,integer,text)",
 	"agentworker_answer_input(uuid,text,integer,text)",
+	"agentworker_broadcast_tasks(text,uuid,text[],uuid[],jsonb,text,uuid,integer)",
 	"agent_events(ai_tasks)",
 	"ai_tasks(agent_events)",
 }

@@ -245,6 +245,74 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agentworker_broadcast(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
+CREATE FUNCTION public.agentworker_broadcast(p_command text, p_project_id uuid, p_statuses text[] DEFAULT NULL::text[], p_task_ids uuid[] DEFAULT NULL::uuid[], p_expected_versions jsonb DEFAULT NULL::jsonb, p_actor text DEFAULT NULL::text, p_after uuid DEFAULT NULL::uuid, p_limit integer DEFAULT 500) RETURNS SETOF jsonb
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id    uuid;
+    v_found boolean;
+BEGIN
+    IF p_command IS NULL OR p_command NOT IN ('pause', 'resume', 'cancel', 'retry') THEN
+        RAISE EXCEPTION 'unknown broadcast command %: want pause, resume, cancel or retry', coalesce(p_command, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 5000 THEN
+        RAISE EXCEPTION 'broadcast limit % out of range 1..5000', p_limit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_id, v_found IN
+        SELECT t.id, true FROM ai_tasks t
+        WHERE t.project_id = p_project_id
+          AND (p_task_ids IS NULL OR t.id = ANY (p_task_ids))
+          AND (t.status = ANY (p_statuses) OR (p_statuses IS NULL AND p_task_ids IS NOT NULL)
+               OR (p_statuses IS NULL AND p_task_ids IS NULL AND t.status = 'running'))
+          AND (p_after IS NULL OR t.id > p_after)
+        UNION ALL
+        SELECT g.id, false FROM unnest(p_task_ids) AS g(id)
+        WHERE (p_after IS NULL OR g.id > p_after)
+          AND NOT EXISTS (SELECT 1 FROM ai_tasks t WHERE t.id = g.id AND t.project_id = p_project_id)
+        ORDER BY 1
+        LIMIT p_limit
+    LOOP
+        IF NOT v_found THEN
+            RETURN NEXT jsonb_build_object('outcome', 'not_found', 'task_id', v_id, 'action', p_command,
+                'error', format('task %s not found', v_id));
+            CONTINUE;
+        END IF;
+        BEGIN
+            PERFORM 1 FROM ai_tasks WHERE id = v_id FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN NEXT jsonb_build_object('outcome', 'conflict', 'task_id', v_id, 'action', p_command,
+                'error', format('task %s is being changed by another transaction: try again', v_id));
+            CONTINUE;
+        END;
+        RETURN NEXT agentworker_control_task(v_id, p_command,
+            (p_expected_versions ->> v_id::text)::integer, p_actor);
+    END LOOP;
+END
+$$;
+
+-- FUNCTION: agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
+CREATE FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[] DEFAULT NULL::text[], task_ids uuid[] DEFAULT NULL::uuid[], expected_versions jsonb DEFAULT NULL::jsonb, actor text DEFAULT NULL::text, after uuid DEFAULT NULL::uuid, "limit" integer DEFAULT 500) RETURNS SETOF jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT agentworker_caller_may_access(project_id) THEN
+        RETURN QUERY SELECT jsonb_build_object('outcome', 'not_found', 'task_id', g.id, 'action', command,
+                'error', format('task %s not found', g.id))
+            FROM unnest(task_ids) AS g(id)
+            WHERE after IS NULL OR g.id > after
+            ORDER BY g.id
+            LIMIT "limit";
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM agentworker_broadcast(command, project_id, statuses, task_ids,
+        expected_versions, actor, after, "limit");
+END
+$$;
+
 -- FUNCTION: agentworker_caller_may_access(uuid)
 CREATE FUNCTION public.agentworker_caller_may_access(p_project_id uuid) RETURNS boolean
     LANGUAGE sql STABLE
@@ -1897,6 +1965,14 @@ GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text,
 
 -- ACL: FUNCTION agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_broadcast(p_command text, p_project_id uuid, p_statuses text[], p_task_ids uuid[], p_expected_versions jsonb, p_actor text, p_after uuid, p_limit integer)
+REVOKE ALL ON FUNCTION public.agentworker_broadcast(p_command text, p_project_id uuid, p_statuses text[], p_task_ids uuid[], p_expected_versions jsonb, p_actor text, p_after uuid, p_limit integer) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer)
+REVOKE ALL ON FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer) TO service_role;
 
 -- ACL: FUNCTION agentworker_caller_may_access(p_project_id uuid)
 REVOKE ALL ON FUNCTION public.agentworker_caller_may_access(p_project_id uuid) FROM PUBLIC;
