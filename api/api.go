@@ -19,6 +19,8 @@
 //	GET  /v1/projects/{id}/files    the project's files in storage
 //	GET  /v1/projects/{id}/files/{path}  one file's content
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
+//	POST /v1/projects/{id}/tasks/broadcast/{command}  pause, resume, cancel or retry many tasks:
+//	                                {"statuses", "task_ids", "expected_versions"}; default the running ones
 //
 // The guard, in order: nosniff, CORS headers for an allowed Origin and 204
 // to a preflight; 503 while auth is not configured; 401 without a valid
@@ -146,6 +148,9 @@ func (a *API) routes() []route {
 	}
 	for _, action := range agentsql.Actions {
 		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})
+	}
+	for _, command := range agentsql.BroadcastCommands {
+		rs = append(rs, route{pattern: "POST /v1/projects/{id}/tasks/broadcast/" + string(command), scope: projectScope, handle: a.broadcast(command)})
 	}
 	return rs
 }
