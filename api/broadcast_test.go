@@ -27,7 +27,9 @@ func TestBroadcastEndpoint(t *testing.T) {
 	e := setup(t, envOpts{})
 	projectID := uuid.New()
 	good := e.token(t, "alice", "", projectID)
-	path := func(command string) string { return "/v1/projects/" + projectID.String() + "/tasks/broadcast/" + command }
+	path := func(command string) string {
+		return "/v1/projects/" + projectID.String() + "/tasks/broadcast/" + command
+	}
 
 	refusals := []struct {
 		name     string

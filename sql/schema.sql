@@ -1628,6 +1628,9 @@ ALTER TABLE ONLY public.tasks_md_cursor
 -- INDEX: agent_events_batch_idx
 CREATE UNIQUE INDEX agent_events_batch_idx ON public.agent_events USING btree (task_id, batch) WHERE (batch IS NOT NULL);
 
+-- INDEX: agent_events_log_idx
+CREATE INDEX agent_events_log_idx ON public.agent_events USING btree (project_id, id) WHERE (type = 'log'::text);
+
 -- INDEX: agent_events_phase_xid_idx
 CREATE INDEX agent_events_phase_xid_idx ON public.agent_events USING btree (xid) WHERE (type = 'agent_phase'::text);
 

@@ -106,3 +106,12 @@ $$;
 
 GRANT EXECUTE ON FUNCTION agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
 TO authenticated, service_role;
+
+------------------------------------------------------------------------------
+-- The logs query
+------------------------------------------------------------------------------
+
+-- A project's log events newest first (GET /v1/projects/{id}/logs): read
+-- from here, not from a scan of every event of the project. IF NOT EXISTS:
+-- on a large table an operator builds it CONCURRENTLY before migrating.
+CREATE INDEX IF NOT EXISTS agent_events_log_idx ON agent_events (project_id, id) WHERE type = 'log';
