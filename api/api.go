@@ -80,6 +80,10 @@ type Config struct {
 	// MaxStreamsPerToken caps the event streams one token holds open (a
 	// console tab holds two); past it, 429. Defaults to 20.
 	MaxStreamsPerToken int
+	// AuditPerActorPerMinute caps the refused requests of one actor
+	// recorded in audit_log a minute; the rest are counted in its next
+	// record. Defaults to 10.
+	AuditPerActorPerMinute int
 }
 
 // API serves the /v1 routes.
@@ -88,6 +92,8 @@ type API struct {
 	streams *sse.Streams
 	cfg     Config
 	slots   *streamSlots
+
+	refusals *refusalLimiter
 }
 
 // New returns the API over pool, serving the event streams of streams.
@@ -101,8 +107,12 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.MaxStreamsPerToken <= 0 {
 		cfg.MaxStreamsPerToken = 20
 	}
+	if cfg.AuditPerActorPerMinute <= 0 {
+		cfg.AuditPerActorPerMinute = 10
+	}
 	return &API{pool: pool, streams: streams, cfg: cfg,
-		slots: &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}}}
+		slots:    &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}},
+		refusals: &refusalLimiter{perMinute: cfg.AuditPerActorPerMinute, actors: map[string]*refusalWindow{}}}
 }
 
 // scope says what a route's {id} names, and so what the guard checks before
@@ -196,43 +206,55 @@ func (a *API) edge(h handler) http.Handler {
 }
 
 // guard is edge, then the bearer's token, then the route's {id}. A stream
-// ends when the token expires.
+// ends when the token expires. A refusal is recorded in audit_log.
 func (a *API) guard(rt route) http.Handler {
 	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
-		verify := a.cfg.Verifier.FromRequest
-		if rt.stream {
-			verify = a.cfg.Verifier.FromStreamRequest
-		}
-		claims, err := verify(r)
+		var verified *auth.Claims
+		err := a.serve(w, r, rt, &verified)
 		if err != nil {
-			return err
+			a.auditRefusal(r, rt.pattern, verified, err)
 		}
-		if err := a.notRevoked(r.Context(), claims); err != nil {
-			return err
-		}
-		if err := jsonBody(r); err != nil {
-			return err
-		}
-		acc, err := a.authorize(r, rt.scope, claims)
-		if err != nil {
-			return err
-		}
-		if rt.stream {
-			release, err := a.slots.take(claims.Fingerprint())
-			if err != nil {
-				w.Header().Set("Retry-After", "10")
-				return err
-			}
-			defer release()
-		}
-		ctx := context.WithValue(r.Context(), accessKey{}, acc)
-		if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
-			defer cancel()
-		}
-		return rt.handle(w, r.WithContext(ctx))
+		return err
 	})
+}
+
+// serve is guard's work; it sets *verified once the bearer's token is
+// valid and not revoked.
+func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route, verified **auth.Claims) error {
+	verify := a.cfg.Verifier.FromRequest
+	if rt.stream {
+		verify = a.cfg.Verifier.FromStreamRequest
+	}
+	claims, err := verify(r)
+	if err != nil {
+		return err
+	}
+	*verified = &claims // authentic, so named in the audit log even when revoked
+	if err := a.notRevoked(r.Context(), claims); err != nil {
+		return err
+	}
+	if err := jsonBody(r); err != nil {
+		return err
+	}
+	acc, err := a.authorize(r, rt.scope, claims)
+	if err != nil {
+		return err
+	}
+	if rt.stream {
+		release, err := a.slots.take(claims.Fingerprint())
+		if err != nil {
+			w.Header().Set("Retry-After", "10")
+			return err
+		}
+		defer release()
+	}
+	ctx := context.WithValue(r.Context(), accessKey{}, acc)
+	if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
+		defer cancel()
+	}
+	return rt.handle(w, r.WithContext(ctx))
 }
 
 // streamSlots counts the open event streams, in the process and per token:
