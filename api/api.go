@@ -33,7 +33,9 @@
 // read a body the handler never will. A task or inbox item of another
 // project is answered exactly like a missing one (403, as a project outside
 // the token is), so the API is no oracle for what exists. Every refusal and failure is
-// {"error": {"code", "message"}} with Content-Type application/json.
+// {"error": {"code", "message"}} with Content-Type application/json. A
+// refusal (401, 403, an illegal transition) is recorded in audit_log, a
+// few per actor a minute.
 //
 // The steering routes call the SQL function apps reach through PostgREST,
 // agentworker_control_task, so the state machine, the version check and the
