@@ -6,7 +6,7 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, graphFields, clearGraphFields, showRelations } from "./board.js";
+import { renderBoard, redrawBoard, onCardClick, onBroadcast, graphFields, clearGraphFields, showRelations } from "./board.js";
 import { openAgents, reloadOnRefusal } from "./agents.js";
 
 const $ = (id) => document.getElementById(id);
@@ -254,6 +254,11 @@ function renderTasks() {
 }
 
 onCardClick((id) => select(id));
+// The board's picked tasks, one command through the broadcast route.
+onBroadcast(async (command, ids) => {
+  const res = await client.post(`/v1/projects/${enc(project)}/tasks/broadcast/${enc(command)}`, { task_ids: ids });
+  return res.counts;
+});
 
 setInterval(() => {
   for (const td of document.querySelectorAll("#tasks td.age")) td.textContent = age(td.dataset.created);
