@@ -19,6 +19,7 @@
 //	GET  /v1/projects/{id}/files    the project's files in storage
 //	GET  /v1/projects/{id}/files/{path}  one file's content
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
+//	GET  /v1/projects/{id}/runs/summary  runs per day, agent, status and error code [?days=n]
 //	GET  /v1/projects/{id}/logs     log events, newest first [?task=&run=&level=&q=&before=&limit=]
 //	POST /v1/projects/{id}/tasks/broadcast/{command}  pause, resume, cancel or retry many tasks:
 //	                                {"statuses", "task_ids", "expected_versions"}; default the running ones
@@ -152,6 +153,7 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/files/{path...}", scope: projectScope, handle: a.readFile},
 		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
 		{pattern: "GET /v1/projects/{id}/logs", scope: projectScope, handle: a.logs},
+		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
 		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
 		{pattern: "GET /v1/projects/{id}/agents", scope: projectScope, handle: a.listAgents},
