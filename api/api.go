@@ -19,6 +19,10 @@
 //	GET  /v1/projects/{id}/files    the project's files in storage
 //	GET  /v1/projects/{id}/files/{path}  one file's content
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
+//	GET  /v1/projects/{id}/runs/summary  runs per day, agent, status and error code [?days=n]
+//	GET  /v1/projects/{id}/logs     log events, newest first [?task=&run=&level=&q=&before=&limit=]
+//	POST /v1/projects/{id}/tasks/broadcast/{command}  pause, resume, cancel or retry many tasks:
+//	                                {"statuses", "task_ids", "expected_versions"}; default the running ones
 //
 // The guard, in order: nosniff, CORS headers for an allowed Origin and 204
 // to a preflight; 503 while auth is not configured; 401 without a valid
@@ -30,7 +34,9 @@
 // read a body the handler never will. A task or inbox item of another
 // project is answered exactly like a missing one (403, as a project outside
 // the token is), so the API is no oracle for what exists. Every refusal and failure is
-// {"error": {"code", "message"}} with Content-Type application/json.
+// {"error": {"code", "message"}} with Content-Type application/json. A
+// refusal (401, 403, an illegal transition) is recorded in audit_log, a
+// few per actor a minute.
 //
 // The steering routes call the SQL function apps reach through PostgREST,
 // agentworker_control_task, so the state machine, the version check and the
@@ -77,6 +83,10 @@ type Config struct {
 	// MaxStreamsPerToken caps the event streams one token holds open (a
 	// console tab holds two); past it, 429. Defaults to 20.
 	MaxStreamsPerToken int
+	// AuditPerActorPerMinute caps the refused requests of one actor
+	// recorded in audit_log a minute; the rest are counted in its next
+	// record. Defaults to 10.
+	AuditPerActorPerMinute int
 }
 
 // API serves the /v1 routes.
@@ -85,6 +95,8 @@ type API struct {
 	streams *sse.Streams
 	cfg     Config
 	slots   *streamSlots
+
+	refusals *refusalLimiter
 }
 
 // New returns the API over pool, serving the event streams of streams.
@@ -98,8 +110,12 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.MaxStreamsPerToken <= 0 {
 		cfg.MaxStreamsPerToken = 20
 	}
+	if cfg.AuditPerActorPerMinute <= 0 {
+		cfg.AuditPerActorPerMinute = 10
+	}
 	return &API{pool: pool, streams: streams, cfg: cfg,
-		slots: &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}}}
+		slots:    &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}},
+		refusals: &refusalLimiter{perMinute: cfg.AuditPerActorPerMinute, actors: map[string]*refusalWindow{}}}
 }
 
 // scope says what a route's {id} names, and so what the guard checks before
@@ -136,6 +152,8 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/files", scope: projectScope, handle: a.listFiles},
 		{pattern: "GET /v1/projects/{id}/files/{path...}", scope: projectScope, handle: a.readFile},
 		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
+		{pattern: "GET /v1/projects/{id}/logs", scope: projectScope, handle: a.logs},
+		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
 		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
 		{pattern: "GET /v1/projects/{id}/agents", scope: projectScope, handle: a.listAgents},
@@ -146,6 +164,9 @@ func (a *API) routes() []route {
 	}
 	for _, action := range agentsql.Actions {
 		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})
+	}
+	for _, command := range agentsql.BroadcastCommands {
+		rs = append(rs, route{pattern: "POST /v1/projects/{id}/tasks/broadcast/" + string(command), scope: projectScope, handle: a.broadcast(command)})
 	}
 	return rs
 }
@@ -189,43 +210,55 @@ func (a *API) edge(h handler) http.Handler {
 }
 
 // guard is edge, then the bearer's token, then the route's {id}. A stream
-// ends when the token expires.
+// ends when the token expires. A refusal is recorded in audit_log.
 func (a *API) guard(rt route) http.Handler {
 	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
-		verify := a.cfg.Verifier.FromRequest
-		if rt.stream {
-			verify = a.cfg.Verifier.FromStreamRequest
-		}
-		claims, err := verify(r)
+		var verified *auth.Claims
+		err := a.serve(w, r, rt, &verified)
 		if err != nil {
-			return err
+			a.auditRefusal(r, rt.pattern, verified, err)
 		}
-		if err := a.notRevoked(r.Context(), claims); err != nil {
-			return err
-		}
-		if err := jsonBody(r); err != nil {
-			return err
-		}
-		acc, err := a.authorize(r, rt.scope, claims)
-		if err != nil {
-			return err
-		}
-		if rt.stream {
-			release, err := a.slots.take(claims.Fingerprint())
-			if err != nil {
-				w.Header().Set("Retry-After", "10")
-				return err
-			}
-			defer release()
-		}
-		ctx := context.WithValue(r.Context(), accessKey{}, acc)
-		if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
-			defer cancel()
-		}
-		return rt.handle(w, r.WithContext(ctx))
+		return err
 	})
+}
+
+// serve is guard's work; it sets *verified once the bearer's token is
+// valid and not revoked.
+func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route, verified **auth.Claims) error {
+	verify := a.cfg.Verifier.FromRequest
+	if rt.stream {
+		verify = a.cfg.Verifier.FromStreamRequest
+	}
+	claims, err := verify(r)
+	if err != nil {
+		return err
+	}
+	*verified = &claims // authentic, so named in the audit log even when revoked
+	if err := a.notRevoked(r.Context(), claims); err != nil {
+		return err
+	}
+	if err := jsonBody(r); err != nil {
+		return err
+	}
+	acc, err := a.authorize(r, rt.scope, claims)
+	if err != nil {
+		return err
+	}
+	if rt.stream {
+		release, err := a.slots.take(claims.Fingerprint())
+		if err != nil {
+			w.Header().Set("Retry-After", "10")
+			return err
+		}
+		defer release()
+	}
+	ctx := context.WithValue(r.Context(), accessKey{}, acc)
+	if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
+		defer cancel()
+	}
+	return rt.handle(w, r.WithContext(ctx))
 }
 
 // streamSlots counts the open event streams, in the process and per token:

@@ -49,6 +49,7 @@ type envOpts struct {
 	// Caps of open event streams, per process and per token; 0: the
 	// defaults.
 	maxStreams, maxStreamsPerToken int
+	auditPerMinute                 int // refusals audited per actor a minute; 0: the default
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -64,7 +65,7 @@ func setup(t *testing.T, o envOpts) *env {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(ctx) }()
 	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store,
-		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken}
+		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken, AuditPerActorPerMinute: o.auditPerMinute}
 	if o.log != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(o.log, nil))
 	}

@@ -1,6 +1,9 @@
 package api
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // Route is a row of the route table, for tests outside the package.
 type Route struct {
@@ -17,4 +20,10 @@ func Routes(a *API) []Route {
 		out = append(out, Route{Method: method, Path: path, Scope: [...]string{"project", "task", "inbox", "agent"}[rt.scope], Stream: rt.stream})
 	}
 	return out
+}
+
+// RefusalLimiter returns the audit log's per-actor allowance as a function.
+func RefusalLimiter(perMinute int) func(key string, now time.Time) (suppressed int, record bool) {
+	l := &refusalLimiter{perMinute: perMinute, actors: map[string]*refusalWindow{}}
+	return l.take
 }

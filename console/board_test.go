@@ -399,3 +399,99 @@ func TestBoardBlockedInChromium(t *testing.T) {
 		visible(card("succeeded", dependent)),
 	)
 }
+
+// TestBoardBroadcastInChromium: an operator ticks two of three paused
+// cards and cancels them with one command; the page reports the outcomes,
+// those two move to the cancelled column, the third stays.
+func TestBoardBroadcastInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, scripted.Func(func(*scripted.Request) scripted.Reply {
+		return scripted.Reply{Status: 500, ErrorMessage: "no task of this test runs"}
+	}))
+	var ids []string
+	for i := range 3 {
+		var id string
+		if err := c.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status)
+			VALUES ($1, 'build', $2, 'paused') RETURNING id`, c.project, fmt.Sprintf("paused %d", i)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	ctx := browse(t, 90*time.Second)
+	card := func(column, id string) string {
+		return fmt.Sprintf(`#board .board-col[data-column="%s"] li.card[data-id="%s"]`, column, id)
+	}
+	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`),
+		visible(card("review", ids[0])), visible(card("review", ids[1])), visible(card("review", ids[2])))
+	run(t, ctx, "tick two and cancel them",
+		click(card("review", ids[0])+" input.card-pick"),
+		click(card("review", ids[1])+" input.card-pick"),
+		until(`document.getElementById("board-picked").textContent === "2 selected"`),
+		enabled(`#board-cancel`),
+		click(`#board-cancel`),
+		until(`document.body.dataset.broadcast === "cancel"`),
+		visible(card("cancelled", ids[0])),
+		visible(card("cancelled", ids[1])),
+		visible(card("review", ids[2])),
+	)
+	var result, picked string
+	eval(t, ctx, `document.getElementById("board-result").textContent`, &result)
+	eval(t, ctx, `document.getElementById("board-picked").textContent`, &picked)
+	if result != "cancel: 2 applied" || picked != "0 selected" {
+		t.Errorf("after the command: result %q, %q", result, picked)
+	}
+	var opened string
+	eval(t, ctx, `document.body.dataset.task || ""`, &opened)
+	if opened != "" {
+		t.Errorf("ticking a card opened task %s", opened)
+	}
+	screenshot(t, ctx, "board-broadcast")
+}
+
+// TestLogSearchInChromium: the Logs tab searches the project's log events
+// through the logs route, newest first, markup shown as text, and pages on.
+func TestLogSearchInChromium(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, scripted.Func(func(*scripted.Request) scripted.Reply {
+		return scripted.Reply{Status: 500, ErrorMessage: "no task of this test runs"}
+	}))
+	var task string
+	if err := c.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status)
+		VALUES ($1, 'build', 'logs', 'paused') RETURNING id`, c.project).Scan(&task); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		msg := fmt.Sprintf("disk check %d", i)
+		if i == 59 {
+			msg = "disk full " + hostile
+		}
+		if _, err := c.pool.Exec(t.Context(), `INSERT INTO agent_events (task_id, project_id, type, payload)
+			VALUES ($1, $2, 'log', jsonb_build_object('level', 'warn', 'message', $3::text))`, task, c.project, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.pool.Exec(t.Context(), `INSERT INTO agent_events (task_id, project_id, type, payload)
+		VALUES ($1, $2, 'log', '{"level": "info", "message": "unrelated"}')`, task, c.project); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browse(t, 90*time.Second)
+	run(t, ctx, "open the logs", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`),
+		click(`#tab-logs`), visible(`#log-search`))
+	run(t, ctx, "search the logs", setValue(`#log-q`, "disk"), click(`#log-go`),
+		until(`document.body.dataset.logs === "50" && document.querySelector("#logs li .log-message").textContent.startsWith("disk full")`))
+	run(t, ctx, "read older ones", visible(`#log-more`), click(`#log-more`), until(`document.body.dataset.logs === "60"`))
+	var first string
+	var xss bool
+	eval(t, ctx, `document.querySelector("#logs li .log-message").textContent`, &first)
+	eval(t, ctx, `document.body.dataset.xss === "1"`, &xss)
+	if first != "disk full "+hostile || xss {
+		t.Errorf("newest log shown as %q (markup ran: %v)", first, xss)
+	}
+	var hidden bool
+	eval(t, ctx, `document.getElementById("log-more").hidden`, &hidden)
+	if !hidden {
+		t.Error("Older is offered past the last page")
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 var (
@@ -159,4 +161,79 @@ func PauseRequested(ctx context.Context, db DBTX, taskID uuid.UUID) (bool, error
 		return false, fmt.Errorf("read pause request of task %s: %w", taskID, err)
 	}
 	return p, nil
+}
+
+// BroadcastOpts chooses the tasks of a broadcast and qualifies it.
+type BroadcastOpts struct {
+	// Statuses targets the project's tasks in these statuses. With neither
+	// Statuses nor TaskIDs, the project's running tasks.
+	Statuses []Status
+	// TaskIDs targets these tasks (with Statuses, those of them in one of
+	// the statuses); an id not in the project is answered not_found.
+	TaskIDs []uuid.UUID
+	// ExpectedVersions holds, per task, the version it must be at.
+	ExpectedVersions map[uuid.UUID]int
+	// Actor names who acts, for the audit events. Defaults to the database user.
+	Actor string
+	// BatchSize is how many tasks one transaction takes (and locks) at
+	// most. Defaults to 500.
+	BatchSize int
+}
+
+// BroadcastCommands lists the actions a broadcast applies.
+var BroadcastCommands = []Action{ActionPause, ActionResume, ActionCancel, ActionRetry}
+
+// Broadcast applies action to a project's tasks through agentworker_broadcast,
+// each task through agentworker_control_task, a batch per transaction, and
+// returns every task's result in id order. A refused task is a result
+// (rejected, conflict, not_found), not an error.
+func Broadcast(ctx context.Context, db DBTX, projectID uuid.UUID, action Action, o BroadcastOpts) ([]ControlResult, error) {
+	if !slices.Contains(BroadcastCommands, action) {
+		return nil, fmt.Errorf("broadcast %q to project %s: %w", action, projectID, ErrInvalidAction)
+	}
+	batch := o.BatchSize
+	if batch <= 0 {
+		batch = 500
+	}
+	var statuses []string
+	for _, s := range o.Statuses {
+		statuses = append(statuses, string(s))
+	}
+	var versions map[string]int
+	if len(o.ExpectedVersions) > 0 {
+		versions = make(map[string]int, len(o.ExpectedVersions))
+		for id, v := range o.ExpectedVersions {
+			versions[id.String()] = v
+		}
+	}
+	var (
+		out   []ControlResult
+		after *uuid.UUID
+	)
+	for {
+		rows, err := db.Query(ctx, `SELECT r FROM agentworker_broadcast($1, $2, $3, $4, $5, nullif($6, ''), $7, $8) AS r`,
+			string(action), projectID, statuses, o.TaskIDs, versions, o.Actor, after, batch)
+		if err != nil {
+			return out, fmt.Errorf("broadcast %s to project %s: %w", action, projectID, err)
+		}
+		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ControlResult, error) {
+			var raw []byte
+			if err := row.Scan(&raw); err != nil {
+				return ControlResult{}, err
+			}
+			var res ControlResult
+			if err := json.Unmarshal(raw, &res); err != nil {
+				return ControlResult{}, fmt.Errorf("decode result %s: %w", raw, err)
+			}
+			return res, nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("broadcast %s to project %s: %w", action, projectID, err)
+		}
+		out = append(out, page...)
+		if len(page) < batch {
+			return out, nil
+		}
+		after = &page[len(page)-1].TaskID
+	}
 }

@@ -38,6 +38,7 @@ var access = map[string]map[string][]string{
 	"inbox_items":         {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"project_usage_daily": {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"usage_daily":         {"service_role": {"select"}},
+	"audit_log":           {"service_role": {"select"}},
 	"agents": {
 		"authenticated": {"select:own", "insert:own", "update:own", "delete:own"},
 		"service_role":  {"select", "insert", "update", "delete"},
@@ -58,6 +59,7 @@ var apiFunctions = []string{
 	"agentworker_resume_task(uuid,integer,text)",
 	"agentworker_retry_task(uuid,integer,text)",
 	"agentworker_answer_input(uuid,text,integer,text)",
+	"agentworker_broadcast_tasks(text,uuid,text[],uuid[],jsonb,text,uuid,integer)",
 	"agent_events(ai_tasks)",
 	"ai_tasks(agent_events)",
 }
@@ -328,6 +330,9 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 		if err != nil {
 			t.Fatalf("seed project %s: %v", p.project, err)
 		}
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO audit_log (actor, action, resource, reason) VALUES ('seed', 'GET /v1/tasks/{id}', '/v1/tasks/x', 'forbidden')`); err != nil {
+		t.Fatalf("seed audit log: %v", err)
 	}
 	// usage_daily counts runs that stopped: end the own project's run.
 	if _, err := pool.Exec(t.Context(), `UPDATE task_runs SET status = 'succeeded', finished_at = now() WHERE task_id = $1`, f.ownTask); err != nil {

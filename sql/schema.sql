@@ -245,6 +245,74 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agentworker_broadcast(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
+CREATE FUNCTION public.agentworker_broadcast(p_command text, p_project_id uuid, p_statuses text[] DEFAULT NULL::text[], p_task_ids uuid[] DEFAULT NULL::uuid[], p_expected_versions jsonb DEFAULT NULL::jsonb, p_actor text DEFAULT NULL::text, p_after uuid DEFAULT NULL::uuid, p_limit integer DEFAULT 500) RETURNS SETOF jsonb
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id    uuid;
+    v_found boolean;
+BEGIN
+    IF p_command IS NULL OR p_command NOT IN ('pause', 'resume', 'cancel', 'retry') THEN
+        RAISE EXCEPTION 'unknown broadcast command %: want pause, resume, cancel or retry', coalesce(p_command, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 5000 THEN
+        RAISE EXCEPTION 'broadcast limit % out of range 1..5000', p_limit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_id, v_found IN
+        SELECT t.id, true FROM ai_tasks t
+        WHERE t.project_id = p_project_id
+          AND (p_task_ids IS NULL OR t.id = ANY (p_task_ids))
+          AND (t.status = ANY (p_statuses) OR (p_statuses IS NULL AND p_task_ids IS NOT NULL)
+               OR (p_statuses IS NULL AND p_task_ids IS NULL AND t.status = 'running'))
+          AND (p_after IS NULL OR t.id > p_after)
+        UNION ALL
+        SELECT g.id, false FROM unnest(p_task_ids) AS g(id)
+        WHERE (p_after IS NULL OR g.id > p_after)
+          AND NOT EXISTS (SELECT 1 FROM ai_tasks t WHERE t.id = g.id AND t.project_id = p_project_id)
+        ORDER BY 1
+        LIMIT p_limit
+    LOOP
+        IF NOT v_found THEN
+            RETURN NEXT jsonb_build_object('outcome', 'not_found', 'task_id', v_id, 'action', p_command,
+                'error', format('task %s not found', v_id));
+            CONTINUE;
+        END IF;
+        BEGIN
+            PERFORM 1 FROM ai_tasks WHERE id = v_id FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN NEXT jsonb_build_object('outcome', 'conflict', 'task_id', v_id, 'action', p_command,
+                'error', format('task %s is being changed by another transaction: try again', v_id));
+            CONTINUE;
+        END;
+        RETURN NEXT agentworker_control_task(v_id, p_command,
+            (p_expected_versions ->> v_id::text)::integer, p_actor);
+    END LOOP;
+END
+$$;
+
+-- FUNCTION: agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
+CREATE FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[] DEFAULT NULL::text[], task_ids uuid[] DEFAULT NULL::uuid[], expected_versions jsonb DEFAULT NULL::jsonb, actor text DEFAULT NULL::text, after uuid DEFAULT NULL::uuid, "limit" integer DEFAULT 500) RETURNS SETOF jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT agentworker_caller_may_access(project_id) THEN
+        RETURN QUERY SELECT jsonb_build_object('outcome', 'not_found', 'task_id', g.id, 'action', command,
+                'error', format('task %s not found', g.id))
+            FROM unnest(task_ids) AS g(id)
+            WHERE after IS NULL OR g.id > after
+            ORDER BY g.id
+            LIMIT "limit";
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM agentworker_broadcast(command, project_id, statuses, task_ids,
+        expected_versions, actor, after, "limit");
+END
+$$;
+
 -- FUNCTION: agentworker_caller_may_access(uuid)
 CREATE FUNCTION public.agentworker_caller_may_access(p_project_id uuid) RETURNS boolean
     LANGUAGE sql STABLE
@@ -1232,6 +1300,49 @@ CREATE TABLE public.agentworker_token_epochs (
     CONSTRAINT agentworker_token_epochs_scope_check CHECK (((scope = '*'::text) OR (scope ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'::text)))
 );
 
+-- TABLE: audit_log
+CREATE TABLE public.audit_log (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    resource text NOT NULL,
+    outcome text DEFAULT 'denied'::text NOT NULL,
+    reason text NOT NULL,
+    remote_addr text DEFAULT ''::text NOT NULL,
+    suppressed integer DEFAULT 0 NOT NULL,
+    CONSTRAINT audit_log_outcome_check CHECK ((outcome = 'denied'::text)),
+    CONSTRAINT audit_log_suppressed_check CHECK ((suppressed >= 0))
+);
+
+-- COMMENT: TABLE audit_log
+COMMENT ON TABLE public.audit_log IS 'Refused API requests, at most AuditPerActorPerMinute rows per actor a minute; service_role reads it.';
+
+-- COMMENT: COLUMN audit_log.actor
+COMMENT ON COLUMN public.audit_log.actor IS 'user:<sub> or role:<role> of a valid token; anonymous without one.';
+
+-- COMMENT: COLUMN audit_log.action
+COMMENT ON COLUMN public.audit_log.action IS 'The route: METHOD and path pattern.';
+
+-- COMMENT: COLUMN audit_log.resource
+COMMENT ON COLUMN public.audit_log.resource IS 'The request path.';
+
+-- COMMENT: COLUMN audit_log.reason
+COMMENT ON COLUMN public.audit_log.reason IS 'Why it was refused: the error code and message (redacted).';
+
+-- COMMENT: COLUMN audit_log.suppressed
+COMMENT ON COLUMN public.audit_log.suppressed IS 'Refusals of this actor left out since its previous row (over its allowance).';
+
+-- SEQUENCE: audit_log_id_seq
+ALTER TABLE public.audit_log ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME public.audit_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- TABLE: build_decisions
 CREATE TABLE public.build_decisions (
     task_id uuid NOT NULL,
@@ -1513,6 +1624,10 @@ ALTER TABLE ONLY public.agentworker_token_epochs
 ALTER TABLE ONLY public.ai_tasks
     ADD CONSTRAINT ai_tasks_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT: audit_log audit_log_pkey
+ALTER TABLE ONLY public.audit_log
+    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+
 -- CONSTRAINT: build_decisions build_decisions_pkey
 ALTER TABLE ONLY public.build_decisions
     ADD CONSTRAINT build_decisions_pkey PRIMARY KEY (task_id, decision_id);
@@ -1560,6 +1675,9 @@ ALTER TABLE ONLY public.tasks_md_cursor
 -- INDEX: agent_events_batch_idx
 CREATE UNIQUE INDEX agent_events_batch_idx ON public.agent_events USING btree (task_id, batch) WHERE (batch IS NOT NULL);
 
+-- INDEX: agent_events_log_idx
+CREATE INDEX agent_events_log_idx ON public.agent_events USING btree (project_id, id) WHERE (type = 'log'::text);
+
 -- INDEX: agent_events_phase_xid_idx
 CREATE INDEX agent_events_phase_xid_idx ON public.agent_events USING btree (xid) WHERE (type = 'agent_phase'::text);
 
@@ -1580,6 +1698,9 @@ CREATE INDEX ai_tasks_project_id_idx ON public.ai_tasks USING btree (project_id,
 
 -- INDEX: ai_tasks_queued_idx
 CREATE INDEX ai_tasks_queued_idx ON public.ai_tasks USING btree (created_at) WHERE (status = 'queued'::text);
+
+-- INDEX: audit_log_at_idx
+CREATE INDEX audit_log_at_idx ON public.audit_log USING btree (at);
 
 -- INDEX: inbox_items_open_per_run_idx
 CREATE UNIQUE INDEX inbox_items_open_per_run_idx ON public.inbox_items USING btree (run_id, kind, reason) WHERE ((status = 'open'::text) AND (run_id IS NOT NULL));
@@ -1741,6 +1862,12 @@ CREATE POLICY ai_tasks_read_own ON public.ai_tasks FOR SELECT TO authenticated U
 -- POLICY: ai_tasks ai_tasks_service
 CREATE POLICY ai_tasks_service ON public.ai_tasks TO service_role USING (true) WITH CHECK (true);
 
+-- ROW SECURITY: audit_log
+ALTER TABLE public.audit_log ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: audit_log audit_log_service_read
+CREATE POLICY audit_log_service_read ON public.audit_log FOR SELECT TO service_role USING (true);
+
 -- ROW SECURITY: build_decisions
 ALTER TABLE public.build_decisions ENABLE ROW LEVEL SECURITY;
 
@@ -1898,6 +2025,14 @@ GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text,
 -- ACL: FUNCTION agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) FROM PUBLIC;
 
+-- ACL: FUNCTION agentworker_broadcast(p_command text, p_project_id uuid, p_statuses text[], p_task_ids uuid[], p_expected_versions jsonb, p_actor text, p_after uuid, p_limit integer)
+REVOKE ALL ON FUNCTION public.agentworker_broadcast(p_command text, p_project_id uuid, p_statuses text[], p_task_ids uuid[], p_expected_versions jsonb, p_actor text, p_after uuid, p_limit integer) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer)
+REVOKE ALL ON FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_broadcast_tasks(command text, project_id uuid, statuses text[], task_ids uuid[], expected_versions jsonb, actor text, after uuid, "limit" integer) TO service_role;
+
 -- ACL: FUNCTION agentworker_caller_may_access(p_project_id uuid)
 REVOKE ALL ON FUNCTION public.agentworker_caller_may_access(p_project_id uuid) FROM PUBLIC;
 
@@ -2009,6 +2144,9 @@ REVOKE ALL ON FUNCTION public.task_runs_guard_status() FROM PUBLIC;
 -- ACL: TABLE agents
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO authenticated;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO service_role;
+
+-- ACL: TABLE audit_log
+GRANT SELECT ON TABLE public.audit_log TO service_role;
 
 -- ACL: TABLE inbox_items
 GRANT SELECT ON TABLE public.inbox_items TO authenticated;

@@ -6,7 +6,7 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, graphFields, clearGraphFields, showRelations } from "./board.js";
+import { renderBoard, redrawBoard, onCardClick, onBroadcast, graphFields, clearGraphFields, showRelations } from "./board.js";
 import { openAgents, reloadOnRefusal } from "./agents.js";
 
 const $ = (id) => document.getElementById(id);
@@ -106,6 +106,7 @@ function showTab(nav, tab) {
   for (const b of nav.querySelectorAll("button")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const p of nav.parentElement.querySelectorAll(":scope > .pane")) p.hidden = p.dataset.pane !== tab;
   if (tab === "changes" && current) loadChanges(current.id);
+  if (tab === "logs" && client) searchLogs(false);
 }
 
 function say(text) {
@@ -254,6 +255,11 @@ function renderTasks() {
 }
 
 onCardClick((id) => select(id));
+// The board's picked tasks, one command through the broadcast route.
+onBroadcast(async (command, ids) => {
+  const res = await client.post(`/v1/projects/${enc(project)}/tasks/broadcast/${enc(command)}`, { task_ids: ids });
+  return res.counts;
+});
 
 setInterval(() => {
   for (const td of document.querySelectorAll("#tasks td.age")) td.textContent = age(td.dataset.created);
@@ -601,6 +607,42 @@ function inboxItem(item) {
   }
   return div;
 }
+
+// ---- logs ----
+
+// The project's log events matching the search box, newest first; Older
+// reads the next page from the cursor.
+let logsNext = "";
+let logsAsked = 0; // an answer to an earlier search is dropped
+
+async function searchLogs(more) {
+  const asked = ++logsAsked;
+  const q = new URLSearchParams({ limit: "50" });
+  if ($("log-q").value.trim()) q.set("q", $("log-q").value.trim());
+  if ($("log-level").value) q.set("level", $("log-level").value);
+  if (more && logsNext) q.set("before", logsNext);
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/logs?${q}`));
+  if (!res || asked !== logsAsked) return;
+  const items = res.logs.map((l) => {
+    const li = el("li", { class: `log-entry ${l.level}`, data: { id: String(l.id) } },
+      el("span", { class: "meta", textContent: `${l.created_at.slice(0, 19).replace("T", " ")} ${l.level} ` }),
+      el("span", { class: "log-message", textContent: l.message }));
+    if (l.task_id) {
+      const link = el("a", { href: "#", class: "task-link", textContent: ` ${l.task_id.slice(0, 8)}` });
+      link.addEventListener("click", (e) => { e.preventDefault(); select(l.task_id); });
+      li.append(link);
+    }
+    return li;
+  });
+  if (more) $("logs").append(...items);
+  else $("logs").replaceChildren(...items);
+  logsNext = res.next || "";
+  $("log-more").hidden = !logsNext;
+  document.body.dataset.logs = String($("logs").children.length);
+}
+
+$("log-search").addEventListener("submit", (e) => { e.preventDefault(); searchLogs(false); });
+$("log-more").addEventListener("click", () => searchLogs(true));
 
 // ---- usage ----
 

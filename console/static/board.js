@@ -50,6 +50,40 @@ export function boardColumns(rows) {
   return cols;
 }
 
+// picked holds the ids of the cards ticked for a command to many tasks at
+// once (pause, cancel, retry).
+const picked = new Set();
+let onCommand = async () => ({});
+
+// onBroadcast sets what a command button does with the picked ids; fn
+// answers the broadcast's counts by outcome.
+export function onBroadcast(fn) {
+  onCommand = fn;
+  for (const b of document.querySelectorAll("#board-actions button")) {
+    b.addEventListener("click", async () => {
+      const ids = [...picked];
+      if (!ids.length) return;
+      const cmd = b.dataset.command;
+      $("board-result").textContent = `${cmd}…`;
+      try {
+        const counts = await onCommand(cmd, ids);
+        const parts = Object.entries(counts || {}).map(([k, n]) => `${n} ${k}`);
+        $("board-result").textContent = `${cmd}: ${parts.join(", ") || "nothing to do"}`;
+        document.body.dataset.broadcast = cmd;
+        picked.clear();
+        redrawBoard();
+      } catch (e) {
+        $("board-result").textContent = e.message;
+      }
+    });
+  }
+}
+
+function showPicked() {
+  $("board-picked").textContent = `${picked.size} selected`;
+  for (const b of document.querySelectorAll("#board-actions button")) b.disabled = picked.size === 0;
+}
+
 let lastRows = [];
 let lastSelected = "";
 let onSelect = () => {};
@@ -83,6 +117,9 @@ export function renderBoard(rows, selected = "") {
     if (want.length !== ol.children.length || want.some((li, i) => ol.children[i] !== li)) ol.replaceChildren(...want);
   }
   shownCards = cards;
+  // A ticked task that left the list is no longer picked.
+  for (const id of picked) if (!cards.has(id)) picked.delete(id);
+  showPicked();
   renderPicker(rows);
 }
 
@@ -90,7 +127,7 @@ let shownCards = new Map(); // task id → { key, li }
 
 // cardOf is a task's card: the one shown, when what it shows is the same.
 function cardOf(t, selected, cards) {
-  const key = JSON.stringify([t.status, t.priority, t.prompt, t.agent_id && agentName(t.agent_id), t.depends_on, t.id === selected]);
+  const key = JSON.stringify([t.status, t.priority, t.prompt, t.agent_id && agentName(t.agent_id), t.depends_on, t.id === selected, picked.has(t.id)]);
   const prev = shownCards.get(t.id);
   const li = prev && prev.key === key ? prev.li : card(t, selected);
   cards.set(t.id, { key, li });
@@ -108,6 +145,7 @@ function card(t, selected) {
   const deps = t.depends_on || [];
   const li = el("li", { class: "card", data: { id: t.id, status: t.status, priority: String(t.priority || 2) } },
     el("div", { class: "card-head" },
+      pickBox(t.id),
       el("code", { class: "card-id", textContent: shortId(t.id) }),
       el("span", { class: `prio p${t.priority || 2}`, textContent: `P${t.priority || 2}` }),
       el("span", { class: `badge ${t.status}`, textContent: t.status })),
@@ -120,6 +158,18 @@ function card(t, selected) {
   if (t.id === selected) li.classList.add("selected");
   li.addEventListener("click", () => onSelect(t.id));
   return li;
+}
+
+// pickBox ticks a card for a command to many tasks; it does not open the task.
+function pickBox(id) {
+  const box = el("input", { type: "checkbox", class: "card-pick", checked: picked.has(id), title: "select for pause, cancel or retry" });
+  box.addEventListener("click", (e) => {
+    e.stopPropagation();
+    if (box.checked) picked.add(id);
+    else picked.delete(id);
+    showPicked();
+  });
+  return box;
 }
 
 // ---- the task form's graph fields ----

@@ -1,0 +1,4 @@
+package sql
+
+// ProjectLogsStatement exposes ProjectLogs's query, for EXPLAIN.
+var ProjectLogsStatement = projectLogsStatement
