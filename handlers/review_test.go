@@ -120,8 +120,9 @@ func TestReviewApproveConflict(t *testing.T) {
 }
 
 // TestReviewRejectWithFeedback: a reject with feedback continues the same
-// conversation with the feedback as the next user message; the revision
-// ends in review again, and approving it lands the revised file.
+// conversation with the feedback, and the comments made since the
+// revision (with their file and line), as the next user message; the
+// revision ends in review again, and approving it lands the revised file.
 func TestReviewRejectWithFeedback(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []scripted.Reply{
@@ -131,6 +132,10 @@ func TestReviewRejectWithFeedback(t *testing.T) {
 	id := h.insert(t, "build", "change a.txt", m{"review": true})
 	s := h.waitReview(t, id, 0)
 	const feedback = "Please write v2 instead of v1."
+	line := 1
+	if _, err := agentsql.AddComment(t.Context(), h.pool, agentsql.Comment{TaskID: id, Author: "reviewer", Body: "v1 is the old name", Path: "a.txt", Line: &line}); err != nil {
+		t.Fatal(err)
+	}
 	h.control(t, id, agentsql.ActionReject, feedback)
 	h.waitReview(t, id, s.version+1)
 	reqs := h.llm.Requests()
@@ -139,8 +144,13 @@ func TestReviewRejectWithFeedback(t *testing.T) {
 	}
 	msgs := reqs[2].Messages
 	last := msgs[len(msgs)-1]
-	if last.Role != "user" || !strings.Contains(last.Content, feedback) {
-		t.Errorf("the revision's first request ends with %s %q, want the feedback as a user message", last.Role, last.Content)
+	if last.Role != "user" || !strings.Contains(last.Content, feedback) || !strings.Contains(last.Content, "a.txt:1: v1 is the old name") {
+		t.Errorf("the revision's first request ends with %s %q, want the feedback and the line comment as a user message", last.Role, last.Content)
+	}
+	for _, msg := range reqs[3].Messages[len(msgs):] {
+		if strings.Contains(msg.Content, feedback) {
+			t.Errorf("the feedback was given twice")
+		}
 	}
 	var sawV1 bool
 	for _, msg := range msgs {
