@@ -345,7 +345,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			// An earlier attempt succeeded and crashed while applying.
 			return tr.resumeApply(ctx, cs)
 		}
-		if task.Approved && status == agentsql.ChangeSetOpen {
+		if task.Approved && status == agentsql.ChangeSetOpen && !cs.Fresh() {
 			// Approved in review: this attempt applies the staged set, nothing else.
 			return tr.applyApproved(ctx, cs)
 		}

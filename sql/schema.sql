@@ -917,10 +917,12 @@ CREATE FUNCTION public.ai_tasks_enter_review() RETURNS trigger
     AS $$
 BEGIN
     NEW.approved := false;
-    INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
-    VALUES (NEW.project_id, NEW.id, 'review_requested', 'review',
-            NEW.type || ' task waits for review',
-            coalesce(NEW.error ->> 'message', NEW.result ->> 'summary', ''));
+    IF NEW.status = 'review' THEN
+        INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
+        VALUES (NEW.project_id, NEW.id, 'review_requested', 'review',
+                NEW.type || ' task waits for review',
+                coalesce(NEW.error ->> 'message', NEW.result ->> 'summary', ''));
+    END IF;
     RETURN NEW;
 END
 $$;
@@ -1704,7 +1706,7 @@ CREATE TRIGGER ai_tasks_drop_checkpoint AFTER UPDATE OF status ON public.ai_task
 CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_enqueue();
 
 -- TRIGGER: ai_tasks ai_tasks_enter_review
-CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'review'::text) AND (old.status IS DISTINCT FROM 'review'::text))) EXECUTE FUNCTION public.ai_tasks_enter_review();
+CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['queued'::text, 'running'::text])))) EXECUTE FUNCTION public.ai_tasks_enter_review();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns
 CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND (((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();

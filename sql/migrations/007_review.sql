@@ -24,21 +24,25 @@ INSERT INTO agentworker_task_transitions (from_status, to_status) VALUES
 ALTER TABLE ai_tasks ADD COLUMN approved boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN ai_tasks.approved IS 'A task in review was approved: its next attempt applies its change set and nothing else.';
 
--- A task entering review waits for a new decision, and a person is told.
+-- An approval is for the one apply that follows it: a task that stops
+-- otherwise (fails, is cancelled, pauses, enters review again) drops it, so
+-- a later retry builds again. A task entering review tells a person.
 CREATE FUNCTION ai_tasks_enter_review() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     NEW.approved := false;
-    INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
-    VALUES (NEW.project_id, NEW.id, 'review_requested', 'review',
-            NEW.type || ' task waits for review',
-            coalesce(NEW.error ->> 'message', NEW.result ->> 'summary', ''));
+    IF NEW.status = 'review' THEN
+        INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
+        VALUES (NEW.project_id, NEW.id, 'review_requested', 'review',
+                NEW.type || ' task waits for review',
+                coalesce(NEW.error ->> 'message', NEW.result ->> 'summary', ''));
+    END IF;
     RETURN NEW;
 END
 $$;
 
 CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status = 'review' AND OLD.status IS DISTINCT FROM 'review')
+    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status AND NEW.status NOT IN ('queued', 'running'))
     EXECUTE FUNCTION ai_tasks_enter_review();
 
 ALTER TABLE inbox_items DROP CONSTRAINT inbox_items_kind_check;
