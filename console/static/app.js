@@ -301,6 +301,7 @@ function showTask(t) {
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
   $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
+  $("review-form").hidden = t.status !== "review";
   const summary = t.result && t.result.summary;
   $("result-summary").textContent = summary || (t.result ? "" : "No result yet.");
   $("result-json").textContent = t.result ? JSON.stringify(t.result, null, 2) : "";
@@ -318,6 +319,17 @@ for (const action of Object.keys(CONTROLS)) {
     refreshTask(id);
   }));
 }
+
+// A reject with feedback revises the build; without, it discards it.
+$("review-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  guarded(async () => {
+    const id = current.id;
+    await client.post(`/v1/tasks/${enc(id)}/reject`, { feedback: $("feedback").value });
+    $("feedback").value = "";
+    refreshTask(id);
+  });
+});
 
 function reset() {
   if (source) source.close();
