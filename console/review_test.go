@@ -3,6 +3,7 @@ package console_test
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,16 +17,19 @@ import (
 )
 
 // TestReviewQueueInChromium: a build to review waits in the board's review
-// column with its changes unapplied; rejected with feedback from the page
-// it is revised knowing it, and approved from the page its revision lands.
+// column with its changes unapplied; a comment on a line of its diff and a
+// reject with feedback from the page reach the model's revision, and
+// approved from the page the revision lands.
 func TestReviewQueueInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
+	var revisionPrompt atomic.Value
 	model := scripted.Func(func(req *scripted.Request) scripted.Reply {
 		last, prompt := req.LastUserMessage()
 		if len(req.Messages[last+1:]) == 0 {
 			content := "v1\n"
 			if strings.Contains(prompt, "make it v2") {
+				revisionPrompt.Store(prompt)
 				content = "v2\n"
 			}
 			return llmtest.Call("write_file", map[string]string{"path": "a.txt", "content": content})
@@ -64,8 +68,14 @@ func TestReviewQueueInChromium(t *testing.T) {
 		t.Fatalf("a.txt = %q while in review, want it not written", got)
 	}
 	screenshot(t, ctx, "review-queue")
+	line := `#changes .file-diff[data-path="a.txt"] span[data-line="1"]`
+	run(t, ctx, "comment on the diff's first line", click(`#tab-changes`), visible(line), click(line), visible(`#comment-form`),
+		keys(`#comment-body`, "not v1"), click(`#comment-submit`), visible(`#comments li[data-path="a.txt"][data-line="1"]`))
 	run(t, ctx, "reject with feedback", keys(`#feedback`, "make it v2"), click(`#reject`))
 	runs(2)
+	if p, _ := revisionPrompt.Load().(string); !strings.Contains(p, "a.txt:1: not v1") {
+		t.Errorf("the revision's prompt %q lacks the line comment", p)
+	}
 	run(t, ctx, "approve the revision", visible(card), enabled(`#approve`), click(`#approve`),
 		visible(fmt.Sprintf(`#board .board-col[data-column="succeeded"] li.card[data-id="%s"]`, id)))
 	if got := file(); got != "v2\n" {
