@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,46 @@ func TestReviewRejectWithoutFeedback(t *testing.T) {
 	files := h.files(t)
 	if len(files) != 1 || files["a.txt"] != "old\n" {
 		t.Errorf("project files = %v, want only the untouched a.txt", files)
+	}
+}
+
+// TestReviewRevisionInterrupted: a revision whose attempt is cut short (the
+// model unavailable) loses nothing: the next attempt continues from the
+// review's checkpoint with the staged set and the feedback, given once.
+func TestReviewRevisionInterrupted(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []scripted.Reply{
+		call("write_file", m{"path": "a.txt", "content": "v1\n"}), llmtest.Text("Wrote v1."),
+		{Status: http.StatusServiceUnavailable, ErrorMessage: "overloaded"},
+		call("read_file", m{"path": "a.txt"}), call("write_file", m{"path": "a.txt", "content": "v2\n"}), llmtest.Text("Wrote v2."),
+	}, handlers.Config{RetryBackoff: 10 * time.Millisecond}, map[string]string{"a.txt": "old\n"})
+	id := h.insert(t, "build", "change a.txt", m{"review": true})
+	s := h.waitReview(t, id, 0)
+	const feedback = "Please write v2 instead of v1."
+	h.control(t, id, agentsql.ActionReject, feedback)
+	h.waitReview(t, id, s.version+1)
+	reqs := h.llm.Requests()
+	if len(reqs) != 6 {
+		t.Fatalf("%d model calls, want 6", len(reqs))
+	}
+	retry := reqs[3].Messages
+	var given int
+	for _, msg := range retry {
+		if strings.Contains(msg.Content, feedback) {
+			given++
+		}
+	}
+	if last := retry[len(retry)-1]; given != 1 || last.Role != "user" {
+		t.Errorf("the retried revision's request gives the feedback %d time(s) and ends with %s, want once, as its user message", given, last.Role)
+	}
+	// The staged v1 survived the interruption: the revision read it.
+	if body := reqs[4].Messages[len(reqs[4].Messages)-1].Content; !strings.Contains(body, "v1") {
+		t.Errorf("read_file after the interruption = %q, want the staged v1", body)
+	}
+	h.control(t, id, agentsql.ActionApprove, "")
+	_, task := h.wait(t, id)
+	result(t, task)
+	if got := h.files(t)["a.txt"]; got != "v2\n" {
+		t.Errorf("a.txt = %q, want v2", got)
 	}
 }
