@@ -9,6 +9,10 @@
 //	POST /v1/tasks/{id}/resume
 //	POST /v1/tasks/{id}/retry
 //	POST /v1/tasks/{id}/answer      {"answer": "…"} (required)
+//	POST /v1/tasks/{id}/approve     a task in review: apply its change set (409 CHANGE_CONFLICT if a file changed since)
+//	POST /v1/tasks/{id}/reject      a task in review: {"feedback": "…"} revises it; without feedback it is cancelled
+//	GET  /v1/tasks/{id}/comments    a task's review comments
+//	POST /v1/tasks/{id}/comments    {"body", "path", "line"}: comment on its diff
 //	GET  /v1/projects/{id}/events   a project's events (SSE, until the token expires); an opaque cursor
 //	POST /v1/projects/{id}/tasks    create a task: {"type", "prompt", "input"}
 //	GET  /v1/projects/{id}/inbox    open inbox items [?all=true&limit=n]
@@ -156,6 +160,8 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
 		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
+		{pattern: "GET /v1/tasks/{id}/comments", scope: taskScope, handle: a.listComments},
+		{pattern: "POST /v1/tasks/{id}/comments", scope: taskScope, handle: a.addComment},
 		{pattern: "GET /v1/projects/{id}/agents", scope: projectScope, handle: a.listAgents},
 		{pattern: "POST /v1/projects/{id}/agents", scope: projectScope, handle: a.createAgent},
 		{pattern: "GET /v1/agents/{id}", scope: agentScope, handle: a.getAgent},

@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -78,6 +77,8 @@ var errTooLarge = &apiError{http.StatusRequestEntityTooLarge, CodeValidation, "r
 type controlRequest struct {
 	ExpectedVersion *int   `json:"expected_version"`
 	Answer          string `json:"answer"`
+	// Feedback is a reject's: the revision's next user message.
+	Feedback string `json:"feedback"`
 }
 
 // control serves POST /v1/tasks/{id}/<action>.
@@ -85,19 +86,20 @@ func (a *API) control(action agentsql.Action) handler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		acc := accessOf(r)
 		var req controlRequest
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxControlBody+1))
-		switch {
-		case err != nil:
-			return validation("could not read the request body")
-		case len(body) > maxControlBody:
-			return errTooLarge
-		case len(body) > 0:
-			if err := json.Unmarshal(body, &req); err != nil {
-				return validation("request body is not valid JSON: %v", err)
+		if err := readSmallJSON(r, maxControlBody, &req); err != nil {
+			return err
+		}
+		answer := req.Answer
+		if action == agentsql.ActionReject {
+			answer = req.Feedback
+		}
+		if action == agentsql.ActionApprove {
+			if err := a.checkApprovable(r, acc.task); err != nil {
+				return err
 			}
 		}
 		res, err := agentsql.ControlTask(r.Context(), a.pool, acc.id, action, agentsql.ControlOpts{
-			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: req.Answer})
+			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer})
 		var ce *agentsql.ControlError
 		switch {
 		case err == nil:

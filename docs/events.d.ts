@@ -19,11 +19,11 @@ export interface BaseAgentEvent {
 
 /** AgentPhase marks a change of agent phase or task lifecycle. */
 export interface AgentPhasePayload {
-  phase: "planner" | "coder" | "reviewer" | "debugger" | "started" | "completed" | "failed" | "retrying" | "cancelled" | "blocked" | "paused" | "awaiting_input" | "waiting" | "queued";
+  phase: "planner" | "coder" | "reviewer" | "debugger" | "started" | "completed" | "failed" | "retrying" | "cancelled" | "blocked" | "paused" | "awaiting_input" | "waiting" | "queued" | "review";
   /** enter | exit */
   action?: "enter" | "exit";
   /** the task status after this phase */
-  status?: "queued" | "running" | "succeeded" | "failed" | "blocked" | "cancelled" | "paused" | "awaiting_input" | "waiting";
+  status?: "queued" | "running" | "succeeded" | "failed" | "blocked" | "cancelled" | "paused" | "awaiting_input" | "waiting" | "review";
   taskType?: string;
   model?: string;
   attempt?: number;

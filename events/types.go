@@ -60,6 +60,9 @@ const (
 	// PhaseQueued: the task is queued again (a resume, a retry, an answer,
 	// or its last dependency's success).
 	PhaseQueued = "queued"
+	// PhaseReview: a build finished cleanly and waits for a person to
+	// approve or reject its staged change set.
+	PhaseReview = "review"
 )
 
 // AgentPhase marks a change of agent phase or task lifecycle.

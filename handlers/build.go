@@ -25,6 +25,8 @@ const ReasonStaticChecks = "static_checks"
 // taskRun is the state of one run of a task of any type beyond the loop:
 // its change set, the plan it follows, the checks and repairs.
 type taskRun struct {
+	// review: the build ends in review instead of applying (input.review).
+	review bool
 	runner *Runner
 	task   agentsql.Task
 	at     Attempt

@@ -40,6 +40,9 @@ type taskPolicy struct {
 	// not raise: whoever may insert a task must not spend past it.
 	ceiling Budget
 	scope   *storage.Scope
+	// review: a build that finishes cleanly waits for a person's approval
+	// instead of applying its change set (input.review).
+	review bool
 }
 
 // policyOf reads input.budget (within the runner's ceilings) and
@@ -48,6 +51,7 @@ func (r *Runner) policyOf(task agentsql.Task) (taskPolicy, error) {
 	var in struct {
 		Budget       *Budget  `json:"budget"`
 		AllowedPaths []string `json:"allowed_paths"`
+		Review       bool     `json:"review"`
 	}
 	ceiling := Budget{MaxTokens: r.cfg.Budget.MaxTokens, MaxCostUSD: r.cfg.Budget.MaxCostUSD, MaxIterations: r.cfg.MaxIterations}
 	p := taskPolicy{budget: ceiling, ceiling: ceiling}
@@ -66,6 +70,6 @@ func (r *Runner) policyOf(task agentsql.Task) (taskPolicy, error) {
 	if err != nil {
 		return p, &taskError{CodeInvalidInput, fmt.Errorf("input.allowed_paths of task %s: %w", task.ID, err)}
 	}
-	p.scope = scope
+	p.scope, p.review = scope, in.Review
 	return p, nil
 }

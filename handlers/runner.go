@@ -346,6 +346,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			// An earlier attempt succeeded and crashed while applying.
 			return tr.resumeApply(ctx, cs)
 		}
+		if task.Approved && status == agentsql.ChangeSetOpen && !cs.Fresh() {
+			// Approved in review: this attempt applies the staged set, nothing else.
+			return tr.applyApproved(ctx, cs)
+		}
 		reset := cs.Reset
 		if resumed {
 			// The conversation continues from the checkpoint: so do its changes.
@@ -412,6 +416,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return err
 		}
+		tr.review = pol.review && tr.cs != nil
 		model := task.Model
 		if model == "" && tr.agent != nil {
 			model = tr.agent.Model
@@ -437,6 +442,11 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if resumed && tr.plan == nil {
 			if messages, err = tr.resumeFrom(ctx, cp); err != nil {
 				return err
+			}
+			if tr.cs != nil {
+				if messages, err = tr.withFeedback(ctx, messages, cp.UpdatedAt); err != nil {
+					return err
+				}
 			}
 		}
 		if err := stage(ctx, rec, StageAgentLoop, func() error {
@@ -488,6 +498,13 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
 		Usage: lp.usage, CostUSD: lp.cost, Model: cmp.Or(lp.model, r.deps.LLM.Model()), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
 		Checks: tr.checks, RepairAttempts: tr.repairs, Plan: plan}
+	if tr.review {
+		if err := tr.finishReview(ctx, res, messages); err != nil {
+			return tr.fail(ctx, err)
+		}
+		log.InfoContext(ctx, "task waits for review", slog.Int("iterations", lp.iterations))
+		return nil
+	}
 	// What is still queued (the last tool's result, the stages since) is
 	// written first in the finish's round trip, or by fail.
 	if err := tr.writeResult(ctx, res); err != nil {

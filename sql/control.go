@@ -30,14 +30,20 @@ const (
 	ActionResume Action = "resume"
 	ActionRetry  Action = "retry"
 	ActionAnswer Action = "answer"
+	// ActionApprove: a task in review is queued for a worker to apply its
+	// staged change set.
+	ActionApprove Action = "approve"
+	// ActionReject: a task in review goes on with the feedback (ControlOpts.
+	// Answer), or without feedback is cancelled and its change set discarded.
+	ActionReject Action = "reject"
 )
 
 // Actions lists every control action.
-var Actions = []Action{ActionCancel, ActionPause, ActionResume, ActionRetry, ActionAnswer}
+var Actions = []Action{ActionCancel, ActionPause, ActionResume, ActionRetry, ActionAnswer, ActionApprove, ActionReject}
 
 // Statuses lists every task status.
 var Statuses = []Status{StatusQueued, StatusRunning, StatusSucceeded, StatusFailed, StatusBlocked,
-	StatusCancelled, StatusPaused, StatusAwaitingInput}
+	StatusCancelled, StatusPaused, StatusAwaitingInput, StatusReview}
 
 // Target is the status an action moves a task to.
 func (a Action) Target() Status {
@@ -46,7 +52,8 @@ func (a Action) Target() Status {
 		return StatusCancelled
 	case ActionPause:
 		return StatusPaused
-	case ActionResume, ActionRetry, ActionAnswer:
+	case ActionResume, ActionRetry, ActionAnswer, ActionApprove, ActionReject:
+		// A reject without feedback cancels instead.
 		return StatusQueued
 	}
 	return ""
@@ -60,7 +67,7 @@ func (a Action) Permits(from Status) bool {
 	var ok bool
 	switch a {
 	case ActionCancel:
-		ok = from == StatusQueued || from == StatusRunning || from == StatusPaused || from == StatusAwaitingInput
+		ok = from == StatusQueued || from == StatusRunning || from == StatusPaused || from == StatusAwaitingInput || from == StatusReview
 	case ActionPause:
 		ok = from == StatusQueued || from == StatusRunning
 	case ActionResume:
@@ -69,6 +76,8 @@ func (a Action) Permits(from Status) bool {
 		ok = from == StatusFailed || from == StatusBlocked || from == StatusCancelled
 	case ActionAnswer:
 		ok = from == StatusAwaitingInput
+	case ActionApprove, ActionReject:
+		ok = from == StatusReview
 	}
 	return ok && CanTransition(from, a.Target())
 }

@@ -283,3 +283,34 @@ func TestPostgRESTCall(t *testing.T) {
 		t.Errorf("empty answer: %s", answered)
 	}
 }
+
+// TestApprovalDroppedWhenTaskStops: an approval is for the apply that
+// follows it; a task approved, then cancelled, is not approved when
+// retried (a retry builds again), and entering review opens an inbox item.
+func TestApprovalDroppedWhenTaskStops(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	id := insertTaskIn(t, pool, agentsql.StatusReview)
+	var items int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_items WHERE task_id = $1 AND kind = 'review_requested' AND status = 'open'`, id).Scan(&items); err != nil || items != 1 {
+		t.Fatalf("%d open review_requested items (%v), want 1", items, err)
+	}
+	for _, step := range []struct {
+		action   agentsql.Action
+		approved bool
+	}{{agentsql.ActionApprove, true}, {agentsql.ActionCancel, false}, {agentsql.ActionRetry, false}} {
+		if _, err := agentsql.ControlTask(t.Context(), pool, id, step.action, agentsql.ControlOpts{Actor: "tester"}); err != nil {
+			t.Fatalf("%s: %v", step.action, err)
+		}
+		task, err := agentsql.GetTask(t.Context(), pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.Approved != step.approved {
+			t.Errorf("after %s: approved = %v, want %v", step.action, task.Approved, step.approved)
+		}
+	}
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_items WHERE task_id = $1 AND kind = 'review_requested' AND status = 'open'`, id).Scan(&items); err != nil || items != 0 {
+		t.Errorf("%d open review_requested items after approve (%v), want 0", items, err)
+	}
+}

@@ -500,3 +500,28 @@ func TestExpandPlanOnceUnderItsFence(t *testing.T) {
 		t.Fatalf("two expansions made %d children, want one set of 2", n)
 	}
 }
+
+// TestReviewDoesNotReleaseDependents: a dependency in review has not
+// succeeded: its dependent keeps waiting through the review, a reject with
+// feedback and an approve, and is queued once the approved task succeeds.
+func TestReviewDoesNotReleaseDependents(t *testing.T) {
+	t.Parallel()
+	g := newGraph(t)
+	ids := g.chain(2)
+	g.finish(ids[0], agentsql.StatusReview)
+	g.want(ids[0], agentsql.StatusReview, -1)
+	g.want(ids[1], agentsql.StatusWaiting, 0)
+	for _, step := range []struct {
+		action agentsql.Action
+		answer string
+		then   agentsql.Status
+	}{{agentsql.ActionReject, "once more", agentsql.StatusReview}, {agentsql.ActionApprove, "", agentsql.StatusSucceeded}} {
+		if _, err := agentsql.ControlTask(t.Context(), g.pool, ids[0], step.action, agentsql.ControlOpts{Actor: "tester", Answer: step.answer}); err != nil {
+			t.Fatalf("%s: %v", step.action, err)
+		}
+		g.want(ids[0], agentsql.StatusQueued, -1)
+		g.want(ids[1], agentsql.StatusWaiting, 0)
+		g.finish(ids[0], step.then)
+	}
+	g.want(ids[1], agentsql.StatusQueued, 1)
+}

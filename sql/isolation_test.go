@@ -47,6 +47,7 @@ var access = map[string]map[string][]string{
 		"authenticated": {"select:own", "insert:own"},
 		"service_role":  {"select", "insert", "delete"},
 	},
+	"task_comments": {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -60,6 +61,8 @@ var apiFunctions = []string{
 	"agentworker_retry_task(uuid,integer,text)",
 	"agentworker_answer_input(uuid,text,integer,text)",
 	"agentworker_broadcast_tasks(text,uuid,text[],uuid[],jsonb,text,uuid,integer)",
+	"agentworker_approve_task(uuid,integer,text)",
+	"agentworker_reject_task(uuid,text,integer,text)",
 	"agent_events(ai_tasks)",
 	"ai_tasks(agent_events)",
 }
@@ -303,6 +306,7 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO change_sets (task_id, project_id) VALUES ($1, $2)`,
 				`INSERT INTO change_set_entries (task_id, path, op, content, ord) VALUES ($1, 'a.txt', 'write', 'secret', 1)`,
 				`INSERT INTO build_decisions (task_id, decision_id, status) VALUES ($1, 'step-1', 'accepted')`,
+				`INSERT INTO task_comments (task_id, project_id, author, body) VALUES ($1, $2, 'seed', 'seed')`,
 			} {
 				args := []any{*p.task}
 				if strings.Contains(q, "$2") {

@@ -67,8 +67,9 @@ CREATE TABLE public.ai_tasks (
     agent_id uuid,
     priority smallint DEFAULT 2 NOT NULL,
     parent_task_id uuid,
+    approved boolean DEFAULT false NOT NULL,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
-    CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text]))),
+    CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
 
@@ -131,6 +132,9 @@ COMMENT ON COLUMN public.ai_tasks.priority IS '1 (most urgent) … 4; River''s j
 
 -- COMMENT: COLUMN ai_tasks.parent_task_id
 COMMENT ON COLUMN public.ai_tasks.parent_task_id IS 'A task of the same project this one is part of: cancelling it cancels its unfinished children.';
+
+-- COMMENT: COLUMN ai_tasks.approved
+COMMENT ON COLUMN public.ai_tasks.approved IS 'A task in review was approved: its next attempt applies its change set and nothing else.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -216,6 +220,12 @@ CREATE FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expec
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'answer', expected_version, actor, answer) $$;
+
+-- FUNCTION: agentworker_approve_task(uuid, integer, text)
+CREATE FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$ SELECT agentworker_control_for_caller(task_id, 'approve', expected_version, actor) $$;
 
 -- FUNCTION: agentworker_block_dependent(uuid, public.ai_tasks)
 CREATE FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) RETURNS void
@@ -477,18 +487,25 @@ BEGIN
     END IF;
 
     CASE p_action
-        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting'];
+        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting', 'review'];
         WHEN 'pause'  THEN v_target := 'paused';    v_sources := ARRAY['queued', 'running', 'waiting'];
         WHEN 'resume' THEN v_target := 'queued';    v_sources := ARRAY['paused'];
         WHEN 'retry'  THEN v_target := 'queued';    v_sources := ARRAY['failed', 'blocked', 'cancelled'];
         WHEN 'answer' THEN v_target := 'queued';    v_sources := ARRAY['awaiting_input'];
+        -- approve: a worker applies the staged change set, fenced, and
+        -- the task succeeds. reject: with feedback the build goes on from
+        -- its checkpoint; without, it ends and its change set is discarded.
+        WHEN 'approve' THEN v_target := 'queued';   v_sources := ARRAY['review'];
+        WHEN 'reject' THEN
+            v_target := CASE WHEN coalesce(btrim(p_answer), '') = '' THEN 'cancelled' ELSE 'queued' END;
+            v_sources := ARRAY['review'];
         ELSE v_target := NULL;
     END CASE;
     v_withdraw := p_action = 'resume' AND v_task.status = 'running' AND v_task.pause_requested;
 
     IF v_target IS NULL THEN
         v_outcome := 'invalid';
-        v_error := format('unknown action %L: want cancel, pause, resume, retry or answer', p_action);
+        v_error := format('unknown action %L: want cancel, pause, resume, retry, answer, approve or reject', p_action);
     ELSIF p_action = 'answer' AND coalesce(btrim(p_answer), '') = '' THEN
         v_outcome := 'invalid';
         v_error := 'an answer is required';
@@ -546,6 +563,20 @@ BEGIN
             UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
             WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'budget' AND status = 'open';
         END IF;
+        IF p_action IN ('approve', 'reject', 'cancel') THEN
+            UPDATE inbox_items SET status = 'closed', answer = nullif(btrim(p_answer), ''), resolver = v_actor,
+                resolved_at = now(), version = version + 1
+            WHERE task_id = p_task_id AND kind = 'review_requested' AND status = 'open';
+        END IF;
+        IF p_action = 'reject' AND v_target = 'queued' THEN
+            -- The feedback is the newest comment: the next attempt gives the
+            -- model every comment made since the revision.
+            INSERT INTO task_comments (task_id, project_id, author, body)
+            VALUES (p_task_id, v_task.project_id, v_actor, p_answer);
+        END IF;
+        IF p_action = 'approve' THEN
+            UPDATE ai_tasks SET approved = true WHERE id = p_task_id;
+        END IF;
         IF p_action = 'answer' THEN
             UPDATE inbox_items SET status = 'closed', answer = p_answer, resolver = v_actor,
                 resolved_at = now(), version = version + 1
@@ -582,7 +613,7 @@ BEGIN
         -- The lifecycle event; cancelled is terminal for followers.
         INSERT INTO agent_events (task_id, project_id, type, payload)
         VALUES (p_task_id, v_task.project_id, 'agent_phase', jsonb_build_object(
-            'phase', CASE p_action WHEN 'cancel' THEN 'cancelled' WHEN 'pause' THEN 'paused' ELSE 'queued' END,
+            'phase', CASE WHEN v_task.status = 'cancelled' THEN 'cancelled' WHEN p_action = 'pause' THEN 'paused' ELSE 'queued' END,
             'status', v_task.status, 'taskType', v_task.type,
             'summary', format('%s by %s', p_action, v_actor)));
     END IF;
@@ -718,6 +749,12 @@ CREATE FUNCTION public.agentworker_pause_task(task_id uuid, expected_version int
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'pause', expected_version, actor) $$;
+
+-- FUNCTION: agentworker_reject_task(uuid, text, integer, text)
+CREATE FUNCTION public.agentworker_reject_task(task_id uuid, feedback text DEFAULT NULL::text, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$ SELECT agentworker_control_for_caller(task_id, 'reject', expected_version, actor, feedback) $$;
 
 -- FUNCTION: agentworker_resume_task(uuid, integer, text)
 CREATE FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
@@ -938,6 +975,23 @@ BEGIN
         PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
     END IF;
     RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_enter_review()
+CREATE FUNCTION public.ai_tasks_enter_review() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.approved := false;
+    IF NEW.status = 'review' THEN
+        INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
+        VALUES (NEW.project_id, NEW.id, 'review_requested', 'review',
+                NEW.type || ' task waits for review',
+                coalesce(NEW.error ->> 'message', NEW.result ->> 'summary', ''));
+    END IF;
+    RETURN NEW;
 END
 $$;
 
@@ -1438,7 +1492,7 @@ CREATE TABLE public.inbox_items (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     resolved_at timestamp with time zone,
     CONSTRAINT inbox_items_check CHECK (((status = 'open'::text) OR (resolved_at IS NOT NULL))),
-    CONSTRAINT inbox_items_kind_check CHECK ((kind = ANY (ARRAY['await_user_input'::text, 'task_completed'::text]))),
+    CONSTRAINT inbox_items_kind_check CHECK ((kind = ANY (ARRAY['await_user_input'::text, 'task_completed'::text, 'review_requested'::text]))),
     CONSTRAINT inbox_items_status_check CHECK ((status = ANY (ARRAY['open'::text, 'closed'::text])))
 );
 
@@ -1446,7 +1500,7 @@ CREATE TABLE public.inbox_items (
 COMMENT ON TABLE public.inbox_items IS 'What waits for a person: a question the agent asked, a budget or stuck alert, a finished task.';
 
 -- COMMENT: COLUMN inbox_items.kind
-COMMENT ON COLUMN public.inbox_items.kind IS 'await_user_input | task_completed.';
+COMMENT ON COLUMN public.inbox_items.kind IS 'await_user_input | task_completed | review_requested.';
 
 -- COMMENT: COLUMN inbox_items.reason
 COMMENT ON COLUMN public.inbox_items.reason IS 'Why an await_user_input item exists: question, budget, stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
@@ -1544,6 +1598,24 @@ COMMENT ON COLUMN public.task_checkpoints.messages IS 'The conversation.';
 
 -- COMMENT: COLUMN task_checkpoints.state
 COMMENT ON COLUMN public.task_checkpoints.state IS 'The loop''s counters: usage, cost, repair state, touched files, a pending question.';
+
+-- TABLE: task_comments
+CREATE TABLE public.task_comments (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    task_id uuid NOT NULL,
+    project_id uuid NOT NULL,
+    author text NOT NULL,
+    body text NOT NULL,
+    path text,
+    line integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT task_comments_body_check CHECK ((btrim(body) <> ''::text)),
+    CONSTRAINT task_comments_check CHECK (((line IS NULL) OR (path IS NOT NULL))),
+    CONSTRAINT task_comments_line_check CHECK ((line > 0))
+);
+
+-- COMMENT: TABLE task_comments
+COMMENT ON TABLE public.task_comments IS 'Comments on a task''s change set; those since its last revision go to the model with a reject''s feedback.';
 
 -- TABLE: task_dependencies
 CREATE TABLE public.task_dependencies (
@@ -1652,6 +1724,10 @@ ALTER TABLE ONLY public.llm_provider_budget
 ALTER TABLE ONLY public.task_checkpoints
     ADD CONSTRAINT task_checkpoints_pkey PRIMARY KEY (task_id);
 
+-- CONSTRAINT: task_comments task_comments_pkey
+ALTER TABLE ONLY public.task_comments
+    ADD CONSTRAINT task_comments_pkey PRIMARY KEY (id);
+
 -- CONSTRAINT: task_dependencies task_dependencies_pkey
 ALTER TABLE ONLY public.task_dependencies
     ADD CONSTRAINT task_dependencies_pkey PRIMARY KEY (task_id, depends_on_task_id);
@@ -1711,6 +1787,9 @@ CREATE INDEX inbox_items_project_idx ON public.inbox_items USING btree (project_
 -- INDEX: river_job_ai_task_idx
 CREATE INDEX river_job_ai_task_idx ON public.river_job USING btree (((args ->> 'task_id'::text))) WHERE (kind = 'ai_task'::text);
 
+-- INDEX: task_comments_task_idx
+CREATE INDEX task_comments_task_idx ON public.task_comments USING btree (task_id, created_at);
+
 -- INDEX: task_dependencies_depends_on_idx
 CREATE INDEX task_dependencies_depends_on_idx ON public.task_dependencies USING btree (depends_on_task_id);
 
@@ -1746,6 +1825,9 @@ CREATE TRIGGER ai_tasks_drop_checkpoint AFTER UPDATE OF status ON public.ai_task
 
 -- TRIGGER: ai_tasks ai_tasks_enqueue
 CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_enqueue();
+
+-- TRIGGER: ai_tasks ai_tasks_enter_review
+CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['queued'::text, 'running'::text])))) EXECUTE FUNCTION public.ai_tasks_enter_review();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns
 CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND (((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
@@ -1811,6 +1893,10 @@ ALTER TABLE ONLY public.inbox_items
 -- FK CONSTRAINT: task_checkpoints task_checkpoints_task_id_fkey
 ALTER TABLE ONLY public.task_checkpoints
     ADD CONSTRAINT task_checkpoints_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: task_comments task_comments_task_id_fkey
+ALTER TABLE ONLY public.task_comments
+    ADD CONSTRAINT task_comments_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: task_dependencies task_dependencies_task_id_fkey
 ALTER TABLE ONLY public.task_dependencies
@@ -1891,6 +1977,15 @@ ALTER TABLE public.llm_provider_budget ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: task_checkpoints
 ALTER TABLE public.task_checkpoints ENABLE ROW LEVEL SECURITY;
+
+-- ROW SECURITY: task_comments
+ALTER TABLE public.task_comments ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: task_comments task_comments_read_own
+CREATE POLICY task_comments_read_own ON public.task_comments FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: task_comments task_comments_service
+CREATE POLICY task_comments_service ON public.task_comments TO service_role USING (true) WITH CHECK (true);
 
 -- ROW SECURITY: task_dependencies
 ALTER TABLE public.task_dependencies ENABLE ROW LEVEL SECURITY;
@@ -2022,6 +2117,11 @@ REVOKE ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text
 GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_approve_task(task_id uuid, expected_version integer, actor text)
+REVOKE ALL ON FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer, actor text) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer, actor text) TO service_role;
+
 -- ACL: FUNCTION agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) FROM PUBLIC;
 
@@ -2072,6 +2172,11 @@ REVOKE ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_vers
 GRANT ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text)
+REVOKE ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) TO service_role;
+
 -- ACL: FUNCTION agentworker_resume_task(task_id uuid, expected_version integer, actor text)
 REVOKE ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO authenticated;
@@ -2113,6 +2218,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_drop_checkpoint() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_enqueue()
 REVOKE ALL ON FUNCTION public.ai_tasks_enqueue() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_enter_review()
+REVOKE ALL ON FUNCTION public.ai_tasks_enter_review() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_guard_columns()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_columns() FROM PUBLIC;
@@ -2159,6 +2267,10 @@ GRANT SELECT ON TABLE public.task_runs TO service_role;
 -- ACL: TABLE project_usage_daily
 GRANT SELECT ON TABLE public.project_usage_daily TO authenticated;
 GRANT SELECT ON TABLE public.project_usage_daily TO service_role;
+
+-- ACL: TABLE task_comments
+GRANT SELECT,INSERT ON TABLE public.task_comments TO service_role;
+GRANT SELECT ON TABLE public.task_comments TO authenticated;
 
 -- ACL: TABLE task_dependencies
 GRANT SELECT,INSERT,DELETE ON TABLE public.task_dependencies TO service_role;

@@ -57,6 +57,9 @@ const (
 	StatusAwaitingInput Status = "awaiting_input"
 	// StatusWaiting: a dependency has not succeeded yet; the task has no job.
 	StatusWaiting Status = "waiting"
+	// StatusReview: a build finished cleanly and waits for a person to
+	// approve or reject its staged change set; it holds no lease.
+	StatusReview Status = "review"
 )
 
 // Terminal reports whether no further work happens in this status without a retry.
@@ -79,9 +82,11 @@ func CanTransition(from, to Status) bool {
 	case StatusRunning:
 		switch to {
 		case StatusSucceeded, StatusFailed, StatusBlocked, StatusCancelled,
-			StatusPaused, StatusAwaitingInput, StatusQueued:
+			StatusPaused, StatusAwaitingInput, StatusQueued, StatusReview:
 			return true
 		}
+	case StatusReview:
+		return to == StatusSucceeded || to == StatusQueued || to == StatusCancelled
 	case StatusPaused, StatusAwaitingInput:
 		return to == StatusQueued || to == StatusCancelled
 	case StatusBlocked:
@@ -125,12 +130,15 @@ type Task struct {
 	Priority int
 	// ParentTaskID is the task this one is part of, if any.
 	ParentTaskID *uuid.UUID
+	// Approved: the task was approved in review; its attempt only applies
+	// its staged change set.
+	Approved bool
 }
 
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
 	fence, retries, version, created_at, updated_at, started_at, finished_at,
-	agent_id, priority, parent_task_id`
+	agent_id, priority, parent_task_id, approved`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -143,7 +151,7 @@ func taskDest(t *Task) []any {
 	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
 		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt,
-		&t.AgentID, &t.Priority, &t.ParentTaskID}
+		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved}
 }
 
 // NewTask is what an app supplies to create a task.

@@ -27,7 +27,7 @@ const (
 
 // boardOrder is the order of the statuses in a tasks.md: what moves first.
 var boardOrder = []agentsql.Status{
-	agentsql.StatusRunning, agentsql.StatusQueued, agentsql.StatusWaiting, "review", agentsql.StatusAwaitingInput,
+	agentsql.StatusRunning, agentsql.StatusQueued, agentsql.StatusWaiting, agentsql.StatusReview, agentsql.StatusAwaitingInput,
 	agentsql.StatusPaused, agentsql.StatusBlocked, agentsql.StatusFailed, agentsql.StatusSucceeded, agentsql.StatusCancelled,
 }
 

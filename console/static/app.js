@@ -307,6 +307,9 @@ function showTask(t) {
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
   $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
+  $("review-form").hidden = t.status !== "review";
+  if (t.status === "review") loadComments(t.id);
+  else $("comment-form").hidden = true;
   const summary = t.result && t.result.summary;
   $("result-summary").textContent = summary || (t.result ? "" : "No result yet.");
   $("result-json").textContent = t.result ? JSON.stringify(t.result, null, 2) : "";
@@ -324,6 +327,46 @@ for (const action of Object.keys(CONTROLS)) {
     refreshTask(id);
   }));
 }
+
+// A comment names a line of the diff; the model gets the comments made
+// since its revision with the next reject's feedback.
+let commentOn = null;
+$("changes").addEventListener("click", (ev) => {
+  const span = ev.target.closest("span[data-line]");
+  if (!span || !current || current.status !== "review") return;
+  commentOn = { path: span.closest(".file-diff").dataset.path, line: Number(span.dataset.line) };
+  $("comment-where").textContent = `${commentOn.path}:${commentOn.line}`;
+  $("comment-form").hidden = false;
+  $("comment-body").focus();
+});
+$("comment-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  guarded(async () => {
+    const id = current.id;
+    await client.post(`/v1/tasks/${enc(id)}/comments`, { body: $("comment-body").value, ...commentOn });
+    $("comment-body").value = "";
+    $("comment-form").hidden = true;
+    loadComments(id);
+  });
+});
+
+async function loadComments(id) {
+  const res = await guarded(() => client.get(`/v1/tasks/${enc(id)}/comments`));
+  if (!res || !current || current.id !== id) return;
+  $("comments").replaceChildren(...res.comments.map((c) =>
+    el("li", { data: { path: c.path || "", line: String(c.line || "") } }, `${c.path ? `${c.path}${c.line ? `:${c.line}` : ""}: ` : ""}${c.body} — ${c.author}`)));
+}
+
+// A reject with feedback revises the build; without, it discards it.
+$("review-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  guarded(async () => {
+    const id = current.id;
+    await client.post(`/v1/tasks/${enc(id)}/reject`, { feedback: $("feedback").value });
+    $("feedback").value = "";
+    refreshTask(id);
+  });
+});
 
 function reset() {
   if (source) source.close();
@@ -516,7 +559,17 @@ async function loadChanges(id) {
     const pre = el("pre", { class: "diff" });
     if (f.binary) pre.append(el("span", { class: "meta", textContent: `binary file, ${f.size} bytes` }));
     else {
-      for (const line of f.diff.split("\n").slice(0, -1)) pre.append(el("span", { class: diffLineClass(line), textContent: line + "\n" }));
+      // Added and context lines carry their line in the new file: a
+      // reviewer comments on one by clicking it.
+      let next = 0;
+      for (const line of f.diff.split("\n").slice(0, -1)) {
+        const cls = diffLineClass(line);
+        const span = el("span", { class: cls, textContent: line + "\n" });
+        const hunk = /^@@ -\d+(?:,\d+)? \+(\d+)/.exec(line);
+        if (hunk) next = Number(hunk[1]);
+        else if (cls === "add" || cls === "ctx") span.dataset.line = String(next++);
+        pre.append(span);
+      }
     }
     const note = f.before_known ? "" : " (earlier version not recorded: shown whole)";
     return el("div", { class: "file-diff", data: { path: f.path, op: f.op } },

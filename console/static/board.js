@@ -18,12 +18,13 @@ const el = (tag, props = {}, ...children) => {
 };
 
 // COLUMNS are the board's columns and the statuses each holds: review
-// holds the tasks that wait for a person (a question, a pause).
+// holds the tasks that wait for a person (a build to review, a question, a
+// pause).
 export const COLUMNS = [
   { key: "waiting", title: "Waiting", statuses: ["waiting"] },
   { key: "queued", title: "Queued", statuses: ["queued"] },
   { key: "running", title: "Running", statuses: ["running"] },
-  { key: "review", title: "Review", statuses: ["awaiting_input", "paused"] },
+  { key: "review", title: "Review", statuses: ["review", "awaiting_input", "paused"] },
   { key: "succeeded", title: "Succeeded", statuses: ["succeeded"] },
   { key: "failed", title: "Failed / blocked", statuses: ["failed", "blocked"] },
   { key: "cancelled", title: "Cancelled", statuses: ["cancelled"] },

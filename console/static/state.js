@@ -102,10 +102,11 @@ export class FileTree {
 
 // The task statuses each control applies to (the task state machine).
 export const CONTROLS = {
-  cancel: ["queued", "running", "paused", "awaiting_input", "waiting"],
+  cancel: ["queued", "running", "paused", "awaiting_input", "waiting", "review"],
   pause: ["queued", "running", "waiting"],
   resume: ["paused"],
   retry: ["failed", "blocked", "cancelled"],
+  approve: ["review"],
 };
 
 // TaskList is a project's tasks as the server last described them, newest

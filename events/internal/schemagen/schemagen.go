@@ -46,7 +46,7 @@ var enums = map[string]string{
 var fixed = map[string][]string{
 	"Action":      {"enter", "exit"},
 	"Result":      {"pending", "success", "failed"},
-	"task status": {"queued", "running", "succeeded", "failed", "blocked", "cancelled", "paused", "awaiting_input", "waiting"},
+	"task status": {"queued", "running", "succeeded", "failed", "blocked", "cancelled", "paused", "awaiting_input", "waiting", "review"},
 }
 
 // source is what the generator reads from the package's Go files.

@@ -1,0 +1,148 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/llm"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/changeset"
+)
+
+// finishReview ends a build that asked for review: its change set stays
+// staged, its conversation is checkpointed (a reject with feedback goes
+// on from there), the run is finished and the task is in review — one
+// transaction.
+func (r *taskRun) finishReview(ctx context.Context, res Result, messages []llm.Message) error {
+	wctx := context.WithoutCancel(ctx)
+	entries, err := r.cs.Entries(wctx)
+	if err != nil {
+		return err
+	}
+	res.FilesChanged = entryChanges(entries)
+	body, err := json.Marshal(res)
+	if err != nil {
+		return &taskError{CodeInternal, fmt.Errorf("encode result of task %s: %w", r.task.ID, err)}
+	}
+	cp, err := r.checkpointRow(messages)
+	if err != nil {
+		return err
+	}
+	spend := r.lp.unrecorded()
+	err = r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := r.rec.EmitIn(wctx, tx); err != nil {
+			return err
+		}
+		if _, err := agentsql.SaveCheckpoint(wctx, tx, r.at.fence(r.task), cp, agentsql.Spend{}); err != nil {
+			return err
+		}
+		if _, err := r.rec.EmitIn(wctx, tx,
+			events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("change set staged for review: %d file change(s)", len(entries)),
+				Metadata: map[string]any{"staged": len(entries)}},
+			events.AgentPhase{Phase: events.PhaseReview, Status: string(agentsql.StatusReview), TaskType: string(r.task.Type),
+				Model: res.Model, Summary: res.Summary}); err != nil {
+			return err
+		}
+		_, err := agentsql.FinishTask(wctx, tx, r.at.fence(r.task), agentsql.Outcome{
+			Status: agentsql.StatusReview, RunStatus: string(agentsql.RunSucceeded), Result: body,
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: res.Model,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.lp.markRecorded()
+	return nil
+}
+
+// applyApproved applies the change set of a task approved in review, as a
+// build that succeeds does, under this attempt's fence. A file changed in
+// storage since the build read it leaves the set as it was and sends the
+// task back to review with the conflict.
+func (r *taskRun) applyApproved(ctx context.Context, cs *changeset.Set) error {
+	r.cs = cs
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	applied, err := cs.Apply(actx, r.task.Result)
+	if errors.Is(err, storage.ErrConflict) {
+		status, _, serr := agentsql.ChangeSetState(actx, r.runner.deps.Pool, r.task.ID)
+		if serr == nil && status == agentsql.ChangeSetOpen {
+			return r.backToReview(actx, err)
+		}
+		return r.fail(ctx, &taskError{CodeConflict, err})
+	}
+	if err != nil {
+		return r.fail(ctx, &taskError{CodeStorage, err})
+	}
+	var res Result
+	_ = json.Unmarshal(r.task.Result, &res)
+	// The usage was counted by the attempts that made the changes.
+	if err := r.finishSucceeded(actx, r.task.Result, agentsql.Spend{}, res.Model, res.Summary, len(applied), true); err != nil {
+		return r.fail(ctx, err)
+	}
+	r.log.InfoContext(ctx, "approved change set applied", slog.Int("files", len(applied)))
+	return nil
+}
+
+// backToReview ends an approved attempt whose apply found a conflict
+// before writing anything: the task is in review again, its set staged.
+func (r *taskRun) backToReview(ctx context.Context, cause error) error {
+	msg := clip(cause.Error(), 1000)
+	terr, _ := json.Marshal(TaskError{Code: CodeConflict, Message: msg, Recoverable: true, Attempt: r.at.Number})
+	err := r.rec.InTx(ctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := r.rec.EmitIn(ctx, tx,
+			events.Log{Level: events.LevelWarn, Message: "approved change set not applied: " + msg, Metadata: map[string]any{"code": CodeConflict}},
+			events.AgentPhase{Phase: events.PhaseReview, Status: string(agentsql.StatusReview), TaskType: string(r.task.Type), Summary: msg}); err != nil {
+			return err
+		}
+		_, err := agentsql.FinishTask(ctx, tx, r.at.fence(r.task), agentsql.Outcome{
+			Status: agentsql.StatusReview, RunStatus: string(agentsql.RunFailed), Error: terr, ErrorCode: CodeConflict, ErrorMsg: msg,
+		})
+		return err
+	})
+	if errors.Is(err, agentsql.ErrFenced) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("return task %s to review: %w", r.task.ID, err)
+	}
+	r.log.WarnContext(ctx, "approved change set conflicts with storage; task back in review", slog.String("error", msg))
+	return nil
+}
+
+// withFeedback gives the model, as the next user message, the comments made
+// on the task since its conversation was checkpointed: a reviewer's
+// feedback on its revision, each comment with its file and line.
+func (r *taskRun) withFeedback(ctx context.Context, messages []llm.Message, since time.Time) ([]llm.Message, error) {
+	comments, err := agentsql.TaskCommentsSince(ctx, r.runner.deps.Pool, r.task.ID, since)
+	if err != nil || len(comments) == 0 {
+		return messages, err
+	}
+	var b strings.Builder
+	b.WriteString("A reviewer rejected your changes, which are not applied yet. Revise them as the review asks, then finish again.\n\nReview comments:\n")
+	for _, c := range comments {
+		b.WriteString("- ")
+		if c.Path != "" {
+			b.WriteString(c.Path)
+			if c.Line != nil {
+				fmt.Fprintf(&b, ":%d", *c.Line)
+			}
+			b.WriteString(": ")
+		}
+		b.WriteString(c.Body)
+		b.WriteString("\n")
+	}
+	r.rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("revising after review: %d comment(s) given to the model", len(comments)),
+		Metadata: map[string]any{"comments": len(comments)}})
+	return append(messages, llm.Message{Role: llm.RoleUser, Content: b.String()}), nil
+}
