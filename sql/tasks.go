@@ -430,8 +430,8 @@ func nullJSON(b json.RawMessage) any {
 // and the claim's commit, leaving the job running for claimStuck and more
 // while its task is still queued (River's rescuer would wait for the job
 // timeout). The reconciler enqueues them.
-func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duration, limit int) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, `SELECT t.id FROM ai_tasks t
+func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duration, limit int) ([]Orphan, error) {
+	rows, err := db.Query(ctx, `SELECT t.id, t.priority FROM ai_tasks t
 		WHERE t.status = 'queued' AND t.created_at < now() - $1::interval
 		AND NOT EXISTS (
 			SELECT 1 FROM river_job j
@@ -442,11 +442,17 @@ func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("find orphaned tasks: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	orphans, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Orphan])
 	if err != nil {
 		return nil, fmt.Errorf("find orphaned tasks: %w", err)
 	}
-	return ids, nil
+	return orphans, nil
+}
+
+// Orphan is a queued task without a live job, and the priority its job gets.
+type Orphan struct {
+	ID       uuid.UUID
+	Priority int
 }
 
 // ScheduleRetry ends the attempt of the task held by f with a transient

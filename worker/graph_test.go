@@ -13,6 +13,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
 	"github.com/agentworker/agentworker/testing/poll"
+	"github.com/agentworker/agentworker/worker"
 )
 
 // TestDependentTasksRunInOrder: a chain of three tasks inserted in one
@@ -106,5 +107,28 @@ func TestUrgentTaskOvertakes(t *testing.T) {
 		if r.StartedAt.Before(*u.StartedAt) {
 			t.Errorf("a priority-4 task started at %v, before the priority-1 task at %v", r.StartedAt, u.StartedAt)
 		}
+	}
+}
+
+// TestReconcilerKeepsThePriority: a task the reconciler enqueues gets its
+// own priority, as one the pickup trigger enqueues does.
+func TestReconcilerKeepsThePriority(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{noService: true})
+	svc, err := worker.New(h.pool, nil, worker.Config{ReconcileMinAge: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := h.insertWithoutJob(t, uuid.New(), "chat", "hi")
+	if _, err := h.pool.Exec(t.Context(), `UPDATE ai_tasks SET priority = 4 WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the reconciler to enqueue the orphan", 10*time.Second, func() bool {
+		n, err := svc.Reconcile(t.Context())
+		return err == nil && n == 1
+	})
+	var priority int
+	if err := h.pool.QueryRow(t.Context(), `SELECT priority FROM river_job WHERE args ->> 'task_id' = $1::text`, id).Scan(&priority); err != nil || priority != 4 {
+		t.Fatalf("the reconciled job has priority %d (%v), want the task's 4", priority, err)
 	}
 }

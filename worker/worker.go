@@ -522,16 +522,16 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 // Reconcile enqueues a River job for every queued task older than
 // ReconcileMinAge that has none, and returns how many it enqueued.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
-	ids, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, s.cfg.ClaimTimeout, 1000)
-	if err != nil || len(ids) == 0 {
+	orphans, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, s.cfg.ClaimTimeout, 1000)
+	if err != nil || len(orphans) == 0 {
 		return 0, err
 	}
-	params := make([]river.InsertManyParams, len(ids))
-	for i, id := range ids {
-		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: id}}
+	params := make([]river.InsertManyParams, len(orphans))
+	for i, o := range orphans {
+		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: o.ID}, InsertOpts: &river.InsertOpts{Priority: o.Priority}}
 	}
 	if _, err := s.client.InsertMany(ctx, params); err != nil {
-		return 0, fmt.Errorf("reconcile: enqueue %d orphaned tasks: %w", len(ids), err)
+		return 0, fmt.Errorf("reconcile: enqueue %d orphaned tasks: %w", len(orphans), err)
 	}
-	return len(ids), nil
+	return len(orphans), nil
 }
