@@ -172,10 +172,21 @@ func (c *pipeline) pageWith(token string) string {
 	return c.srv.URL + "/?" + url.Values{"project": {c.project.String()}, "token": {token}}.Encode()
 }
 
+// browsers bounds the Chromiums the package's parallel tests run at once:
+// a dozen on two CPUs made each so slow that a test's own bound ran out.
+var browsers = make(chan struct{}, 3)
+
 // browse starts a headless Chromium with a fresh profile and returns a
-// context for its first tab, bounded to d.
+// context for its first tab, bounded to d from when the browser started
+// (after waiting for a turn among browsers).
 func browse(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
+	select {
+	case browsers <- struct{}{}:
+	case <-t.Context().Done():
+		t.Fatal("no turn for a browser before the test ended")
+	}
+	t.Cleanup(func() { <-browsers })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
