@@ -271,3 +271,35 @@ func TestNestedRulesSurviveAResume(t *testing.T) {
 		t.Errorf("the last request holds the root's rules %d times, want 1", n)
 	}
 }
+
+// TestNestedRulesSurviveCondensing: condensing the old tool outputs drops
+// the output a folder's rules came with, never the rules.
+func TestNestedRulesSurviveCondensing(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("some long log output that fills the model's window quickly\n", 400)
+	h := setup(t, []scripted.Reply{
+		call("read_file", m{"path": "logs/a.txt"}),
+		call("read_file", m{"path": "logs/b.txt"}),
+		call("read_file", m{"path": "logs/c.txt"}),
+		call("list_files", m{"path": ""}),
+		call("list_files", m{"path": ""}),
+		call("list_files", m{"path": ""}),
+		call("list_files", m{"path": ""}),
+		call("finish", m{"summary": "read the logs"}),
+	}, handlers.Config{ContextTokens: 6000}, map[string]string{
+		"logs/AGENTS.md": "LOGS-RULE\n", "logs/a.txt": big, "logs/b.txt": big, "logs/c.txt": big,
+	})
+	_, task := h.wait(t, h.insert(t, "build", "read the logs", nil))
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status %s: %s", task.Status, task.Error)
+	}
+	reqs := h.llm.Requests()
+	last := reqs[len(reqs)-1]
+	first := last.Messages[3] // the result of read_file logs/a.txt
+	if first.Role != llm.RoleTool || !strings.HasPrefix(first.Content, `{"condensed":true`) {
+		t.Fatalf("the first result was not condensed: %.200q", first.Content)
+	}
+	if !strings.Contains(first.Content, "LOGS-RULE") || strings.Count(everything(last), "LOGS-RULE") != 1 {
+		t.Errorf("condensed result = %q; want logs' rules kept, once", first.Content)
+	}
+}
