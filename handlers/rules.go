@@ -134,3 +134,26 @@ func sortByDepth(dirs []string) {
 		}
 	}
 }
+
+// forPath is the rules that apply to the file p, the root's first, for a
+// call outside the conversation (a plan step's code generation): each such
+// call is given them whole, within a budget of its own.
+func (pr *projectRules) forPath(ctx context.Context, files storage.Store, projectID, p string) (string, error) {
+	if pr == nil || len(pr.found) == 0 {
+		return "", nil
+	}
+	fresh := newProjectRules(pr.found)
+	root, err := fresh.rootSection(ctx, files, projectID)
+	if err != nil {
+		return "", err
+	}
+	args, _ := json.Marshal(map[string]string{"path": p})
+	nested, err := fresh.forCall(ctx, files, projectID, llm.ToolCall{Name: "write_file", Arguments: string(args)})
+	if err != nil {
+		return "", err
+	}
+	if nested != "" {
+		nested = "\n\n" + nested + "\n"
+	}
+	return root + nested, nil
+}

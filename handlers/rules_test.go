@@ -303,3 +303,34 @@ func TestNestedRulesSurviveCondensing(t *testing.T) {
 		t.Errorf("condensed result = %q; want logs' rules kept, once", first.Content)
 	}
 }
+
+// TestPlanStepCodeGenerationIsGivenTheRulesOfItsFile: a plan-driven build
+// generates each step outside the conversation; each such call has the
+// root's rules and those of the step file's folders.
+func TestPlanStepCodeGenerationIsGivenTheRulesOfItsFile(t *testing.T) {
+	t.Parallel()
+	replies := append(planReplies(threeStepPlan()),
+		llmtest.Text("export function greeting(name: string): string {\n  return `Hello, ${name}!`\n}\n"),
+		llmtest.Text("import { greeting } from './greeting'\n\nexport function banner(): string {\n  return greeting('world')\n}\n"),
+		llmtest.Text("import { banner } from './banner'\n\nconsole.log(banner())\n"),
+	)
+	h := setup(t, replies, handlers.Config{}, map[string]string{
+		"src/main.ts": "console.log('hi')\n", "AGENTS.md": "ROOT-RULE\n", "src/AGENTS.md": "SRC-RULE\n",
+	})
+	_, plan := h.wait(t, h.insert(t, "plan", "add a greeting banner", nil))
+	_, task := h.wait(t, h.insert(t, "build", "add a greeting banner", m{"plan_task_id": plan.ID}))
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status %s: %s", task.Status, task.Error)
+	}
+	reqs := h.llm.Requests()
+	if len(reqs) != 6 {
+		t.Fatalf("model calls = %d, want 6", len(reqs))
+	}
+	for i := 3; i < 6; i++ {
+		sys := reqs[i].Messages[0].Content
+		root, src := strings.Index(sys, "ROOT-RULE"), strings.Index(sys, "SRC-RULE")
+		if root < 0 || src < root || strings.Count(sys, "SRC-RULE") != 1 {
+			t.Errorf("code generation %d system prompt lacks the rules in order:\n%s", i-2, sys)
+		}
+	}
+}
