@@ -27,6 +27,8 @@ const ReasonStaticChecks = "static_checks"
 type taskRun struct {
 	// review: the build ends in review instead of applying (input.review).
 	review bool
+	// rules are the project's rules files and what of them the model has had.
+	rules  *projectRules
 	runner *Runner
 	task   agentsql.Task
 	at     Attempt

@@ -36,6 +36,10 @@ type loopState struct {
 	Repairs            int                 `json:"repairs,omitempty"`
 	Trigger            string              `json:"trigger,omitempty"`
 	Pending            *pendingInput       `json:"pending,omitempty"`
+	// RulesGiven are the folders whose rules the model has had ("" the
+	// root's), RulesBytes the rules bytes given.
+	RulesGiven []string `json:"rulesGiven,omitempty"`
+	RulesBytes int      `json:"rulesBytes,omitempty"`
 }
 
 func (r *taskRun) state() loopState {
@@ -45,7 +49,16 @@ func (r *taskRun) state() loopState {
 		touched = append(touched, p)
 	}
 	sort.Strings(touched)
-	return loopState{Iterations: l.iterations, Granted: l.granted, Usage: l.usage, Cost: l.cost, Changes: l.changes,
+	var given []string
+	var used int
+	if l.rules != nil {
+		for d := range l.rules.given {
+			given = append(given, d)
+		}
+		sort.Strings(given)
+		used = l.rules.used
+	}
+	return loopState{RulesGiven: given, RulesBytes: used, Iterations: l.iterations, Granted: l.granted, Usage: l.usage, Cost: l.cost, Changes: l.changes,
 		History: l.history, Writes: l.writes, Summaries: l.summaries, Touched: touched, Problems: l.problems,
 		Consecutive: l.consecutive, Outcomes: l.outcomes, ToolChoiceFallback: l.toolChoiceFallback,
 		Repairs: r.repairs, Trigger: r.trigger, Pending: l.pending}
@@ -65,6 +78,13 @@ func (r *taskRun) restore(st loopState) {
 	}
 	if l.summaries == nil {
 		l.summaries = map[string]string{}
+	}
+	if l.rules != nil {
+		// The conversation restored holds what was given: not again.
+		l.rules.given, l.rules.used = map[string]bool{}, st.RulesBytes
+		for _, d := range st.RulesGiven {
+			l.rules.given[d] = true
+		}
 	}
 	r.repairs, r.trigger = st.Repairs, st.Trigger
 	l.markRecorded()

@@ -115,6 +115,9 @@ type loop struct {
 	touched     map[string]bool   // paths changed
 	problems    []string          // the last failed calls, for condensation notes
 	consecutive int               // failed tool calls in a row
+	// rules are the project's rules files: a folder's are given to the
+	// model with the first tool result under it.
+	rules *projectRules
 }
 
 // grant lets a repair attempt run at least budget more iterations, with
@@ -279,7 +282,19 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 				return "", messages, &Suspension{Status: agentsql.StatusAwaitingInput, Code: CodeAwaitingInput,
 					Reason: ReasonQuestion, Message: res.Question}
 			}
-			messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: res.Output})
+			content := res.Output
+			if res.Success {
+				rules, err := l.rules.forCall(ctx, l.env.Store, l.env.ProjectID, call)
+				if err != nil {
+					return "", messages, err
+				}
+				if rules != "" {
+					// With the result itself, so that condensing old outputs
+					// drops the output, never the rules (see condense).
+					content += "\n\n" + rulesMark + rules
+				}
+			}
+			messages = append(messages, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: content})
 			if res.Finished {
 				s := res.Summary
 				finished = &s
@@ -501,6 +516,9 @@ func (l *loop) condense(ctx context.Context, messages []llm.Message) ([]llm.Mess
 			sum = clip(m.Content, 200)
 		}
 		b, _ := json.Marshal(map[string]any{"condensed": true, "summary": sum, "note": "output condensed to save context; call the tool again if you need it"})
+		if _, rules, ok := strings.Cut(m.Content, rulesMark); ok {
+			b = append(b, "\n\n"+rulesMark+rules...)
+		}
 		m.Content = string(b)
 		condensed++
 	}

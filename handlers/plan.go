@@ -463,6 +463,11 @@ func (r *taskRun) generate(ctx context.Context, s PlanStep) (string, error) {
 	if err != nil {
 		return "", &taskError{CodeInternal, err}
 	}
+	rules, err := r.rules.forPath(ctx, r.store, r.task.ProjectID.String(), s.Path)
+	if err != nil {
+		return "", &taskError{CodeStorage, err}
+	}
+	system += rules
 	r.lp.iterations++
 	if _, err := r.rec.Emit(ctx, events.Progress{Kind: events.KindIterationStart, Iteration: r.lp.iterations, TotalIterations: r.lp.maxIterations,
 		Message: "generating " + s.Path}); err != nil {

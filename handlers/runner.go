@@ -117,6 +117,10 @@ type Config struct {
 	// written on its own: a faster tool's start and result land in one
 	// statement, a slower one shows as running. Defaults to 50 ms.
 	ToolStartDelay time.Duration
+	// RuleFallbacks are the rules file names a folder's rules are looked
+	// for under after AGENTS.override.md and AGENTS.md, in order. Defaults
+	// (nil) to CLAUDE.md; empty and non-nil: none.
+	RuleFallbacks []string
 }
 
 func (c Config) withDefaults() Config {
@@ -131,6 +135,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ContextFiles <= 0 {
 		c.ContextFiles = 200
+	}
+	if c.RuleFallbacks == nil {
+		c.RuleFallbacks = projectctx.DefaultRuleFallbacks
 	}
 	switch {
 	case c.MaxRepairAttempts == 0:
@@ -384,7 +391,9 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if tr.agent, tr.expand, err = r.agentsOf(ctx, task); err != nil {
 				return err
 			}
-			pctx, err = r.loadContext(ctx, tr.store, task, tr.plan)
+			var found projectctx.Rules
+			pctx, found, err = r.loadContext(ctx, tr.store, task, tr.plan)
+			tr.rules = newProjectRules(found)
 			return err
 		}); err != nil {
 			return err
@@ -397,6 +406,11 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if tr.agent != nil {
 				system += agentSection(tr.agent)
 			}
+			rules, err := tr.rules.rootSection(ctx, tr.store, task.ProjectID.String())
+			if err != nil {
+				return &taskError{CodeStorage, err}
+			}
+			system += rules
 			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
 			return nil
 		}); err != nil {
@@ -429,6 +443,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,
+			rules: tr.rules,
 		}
 		tr.lp = lp
 		lp.before, lp.alert = tr.beforeIteration, tr.alert
@@ -526,17 +541,18 @@ func stage(_ context.Context, rec *events.Recorder, name string, fn func() error
 	return nil
 }
 
-func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, error) {
-	sum, err := projectctx.Build(ctx, files, task.ProjectID.String(), projectctx.Options{MaxFiles: r.cfg.ContextFiles})
+func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, projectctx.Rules, error) {
+	sum, err := projectctx.Build(ctx, files, task.ProjectID.String(), projectctx.Options{MaxFiles: r.cfg.ContextFiles,
+		RuleNames: projectctx.RuleNames(r.cfg.RuleFallbacks)})
 	if err != nil {
-		return prompts.Context{}, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
+		return prompts.Context{}, nil, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
 	}
 	c := prompts.Context{ProjectID: task.ProjectID.String(), Files: sum.Files, FileCount: sum.FileCount, Truncated: sum.Truncated,
 		ProjectType: sum.Type, TypeScript: sum.TypeScript, Tooling: sum.Tooling, EntryPoints: sum.EntryPoints, RecentFiles: sum.RecentFiles}
 	if plan != nil {
 		c.PlanSummary = plan.Text()
 	}
-	return c, nil
+	return c, sum.Rules, nil
 }
 
 // writeResult applies a build's change set and moves the task to

@@ -136,7 +136,8 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		return nil, err
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
-		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved})
+		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved,
+		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)})
 	if err != nil {
 		return nil, err
 	}

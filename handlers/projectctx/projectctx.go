@@ -41,6 +41,7 @@ type Summary struct {
 	Tooling     []string // e.g. vite, tailwind, next
 	EntryPoints []string
 	RecentFiles []string // most recently modified first
+	Rules       Rules    // each folder's rules file, by Options.RuleNames
 }
 
 // Options bound the summary.
@@ -49,6 +50,9 @@ type Options struct {
 	MaxFiles int
 	// MaxRecent caps RecentFiles. Defaults to 10.
 	MaxRecent int
+	// RuleNames are the rules file names of a folder, first found wins
+	// (RuleNames(fallbacks)). Empty: no rules are looked for.
+	RuleNames []string
 }
 
 var excludedDirs = map[string]bool{"node_modules": true, ".git": true, "dist": true, "build": true, ".next": true, "coverage": true}
@@ -82,7 +86,7 @@ func Build(ctx context.Context, files Files, projectID string, o Options) (Summa
 		kept = append(kept, f)
 		exists[f.Path] = true
 	}
-	s := Summary{FileCount: len(kept), Type: TypeUnknown}
+	s := Summary{FileCount: len(kept), Type: TypeUnknown, Rules: FindRules(kept, o.RuleNames)}
 	for i, f := range kept {
 		if i == o.MaxFiles {
 			s.Truncated = true
