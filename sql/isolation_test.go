@@ -718,27 +718,11 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON SEQUENCES TO anon, authen
 CREATE PUBLICATION supabase_realtime;
 `
 
-// freshDatabase creates an empty database on the test server, dropped when
-// the test ends, and returns a pool on it.
+// freshDatabase is an empty database on the test server, dropped when the
+// test ends, and a pool on it.
 func freshDatabase(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	admin := dbtest.New(t)
-	name := "aw_rls_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	if _, err := admin.Exec(t.Context(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
-	cfg, err := pgxpool.ParseConfig(admin.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return openPool(t, dbtest.NewEmptyURL(t))
 }
 
 func TestIsolationSupabaseDefaultPrivileges(t *testing.T) {

@@ -50,15 +50,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 
 func TestMigrateFreshDatabaseFromSeveralReplicas(t *testing.T) {
 	t.Parallel()
-	admin := dbtest.New(t)
-	name := "aw_fresh_" + uuid.NewString()[:8]
-	if _, err := admin.Exec(t.Context(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
-	cfg := admin.Config().ConnConfig.Copy()
-	cfg.Database = name
-	url := cfg.ConnString()
+	url := dbtest.NewEmptyURL(t)
 	var wg sync.WaitGroup
 	applied := make([][]string, 3)
 	errs := make([]error, 3)
@@ -66,13 +58,7 @@ func TestMigrateFreshDatabaseFromSeveralReplicas(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pcfg, err := pgxpool.ParseConfig(url)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			pcfg.ConnConfig.Database = name
-			pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+			pool, err := pgxpool.New(context.Background(), url)
 			if err != nil {
 				errs[i] = err
 				return
