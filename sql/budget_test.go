@@ -70,12 +70,14 @@ func TestProviderBudgetFourReplicas(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		headers bool
-		// refusals allowed, a share of the answers: without headers each
-		// replica finds the limit from its own refusals, and measured
-		// 2-13% here.
+		// refusals allowed, a share of the answers. Without headers the
+		// replicas find the limit from refusals and keep probing past it:
+		// 7-30% here, and 135-165% when each paces alone. The bound tells
+		// the two apart on a loaded machine; the providerlimit bench
+		// measures the figure.
 		maxRefused float64
 	}{
-		{name: "RetryAfterOnly", maxRefused: 0.2},
+		{name: "RetryAfterOnly", maxRefused: 0.6},
 		{name: "RateLimitHeaders", headers: true, maxRefused: 0.1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
