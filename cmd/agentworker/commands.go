@@ -340,9 +340,11 @@ func follow(ctx context.Context, cfg config, args []string, out io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	if _, err := agentsql.GetTask(ctx, pool, id); err != nil {
+	task, err := agentsql.GetTask(ctx, pool, id)
+	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "task %s trace %s\n", task.ID, handlers.TraceID(task))
 	return printTimeline(ctx, pool, id, *after, out)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/agentworker/agentworker/redact"
 	"github.com/agentworker/agentworker/sandbox"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // config is the process configuration, read from the environment only.
@@ -195,13 +196,19 @@ func parseLevel(s string) (slog.Level, error) {
 // logger writes to stderr through the redacting handler, which also masks
 // the configured secrets by value.
 func (c config) logger() *slog.Logger {
+	return c.loggerTo(os.Stderr)
+}
+
+// loggerTo is logger writing to w.
+func (c config) loggerTo(w io.Writer) *slog.Logger {
 	level, _ := parseLevel(c.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.LogFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, opts)
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(redact.NewHandler(h, c.redactor()))
+	// A line logged with a request's or a task's context names its trace.
+	return slog.New(redact.NewHandler(traceid.NewHandler(h), c.redactor()))
 }
 
 // redactor masks the configured secrets by value, besides redact's patterns.
