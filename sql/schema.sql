@@ -1128,6 +1128,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_inherit_trace_id()
+CREATE FUNCTION public.ai_tasks_inherit_trace_id() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    SELECT p.trace_id INTO NEW.trace_id FROM ai_tasks p WHERE p.id = NEW.parent_task_id;
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION: ai_tasks_release_dependents()
 CREATE FUNCTION public.ai_tasks_release_dependents() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1870,6 +1881,9 @@ CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.
 -- TRIGGER: ai_tasks ai_tasks_inbox_completed
 CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status <> 'succeeded'::text))) EXECUTE FUNCTION public.ai_tasks_inbox_completed();
 
+-- TRIGGER: ai_tasks ai_tasks_inherit_trace_id
+CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
+
 -- TRIGGER: ai_tasks ai_tasks_release_dependents
 CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'blocked'::text])) OR ((old.status = ANY (ARRAY['failed'::text, 'cancelled'::text, 'blocked'::text])) AND (new.status = ANY (ARRAY['queued'::text, 'waiting'::text]))))) EXECUTE FUNCTION public.ai_tasks_release_dependents();
 
@@ -2263,6 +2277,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_hold_for_dependencies() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_inbox_completed()
 REVOKE ALL ON FUNCTION public.ai_tasks_inbox_completed() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_inherit_trace_id()
+REVOKE ALL ON FUNCTION public.ai_tasks_inherit_trace_id() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_release_dependents()
 REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;

@@ -15,8 +15,9 @@ import (
 )
 
 // TestTraceID: an app's own INSERT may set trace_id (as authenticated
-// through PostgREST, or as the service), a malformed one is refused, and no
-// writer changes it afterwards, the worker included.
+// through PostgREST, or as the service), a malformed one is refused, a
+// child without one takes its parent's, and no writer changes it
+// afterwards, the worker included.
 func TestTraceID(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -69,6 +70,14 @@ func TestTraceID(t *testing.T) {
 	traced, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: project, Type: "chat", Prompt: "hi", TraceID: "t-1"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A child takes its parent's trace unless it brings its own.
+	for _, tc := range []struct{ own, want string }{{"", "t-1"}, {"t-own", "t-own"}} {
+		child, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: project, Type: "chat", Prompt: "hi",
+			ParentTaskID: &traced.ID, TraceID: tc.own})
+		if err != nil || child.TraceID != tc.want {
+			t.Errorf("a child with trace %q: %q, %v; want %q", tc.own, child.TraceID, err, tc.want)
+		}
 	}
 	for _, tc := range []struct {
 		name, role, setup string

@@ -1,7 +1,8 @@
 -- Trace ids: the trace of the request that created a task (X-Trace-ID, or
 -- an id the API made), kept with the task so its events and its model
 -- calls' log lines can name it. Set on insert, by the API or by an app's
--- own INSERT, or left NULL; never changed after.
+-- own INSERT, or taken from the parent task, or left NULL; never changed
+-- after.
 
 ALTER TABLE ai_tasks ADD COLUMN trace_id text
     CONSTRAINT ai_tasks_trace_id_check CHECK (trace_id ~ '^[A-Za-z0-9._-]{1,64}$');
@@ -23,11 +24,30 @@ CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON ai_tasks
     FOR EACH ROW WHEN (NEW.trace_id IS DISTINCT FROM OLD.trace_id)
     EXECUTE FUNCTION ai_tasks_guard_trace_id();
 
+-- A child inserted without a trace (a plan's steps, a subtask) takes its
+-- parent's: the work one request started keeps one trace.
+CREATE FUNCTION ai_tasks_inherit_trace_id() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    SELECT p.trace_id INTO NEW.trace_id FROM ai_tasks p WHERE p.id = NEW.parent_task_id;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON ai_tasks
+    FOR EACH ROW WHEN (NEW.trace_id IS NULL AND NEW.parent_task_id IS NOT NULL)
+    EXECUTE FUNCTION ai_tasks_inherit_trace_id();
+
 DO $$
+DECLARE
+    v_fn regprocedure;
 BEGIN
     -- Internal, as every function of ours.
-    REVOKE ALL ON FUNCTION ai_tasks_guard_trace_id() FROM PUBLIC, anon, authenticated, service_role;
-    EXECUTE format('ALTER FUNCTION ai_tasks_guard_trace_id() SET search_path = %I, pg_temp', current_schema());
+    FOREACH v_fn IN ARRAY ARRAY['ai_tasks_guard_trace_id()', 'ai_tasks_inherit_trace_id()']::regprocedure[]
+    LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, anon, authenticated, service_role', v_fn);
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_fn, current_schema());
+    END LOOP;
 END
 $$;
 
