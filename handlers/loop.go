@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -596,13 +595,10 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 	start := time.Now()
 	// The model call is a wait: the task gives up its turn to work.
 	resp, err := gate.Wait(ctx, func() (llm.Response, error) { return l.llm.Complete(ctx, req) })
-	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
-		l.rateWait += rl.Waited // the run ends, and counts what it waited
-	}
+	l.rateWait += resp.RateLimitWait // a call that failed waited too
 	if err != nil {
 		return llm.Response{}, err
 	}
-	l.rateWait += resp.RateLimitWait
 	if streamErr != nil {
 		return llm.Response{}, streamErr
 	}

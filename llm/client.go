@@ -321,7 +321,9 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 		c.logger.WarnContext(ctx, "endpoint rejected tool_choice required, repeating the call with auto",
 			slog.String("model", c.modelOf(req)), slog.Int("status", status))
 		choice, fallback = ToolChoiceAuto, true
+		waited := resp.RateLimitWait
 		resp, err = c.complete(ctx, req, choice)
+		resp.RateLimitWait += waited
 		// A second rejection means the request itself is at fault, not
 		// tool_choice: only remember the fallback when "auto" was accepted.
 		if _, rejectedAgain := rejectedStatus(err); !rejectedAgain {
@@ -329,10 +331,12 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	if err != nil {
+		// What the call waited is spent, failed or not.
+		failed := Response{RateLimitWait: resp.RateLimitWait}
 		if choice != "" {
-			return Response{}, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.modelOf(req), choice, err)
+			return failed, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.modelOf(req), choice, err)
 		}
-		return Response{}, fmt.Errorf("complete with model %q: %w", c.modelOf(req), err)
+		return failed, fmt.Errorf("complete with model %q: %w", c.modelOf(req), err)
 	}
 	resp.ToolChoiceFallback = fallback
 	return resp, nil
@@ -377,7 +381,7 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 		return err
 	})
 	if err != nil {
-		return Response{}, err
+		return Response{RateLimitWait: waited}, err
 	}
 	c.pacer(model).charge(tokens, float64(resp.Usage.TotalTokens))
 	if resp.Model == "" {

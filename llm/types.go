@@ -100,8 +100,8 @@ type Response struct {
 	// "required" on this call (which was then repeated) or on an earlier one.
 	ToolChoiceFallback bool
 	// RateLimitWait is how long the call waited for the provider's rate
-	// limit: its pace and the waits its refusals asked for. (A call that
-	// gave up reports it in [RateLimitError.Waited].)
+	// limit: its pace and the waits its refusals asked for. Complete sets
+	// it when the call fails too (the rest of the Response is then empty).
 	RateLimitWait time.Duration
 }
 
