@@ -22,7 +22,8 @@ import (
 // TestRunsChartInChromium: the Runs tab draws the project's runs per day by
 // status from the runs summary of real runs — two chat tasks that succeed
 // (the provider makes the first call wait for its rate limit) and one that
-// fails — with the groups' tokens, cost, durations and waits beside it.
+// fails — with the groups' tokens, cost, durations and waits beside it; a
+// task's view shows its trace id.
 func TestRunsChartInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
@@ -104,4 +105,14 @@ func TestRunsChartInChromium(t *testing.T) {
 		t.Errorf("tooltips %q, %q", got.SucceededTip, got.FailedTip)
 	}
 	screenshot(t, ctx, "runs-chart")
+
+	// A task's view names the trace of the request that created it.
+	task, err := agentsql.GetTask(t.Context(), c.pool, ids[0])
+	if err != nil || task.TraceID == "" {
+		t.Fatalf("task %s: trace %q, %v; want the create's", ids[0], task.TraceID, err)
+	}
+	run(t, ctx, "open a task",
+		click(fmt.Sprintf(`tr.task-row[data-id="%s"]`, task.ID)),
+		until(fmt.Sprintf(`document.getElementById("task-meta").textContent.includes("trace %s")`, task.TraceID)),
+	)
 }

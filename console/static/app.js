@@ -308,7 +308,7 @@ function showTask(t) {
   $("task-badge").className = `badge ${t.status}`;
   document.body.dataset.taskStatus = t.status;
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
-  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}`;
+  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
   $("review-form").hidden = t.status !== "review";
   if (t.status === "review") loadComments(t.id);
