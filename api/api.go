@@ -66,6 +66,7 @@ import (
 	"github.com/agentworker/agentworker/events/sse"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // Config configures the API.
@@ -108,6 +109,8 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Lines logged with a request's context name its trace.
+	cfg.Logger = slog.New(traceid.NewHandler(cfg.Logger.Handler()))
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = 1000
 	}
@@ -193,10 +196,24 @@ func (a *API) Register(mux *http.ServeMux) {
 	}
 }
 
-// edge applies what holds for every /v1 request, routed or not: nosniff,
-// CORS, the answer to a preflight, and 503 while auth is not configured.
+// edge applies what holds for every /v1 request, routed or not: its trace
+// id, nosniff, CORS, the answer to a preflight, and 503 while auth is not
+// configured. Each request is logged at debug level once answered.
 func (a *API) edge(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every line logged for the request, and a task it creates, carry
+		// its trace id; the client reads it back in the answer.
+		trace := traceid.FromRequest(r)
+		w.Header().Set(traceid.Header, trace)
+		r = r.WithContext(traceid.With(r.Context(), trace))
+		sw := &statusWriter{ResponseWriter: w}
+		w = sw
+		start := time.Now()
+		defer func() {
+			a.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "api request", slog.String("method", r.Method),
+				slog.String("path", bounded(r.URL.Path)), slog.Int("status", sw.Status()),
+				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+		}()
 		// A browser never reads an answer as another type than it says
 		// (a file's content as HTML, say).
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -402,7 +419,8 @@ func (a *API) cors(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Access-Control-Allow-Origin", origin)
 	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, "+traceid.Header)
+	h.Set("Access-Control-Expose-Headers", traceid.Header)
 	h.Set("Access-Control-Max-Age", "600")
 }
 
@@ -425,4 +443,36 @@ func unrouted(rs []route) handler {
 		}
 		return &apiError{http.StatusNotFound, CodeNotFound, "not found"}
 	}
+}
+
+// statusWriter remembers the status of the answer, for the request's log
+// line; Unwrap lets http.ResponseController reach the connection (flushes
+// of the event streams, deadlines).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Status is the status answered, 200 when nothing was written yet.
+func (w *statusWriter) Status() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
 }

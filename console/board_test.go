@@ -288,20 +288,7 @@ func choose(sel, v string) chromedp.Action[chromedp.Void] {
 // patchAgent updates an agent through the API, as another operator would.
 func (c *pipeline) patchAgent(t *testing.T, id, body string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "PATCH", c.srv.URL+"/v1/agents/"+id, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PATCH agent %s with %s: %d", id, body, resp.StatusCode)
-	}
+	c.api(t, "PATCH", "/v1/agents/"+id, body)
 }
 
 // TestBoardStateInChromium checks the board's grouping in the browser's

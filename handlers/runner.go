@@ -29,6 +29,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // Runner stages, in the order a run passes them; each writes stage_enter and
@@ -324,7 +325,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	if r.deps.Observer != nil {
 		rec.SetObserver(r.deps.Observer)
 	}
-	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
+	// The model client's lines carry the trace through ctx; this logger's
+	// carry it of their own.
+	ctx = traceid.With(ctx, TraceID(task))
+	log := r.deps.Logger.With(slog.String(traceid.Key, TraceID(task)), slog.String("task_id", task.ID.String()),
 		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
 
 	tr := &taskRun{runner: r, task: task, at: at, rec: rec, log: log, store: r.deps.Store}
@@ -443,7 +447,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,
-			rules: tr.rules,
+			rules: tr.rules, log: log,
 		}
 		tr.lp = lp
 		lp.before, lp.alert = tr.beforeIteration, tr.alert
@@ -465,7 +469,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			}
 		}
 		if err := stage(ctx, rec, StageAgentLoop, func() error {
-			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter"})
+			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter", TraceID: TraceID(task)})
 			var err error
 			switch {
 			case tr.plan != nil:
@@ -641,7 +645,8 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 		events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
 		events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
 		events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
-		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(r.task.Type), Model: model, Summary: summary},
+		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(r.task.Type), Model: model, Summary: summary,
+			TraceID: TraceID(r.task)},
 	)
 	_, err := r.rec.InPipeline(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
 		if len(r.children) > 0 {
@@ -656,7 +661,7 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 		}
 		return agentsql.QueueFinishTask(p, r.at.fence(r.task), agentsql.Outcome{
 			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, RateWait: spend.RateWait, Model: model,
 		})
 	}, evs...)
 	return err
@@ -756,12 +761,12 @@ func (r *taskRun) fail(ctx context.Context, cause error) error {
 		// leaves running, in the same transaction.
 		trec = r.runner.recorder(tx, task, at)
 		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false},
-			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg}); err != nil {
+			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg, TraceID: TraceID(task)}); err != nil {
 			return err
 		}
 		_, err := agentsql.FinishTask(wctx, tx, at.fence(task), agentsql.Outcome{
 			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, RateWait: spend.RateWait, Model: r.model(),
 		})
 		return err
 	})
@@ -792,13 +797,17 @@ func (r *Runner) retryWait(n int) time.Duration {
 	return min(r.cfg.RetryBackoff<<max(n-1, 0), time.Minute)
 }
 
-// TraceID is the trace a task's logs carry: the trace_id the app put in
-// the task's input, or else the task id.
+// TraceID is the trace a task's logs and events carry: the trace of the
+// request that created it, else the trace_id the app put in the task's
+// input, else the task id.
 func TraceID(task agentsql.Task) string {
+	if task.TraceID != "" {
+		return task.TraceID
+	}
 	var in struct {
 		TraceID string `json:"trace_id"`
 	}
-	if json.Unmarshal(task.Input, &in) == nil && in.TraceID != "" {
+	if json.Unmarshal(task.Input, &in) == nil && traceid.Valid(in.TraceID) {
 		return in.TraceID
 	}
 	return task.ID.String()

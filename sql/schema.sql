@@ -68,8 +68,10 @@ CREATE TABLE public.ai_tasks (
     priority smallint DEFAULT 2 NOT NULL,
     parent_task_id uuid,
     approved boolean DEFAULT false NOT NULL,
+    trace_id text,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
+    CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
 
@@ -135,6 +137,9 @@ COMMENT ON COLUMN public.ai_tasks.parent_task_id IS 'A task of the same project 
 
 -- COMMENT: COLUMN ai_tasks.approved
 COMMENT ON COLUMN public.ai_tasks.approved IS 'A task in review was approved: its next attempt applies its change set and nothing else.';
+
+-- COMMENT: COLUMN ai_tasks.trace_id
+COMMENT ON COLUMN public.ai_tasks.trace_id IS 'The trace of the request that created the task (1-64 of A-Z a-z 0-9 . _ -), or NULL; set on insert, never changed.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -1082,6 +1087,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_guard_trace_id()
+CREATE FUNCTION public.ai_tasks_guard_trace_id() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'ai_tasks.trace_id is set when a task is inserted and never changed (task %)', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_trace_id_immutable';
+END
+$$;
+
 -- FUNCTION: ai_tasks_hold_for_dependencies()
 CREATE FUNCTION public.ai_tasks_hold_for_dependencies() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1109,6 +1125,17 @@ BEGIN
                 coalesce(NEW.result ->> 'summary', ''));
     END IF;
     RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_inherit_trace_id()
+CREATE FUNCTION public.ai_tasks_inherit_trace_id() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    SELECT p.trace_id INTO NEW.trace_id FROM ai_tasks p WHERE p.id = NEW.parent_task_id;
+    RETURN NEW;
 END
 $$;
 
@@ -1542,6 +1569,7 @@ CREATE TABLE public.task_runs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    rate_limit_wait_ms bigint DEFAULT 0 NOT NULL,
     CONSTRAINT task_runs_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT task_runs_check CHECK (((next_retry_at IS NULL) OR (status = 'retry_scheduled'::text))),
     CONSTRAINT task_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'retry_scheduled'::text, 'interrupted'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
@@ -1558,6 +1586,9 @@ COMMENT ON COLUMN public.task_runs.status IS 'The run state machine (agentworker
 
 -- COMMENT: COLUMN task_runs.next_retry_at
 COMMENT ON COLUMN public.task_runs.next_retry_at IS 'When a retry_scheduled run goes on; NULL in every other status.';
+
+-- COMMENT: COLUMN task_runs.rate_limit_wait_ms
+COMMENT ON COLUMN public.task_runs.rate_limit_wait_ms IS 'Milliseconds the run''s model calls waited for the provider''s rate limit.';
 
 -- VIEW: project_usage_daily
 CREATE VIEW public.project_usage_daily WITH (security_invoker='true') AS
@@ -1841,11 +1872,17 @@ CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH R
 -- TRIGGER: ai_tasks ai_tasks_guard_status
 CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN ((new.status IS DISTINCT FROM old.status)) EXECUTE FUNCTION public.ai_tasks_guard_status();
 
+-- TRIGGER: ai_tasks ai_tasks_guard_trace_id
+CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN ((new.trace_id IS DISTINCT FROM old.trace_id)) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
+
 -- TRIGGER: ai_tasks ai_tasks_hold_for_dependencies
 CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> ALL (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))) EXECUTE FUNCTION public.ai_tasks_hold_for_dependencies();
 
 -- TRIGGER: ai_tasks ai_tasks_inbox_completed
 CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status <> 'succeeded'::text))) EXECUTE FUNCTION public.ai_tasks_inbox_completed();
+
+-- TRIGGER: ai_tasks ai_tasks_inherit_trace_id
+CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
 
 -- TRIGGER: ai_tasks ai_tasks_release_dependents
 CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'blocked'::text])) OR ((old.status = ANY (ARRAY['failed'::text, 'cancelled'::text, 'blocked'::text])) AND (new.status = ANY (ARRAY['queued'::text, 'waiting'::text]))))) EXECUTE FUNCTION public.ai_tasks_release_dependents();
@@ -2095,6 +2132,10 @@ GRANT INSERT(priority),UPDATE(priority) ON TABLE public.ai_tasks TO service_role
 GRANT INSERT(parent_task_id) ON TABLE public.ai_tasks TO authenticated;
 GRANT INSERT(parent_task_id),UPDATE(parent_task_id) ON TABLE public.ai_tasks TO service_role;
 
+-- ACL: COLUMN ai_tasks.trace_id
+GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO service_role;
+
 -- ACL: FUNCTION agent_events(public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agent_events(public.ai_tasks) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agent_events(public.ai_tasks) TO authenticated;
@@ -2228,11 +2269,17 @@ REVOKE ALL ON FUNCTION public.ai_tasks_guard_columns() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_guard_status()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_status() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_guard_trace_id()
+REVOKE ALL ON FUNCTION public.ai_tasks_guard_trace_id() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_hold_for_dependencies()
 REVOKE ALL ON FUNCTION public.ai_tasks_hold_for_dependencies() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_inbox_completed()
 REVOKE ALL ON FUNCTION public.ai_tasks_inbox_completed() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_inherit_trace_id()
+REVOKE ALL ON FUNCTION public.ai_tasks_inherit_trace_id() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_release_dependents()
 REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;

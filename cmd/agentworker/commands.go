@@ -246,7 +246,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
-		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken}).Register(mux)
+		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }
@@ -340,9 +340,11 @@ func follow(ctx context.Context, cfg config, args []string, out io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	if _, err := agentsql.GetTask(ctx, pool, id); err != nil {
+	task, err := agentsql.GetTask(ctx, pool, id)
+	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "task %s trace %s\n", task.ID, handlers.TraceID(task))
 	return printTimeline(ctx, pool, id, *after, out)
 }
 
