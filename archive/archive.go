@@ -10,9 +10,8 @@
 //
 // Archiving writes the object first and marks the task row after
 // (ai_tasks.events_archive_key, events_archived_seq, events_archived_at),
-// in one transaction that holds the task row's lock: a crash in between
-// leaves the mark as it was, the rows stay, and a re-run writes the same
-// key again. A task retried after it was archived gets new events; its next
+// under a per-task lock: a crash in between leaves the mark as it was, the
+// rows stay, and a re-run writes the same key again. A task retried after it was archived gets new events; its next
 // archive is the old one followed by the new rows.
 //
 // Reading (ReadArchived, the events.Archive the SSE streams and
@@ -158,9 +157,12 @@ func (a *Archiver) ArchiveTasks(ctx context.Context, taskIDs []uuid.UUID) error 
 	return nil
 }
 
-// archiveTask archives one task under its row lock: the old archive's
-// events through the marked seq, then the rows after it, to a temporary
-// file, uploaded, then marked.
+// archiveTask archives one task under its archiving lock: the old
+// archive's events through the marked seq, then the rows after it, to a
+// temporary file, uploaded, then marked. Rows that commit meanwhile (the
+// task was retried since the status was read) have later seqs than those
+// read (a task's seq order is its commit order): they stay rows, after the
+// mark.
 func (a *Archiver) archiveTask(ctx context.Context, taskID uuid.UUID) error {
 	tx, err := a.pool.Begin(ctx)
 	if err != nil {
@@ -206,7 +208,7 @@ func (a *Archiver) archiveTask(ctx context.Context, taskID uuid.UUID) error {
 			return fmt.Errorf("archive task %s: %w", taskID, err)
 		}
 	}
-	if err := agentsql.MarkTaskArchived(ctx, tx, taskID, key, last); err != nil {
+	if err := agentsql.MarkTaskArchived(ctx, tx, taskID, key, st.Seq, last); err != nil {
 		return fmt.Errorf("archive task %s: %w", taskID, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

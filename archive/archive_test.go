@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/archive"
@@ -28,6 +27,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -485,28 +485,6 @@ func TestCorruptArchiveIsRefused(t *testing.T) {
 	}
 }
 
-// The archive columns are the worker's: an app can neither insert a task
-// with them nor change them, so it can neither hide a timeline nor point a
-// task at another project's archive.
-func TestArchiveColumnsAreTheWorkers(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	task := e.newTask(t)
-	for _, q := range []string{
-		`UPDATE ai_tasks SET events_archive_key = '_archive/x/y.jsonl.gz' WHERE id = $1`,
-		`UPDATE ai_tasks SET events_archived_seq = 3 WHERE id = $1`,
-		`UPDATE ai_tasks SET events_archived_at = now() WHERE id = $1`,
-		`INSERT INTO ai_tasks (project_id, type, events_archive_key) SELECT project_id, 'chat', '_archive/x' FROM ai_tasks WHERE id = $1`,
-		`INSERT INTO ai_tasks (project_id, type, events_archived_seq) SELECT project_id, 'chat', 4 FROM ai_tasks WHERE id = $1`,
-	} {
-		_, err := e.pool.Exec(t.Context(), q, task.ID)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.ConstraintName != "ai_tasks_machine_columns" {
-			t.Errorf("%s: %v, want refused by ai_tasks_machine_columns", q, err)
-		}
-	}
-}
-
 // Removing a task's archive (retention deleting the task) leaves the
 // others', and is repeatable.
 func TestDeleteArchives(t *testing.T) {
@@ -570,7 +548,8 @@ func TestAgentToolsCannotReachTheArchive(t *testing.T) {
 		{"read_file", `{"path": "/` + key + `"}`, false},
 		{"read_file", `{"path": "` + key + `"}`, false}, // inside the project: no such file
 		{"read_file", `{"path": "` + rel + `"}`, false},
-		{"search_files", `{"pattern": "task_id"}`, true},
+		{"search_files", `{"query": "task_id"}`, true},
+		{"search_files", `{"query": "task_id", "path": "../_archive"}`, false},
 		{"get_project_structure", `{}`, true},
 	} {
 		res := reg.Call(t.Context(), env, call.tool, call.args)
@@ -580,5 +559,54 @@ func TestAgentToolsCannotReachTheArchive(t *testing.T) {
 		if res.Success && (strings.Contains(res.Output, "_archive") || strings.Contains(res.Output, task.ID.String())) {
 			t.Errorf("%s(%s) shows the archive: %s", call.tool, call.args, res.Output)
 		}
+	}
+}
+
+// Two archivers of one task take turns: the second waits for the first's
+// mark, then finds nothing new. While one uploads, no transaction of the
+// database holds an xid, so project streams are not held back by it.
+func TestArchiversTakeTurnsWithoutAnXid(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	task := e.newTask(t)
+	other, err := archive.New(e.pool, e.store, archive.Config{TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uploading, release := make(chan struct{}), make(chan struct{})
+	archive.SetAfterPut(e.arch, func(uuid.UUID) error {
+		close(uploading)
+		<-release
+		return nil
+	})
+	first := make(chan error, 1)
+	go func() { first <- e.arch.ArchiveTasks(context.WithoutCancel(t.Context()), []uuid.UUID{task.ID}) }()
+	<-uploading
+	var xids int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_xid IS NOT NULL`).Scan(&xids); err != nil {
+		t.Fatal(err)
+	}
+	if xids != 0 {
+		t.Errorf("%d transactions hold an xid while an archive uploads, want 0", xids)
+	}
+	second := make(chan error, 1)
+	go func() { second <- other.ArchiveTasks(t.Context(), []uuid.UUID{task.ID}) }()
+	poll.Until(t, "the second archiver waits for the first's lock", 10*time.Second, func() bool {
+		var waiting bool
+		err := e.pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database())`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	st := e.state(t, task.ID)
+	if objs := e.objects(t); len(objs) != 1 || st.Seq != e.lastSeq(t, task.ID) {
+		t.Errorf("after two archivers: objects %+v, state %+v", objs, st)
 	}
 }

@@ -21,13 +21,23 @@ type TaskArchive struct {
 	At        time.Time
 }
 
-// LockTaskArchive reads a task's archive state and locks its row until tx
-// ends, so that the task neither moves (a retry) nor gets events (they take
-// their seq under this lock) while its timeline is archived. It returns
-// ErrTaskNotFound for a missing task.
+// LockTaskArchive takes the task's archiving lock until tx ends, so that
+// two archivers never write one task's archive at once, and reads its
+// archive state: ErrTaskNotFound for a missing task. The lock is an
+// advisory one, not the task row's: a transaction that only reads and
+// takes advisory locks has no xid, so one held through an archive's upload
+// neither holds back project streams (which wait for every older xid, see
+// ProjectEventsAfter) nor blocks the task's own writers.
 func LockTaskArchive(ctx context.Context, tx pgx.Tx, taskID uuid.UUID) (TaskArchive, error) {
-	return taskArchive(ctx, tx, taskID, ` FOR UPDATE`)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2::uuid::text))`, archiveLockClass, taskID); err != nil {
+		return TaskArchive{TaskID: taskID}, fmt.Errorf("lock the archive of task %s: %w", taskID, err)
+	}
+	return taskArchive(ctx, tx, taskID, ``)
 }
+
+// archiveLockClass is the first key of the archiving locks (two-key
+// advisory locks, apart from the one-key ones Migrate and River take).
+const archiveLockClass int32 = 0x61726368 // "arch"
 
 // ReadTaskArchive reads a task's archive state: ErrTaskNotFound for a
 // missing task.
@@ -56,17 +66,25 @@ func taskArchive(ctx context.Context, db DBTX, taskID uuid.UUID, lock string) (T
 	return a, nil
 }
 
+// ErrArchivedMeanwhile reports a mark refused because the task's archive
+// mark moved since it was read.
+var ErrArchivedMeanwhile = errors.New("task archived meanwhile")
+
 // MarkTaskArchived records that the archive at key holds the task's events
-// through seq. The columns are the worker's (ai_tasks_guard_columns): the
-// statement says it is the worker's write.
-func MarkTaskArchived(ctx context.Context, db DBTX, taskID uuid.UUID, key string, seq int) error {
-	tag, err := db.Exec(ctx, `UPDATE ai_tasks SET events_archive_key = $2, events_archived_seq = $3, events_archived_at = now()
-		WHERE id = $1 AND set_config('agentworker.machine', 'on', true) IS NOT NULL`, taskID, key, seq)
+// through seq, if the mark still says through prev (else
+// ErrArchivedMeanwhile). The columns are the worker's
+// (ai_tasks_guard_columns): the statement says it is the worker's write.
+func MarkTaskArchived(ctx context.Context, db DBTX, taskID uuid.UUID, key string, prev, seq int) error {
+	tag, err := db.Exec(ctx, `UPDATE ai_tasks SET events_archive_key = $2, events_archived_seq = $4, events_archived_at = now()
+		WHERE id = $1 AND events_archived_seq = $3 AND set_config('agentworker.machine', 'on', true) IS NOT NULL`, taskID, key, prev, seq)
 	if err != nil {
 		return fmt.Errorf("mark task %s archived through seq %d at %q: %w", taskID, seq, key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("mark task %s archived through seq %d: %w", taskID, seq, ErrTaskNotFound)
+		if _, err := ReadTaskArchive(ctx, db, taskID); err != nil {
+			return fmt.Errorf("mark task %s archived through seq %d: %w", taskID, seq, err)
+		}
+		return fmt.Errorf("mark task %s archived through seq %d, from %d: %w", taskID, seq, prev, ErrArchivedMeanwhile)
 	}
 	return nil
 }

@@ -374,6 +374,9 @@ func follow(ctx context.Context, cfg config, args []string, out io.Writer) error
 		if err != nil {
 			return err
 		}
+		if c, ok := st.(io.Closer); ok {
+			defer c.Close()
+		}
 		if arch, err = openArchive(cfg, quiet, pool, st); err != nil {
 			return err
 		}
