@@ -313,18 +313,26 @@ func (a *Archiver) scan(ctx context.Context, st agentsql.TaskArchive, after int,
 	for last < st.Seq {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
-			var ev events.Event
-			if jerr := json.Unmarshal(line, &ev); jerr != nil {
+			// The key first: a line before the cursor is only checked.
+			var key struct {
+				TaskID uuid.UUID `json:"task_id"`
+				Seq    int       `json:"seq"`
+			}
+			if jerr := json.Unmarshal(line, &key); jerr != nil {
 				return fmt.Errorf("read archive %q after seq %d: %w: %w", st.Key, last, ErrCorrupt, jerr)
 			}
-			if ev.TaskID != st.TaskID || ev.Seq <= last {
-				return fmt.Errorf("read archive %q: event seq %d of task %s after seq %d: %w", st.Key, ev.Seq, ev.TaskID, last, ErrCorrupt)
+			if key.TaskID != st.TaskID || key.Seq <= last {
+				return fmt.Errorf("read archive %q: event seq %d of task %s after seq %d: %w", st.Key, key.Seq, key.TaskID, last, ErrCorrupt)
 			}
-			last = ev.Seq
-			if ev.Seq > st.Seq {
+			last = key.Seq
+			if key.Seq > st.Seq {
 				break // written by a run whose mark did not commit
 			}
-			if ev.Seq > after {
+			if key.Seq > after {
+				var ev events.Event
+				if jerr := json.Unmarshal(line, &ev); jerr != nil {
+					return fmt.Errorf("read archive %q at seq %d: %w: %w", st.Key, key.Seq, ErrCorrupt, jerr)
+				}
 				if err := fn(line, ev); err != nil {
 					return err
 				}
