@@ -23,6 +23,7 @@ package archive
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -33,10 +34,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentworker/agentworker/events"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -58,6 +61,9 @@ type Config struct {
 	TempDir string
 	// Batch is the most event rows read per query. Defaults to 500.
 	Batch int
+	// Concurrency is how many tasks ArchiveTasks archives at once, each
+	// holding a database connection through its upload. Defaults to 4.
+	Concurrency int
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 }
@@ -92,6 +98,9 @@ func New(pool *pgxpool.Pool, store *storage.S3, cfg Config) (*Archiver, error) {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 500
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -132,30 +141,46 @@ func (e *UnfinishedError) Is(target error) bool { return target == ErrUnfinished
 
 // ArchiveTasks archives the timeline of each finished task (succeeded,
 // failed, blocked or cancelled) through its last event, one task at a
-// time. It is idempotent: a task archived through its last event is left
-// alone, one with newer events (retried since) gets its archive rewritten
-// with them. A task that no longer exists is skipped. Tasks that have not
-// finished are not archived: once the rest are, the error is an
-// *UnfinishedError listing them, so a caller about to drop their rows
-// keeps them. Any other failure stops at that task and is returned; the
-// tasks before it stay archived.
+// time, Config.Concurrency at once. It is idempotent: a task archived
+// through its last event is left alone, one with newer events (retried
+// since) gets its archive rewritten with them. A task that no longer
+// exists is skipped. Tasks that have not finished are not archived: once
+// the rest are, the error is an *UnfinishedError listing them, so a caller
+// about to drop their rows keeps them. Any other failure stops the work
+// and is returned; the tasks archived by then stay archived.
 func (a *Archiver) ArchiveTasks(ctx context.Context, taskIDs []uuid.UUID) error {
-	var unfinished []uuid.UUID
+	var (
+		mu         sync.Mutex
+		unfinished []uuid.UUID
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(a.cfg.Concurrency)
 	for _, id := range taskIDs {
-		err := a.archiveTask(ctx, id)
-		switch {
-		case errors.Is(err, ErrUnfinished):
-			unfinished = append(unfinished, id)
-		case errors.Is(err, agentsql.ErrTaskNotFound):
-		case err != nil:
-			return err
-		}
+		g.Go(func() error {
+			err := a.archiveTask(gctx, id)
+			switch {
+			case errors.Is(err, ErrUnfinished):
+				mu.Lock()
+				unfinished = append(unfinished, id)
+				mu.Unlock()
+			case errors.Is(err, agentsql.ErrTaskNotFound):
+			case err != nil:
+				return err
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if len(unfinished) > 0 {
+		slices.SortFunc(unfinished, compareIDs)
 		return &UnfinishedError{Tasks: unfinished}
 	}
 	return nil
 }
+
+func compareIDs(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) }
 
 // archiveTask archives one task under its archiving lock: the old
 // archive's events through the marked seq, then the rows after it, to a
@@ -364,7 +389,7 @@ func (a *Archiver) DeleteArchives(ctx context.Context, taskIDs []uuid.UUID) erro
 	for id := range keys {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) })
+	slices.SortFunc(ids, compareIDs)
 	for _, id := range ids {
 		if err := a.store.RemoveService(ctx, keys[id]); err != nil {
 			return fmt.Errorf("delete archive of task %s: %w", id, err)

@@ -610,3 +610,35 @@ func TestArchiversTakeTurnsWithoutAnXid(t *testing.T) {
 		t.Errorf("after two archivers: objects %+v, state %+v", objs, st)
 	}
 }
+
+// Many tasks are archived at once; the unfinished one among them is named
+// in the error and left as it was, a missing one is skipped.
+func TestArchiveManyTasks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var ids []uuid.UUID
+	for range 6 {
+		ids = append(ids, e.newTask(t).ID)
+	}
+	queued, err := agentsql.InsertTask(t.Context(), e.pool, agentsql.NewTask{ProjectID: uuid.New(), Type: agentsql.TypeChat, Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.emit(t, queued, 0)
+	err = e.arch.ArchiveTasks(t.Context(), append(ids, queued.ID, uuid.New()))
+	var unfinished *archive.UnfinishedError
+	if !errors.As(err, &unfinished) || len(unfinished.Tasks) != 1 || unfinished.Tasks[0] != queued.ID {
+		t.Fatalf("ArchiveTasks = %v, want an UnfinishedError naming %s", err, queued.ID)
+	}
+	for _, id := range ids {
+		if st := e.state(t, id); st.Seq != e.lastSeq(t, id) || st.Key != e.arch.Key(st.ProjectID, id) {
+			t.Errorf("task %s: %+v", id, st)
+		}
+	}
+	if st := e.state(t, queued.ID); st.Key != "" || st.Seq != 0 {
+		t.Errorf("the unfinished task was marked: %+v", st)
+	}
+	if objs := e.objects(t); len(objs) != len(ids) {
+		t.Errorf("%d objects, want %d", len(objs), len(ids))
+	}
+}

@@ -72,3 +72,47 @@ func BenchmarkReadArchiveTail(b *testing.B) {
 	b.ReportMetric(float64(objs[0].Size)/1e6, "archive-MB")
 	b.ReportMetric(float64(ms.HeapAlloc)/1e6, "heap-MB")
 }
+
+// BenchmarkArchiveTasks archives 40 finished tasks of 60 events each a
+// round, as the hook before a partition drop does, at the default
+// concurrency; ms/task is the figure to size a drop's archiving with.
+func BenchmarkArchiveTasks(b *testing.B) {
+	const tasks, perTask = 40, 60
+	pool := dbtest.New(b)
+	store := s3test.NewStore(b)
+	arch, err := archive.New(pool, store, archive.Config{TempDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	newTasks := func() []uuid.UUID {
+		ids := make([]uuid.UUID, tasks)
+		for i := range ids {
+			task, err := agentsql.InsertTask(b.Context(), pool, agentsql.NewTask{ProjectID: uuid.New(), Type: agentsql.TypeBuild, Prompt: "x"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch := make([]agentsql.NewEvent, perTask)
+			for j := range batch {
+				p, _ := json.Marshal(events.ToolCall{ToolName: "read_file", ArgsSummary: fmt.Sprintf("src/file%d.ts", j), Success: true, ResultSummary: "read 120 lines"})
+				batch[j] = agentsql.NewEvent{Type: string(events.TypeToolCall), Payload: p}
+			}
+			if _, err := agentsql.InsertEvents(b.Context(), pool, task.ID, task.ProjectID, batch); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := agentsql.ControlTask(b.Context(), pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+				b.Fatal(err)
+			}
+			ids[i] = task.ID
+		}
+		return ids
+	}
+	for b.Loop() {
+		b.StopTimer()
+		ids := newTasks()
+		b.StartTimer()
+		if err := arch.ArchiveTasks(b.Context(), ids); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*tasks), "ms/task")
+}
