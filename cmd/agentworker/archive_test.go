@@ -3,18 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/archive"
+	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -87,5 +95,95 @@ func TestFollowPrintsAnArchivedTask(t *testing.T) {
 	}
 	if want := bytes.SplitAfterN(before.Bytes(), []byte("\n"), 3)[2]; !bytes.Equal(tail.Bytes(), want) {
 		t.Errorf("follow --after 2 printed:\n%s\nwant:\n%s", tail.String(), want)
+	}
+}
+
+// agentworker serve reads archived timelines from its bucket: a finished
+// task archived under the default ARCHIVE_PREFIX, its rows dropped, is
+// served by the real process's /v1/tasks/{id}/events as it was before,
+// as JSON and as a stream.
+func TestServeServesAnArchivedTimeline(t *testing.T) {
+	e := newProcEnv(t)
+	port, err := loopback.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "serve-archive-test-secret-0123456789"
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	e.env = append(e.env, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port), "JWT_SECRET="+secret)
+	task, err := agentsql.InsertTask(t.Context(), e.pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.NewRecorder(e.pool, task.ID, task.ProjectID).Emit(t.Context(),
+		events.Log{Level: events.LevelInfo, Message: "<first>"},
+		events.ToolCall{ToolName: "list_files", ArgsSummary: "src", Success: true},
+		events.AgentPhase{Phase: events.PhaseCompleted, Status: "succeeded", Summary: "all done"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.ControlTask(t.Context(), e.pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, 30*time.Second)
+	verifier, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := verifier.Sign(auth.Claims{Projects: []string{task.ProjectID.String()},
+		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := func() string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/tasks/"+task.ID.String()+"/events", nil)
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("events page: %d %s, %v", resp.StatusCode, body, err)
+		}
+		return string(body)
+	}
+	poll.Until(t, "serve answers", 60*time.Second, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	before := page()
+
+	store, err := storage.NewS3(t.Context(), e.s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	arch, err := archive.New(e.pool, store, archive.Config{TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := arch.ArchiveTasks(t.Context(), []uuid.UUID{task.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(t.Context(), `DELETE FROM agent_events WHERE task_id = $1`, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if after := page(); after != before || strings.Count(after, `"seq":`) < 3 {
+		t.Errorf("served after archiving:\n%s\nbefore:\n%s", after, before)
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"follow", "--sse", base, "--token", token, task.ID.String()}, &out); err != nil {
+		t.Fatalf("follow --sse: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "completed  succeeded: all done") {
+		t.Errorf("follow --sse printed:\n%s", out.String())
 	}
 }
