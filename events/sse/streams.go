@@ -9,7 +9,10 @@
 // last_event_id or after query parameter, else at the beginning. It ends
 // when the client leaves, the hub stops, or the request's context ends;
 // when that context ends with cause ErrExpired (the bearer's token expired)
-// it first sends an "expired" event.
+// it first sends an "expired" event. A task's events that were archived and
+// dropped from agent_events are read from Config.Archive, in their place.
+// A task's events are also served as one JSON page, to a request that
+// accepts application/json and not text/event-stream.
 package sse
 
 import (
@@ -110,7 +113,7 @@ func cursorParam(r *http.Request) string {
 }
 
 // TaskEvents streams the events of the task {id}; the SSE id is the
-// event's seq. The caller has authorized the bearer for the task. It
+// event's seq. A request for JSON gets one page instead (TaskEventsPage). The caller has authorized the bearer for the task. It
 // returns an error only when it has written nothing: one wrapping
 // ErrBadCursor for a malformed cursor, else a failure of the server.
 func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
