@@ -4,6 +4,7 @@
 // routes:
 //
 //	GET  /v1/tasks/{id}/events      a task's events (SSE, until the token expires); the SSE id is the seq
+//	                                or, with Accept: application/json, a page {"events", "next"} [?after=&limit=]
 //	POST /v1/tasks/{id}/cancel      steer a task; optional {"expected_version": n}
 //	POST /v1/tasks/{id}/pause
 //	POST /v1/tasks/{id}/resume

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/api"
+	"github.com/agentworker/agentworker/archive"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/events/sse"
@@ -90,6 +91,7 @@ type pipeline struct {
 	verifier *auth.Verifier
 	pool     *pgxpool.Pool
 	store    *storage.S3
+	archive  *archive.Archiver // the streams read archived timelines from it
 	srv      *httptest.Server
 	project  uuid.UUID
 	token    string
@@ -138,7 +140,10 @@ func newConsole(t *testing.T, model scripted.Responder) *pipeline {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(srvCtx) }()
 	mux := http.NewServeMux()
-	streams := sse.NewStreams(c.pool, hub, sse.Config{Logger: logger})
+	if c.archive, err = archive.New(c.pool, c.store, archive.Config{TempDir: t.TempDir(), Logger: logger}); err != nil {
+		t.Fatal(err)
+	}
+	streams := sse.NewStreams(c.pool, hub, sse.Config{Logger: logger, Archive: c.archive})
 	api.New(c.pool, streams, api.Config{Verifier: c.verifier, Logger: logger, Store: c.store}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	c.srv = httptest.NewUnstartedServer(mux)

@@ -69,6 +69,9 @@ CREATE TABLE public.ai_tasks (
     parent_task_id uuid,
     approved boolean DEFAULT false NOT NULL,
     trace_id text,
+    events_archive_key text,
+    events_archived_seq integer DEFAULT 0 NOT NULL,
+    events_archived_at timestamp with time zone,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
@@ -140,6 +143,15 @@ COMMENT ON COLUMN public.ai_tasks.approved IS 'A task in review was approved: it
 
 -- COMMENT: COLUMN ai_tasks.trace_id
 COMMENT ON COLUMN public.ai_tasks.trace_id IS 'The trace of the request that created the task (1-64 of A-Z a-z 0-9 . _ -), or NULL; set on insert, never changed.';
+
+-- COMMENT: COLUMN ai_tasks.events_archive_key
+COMMENT ON COLUMN public.ai_tasks.events_archive_key IS 'Object key of the task''s archived timeline (gzip JSONL, one event a line in seq order), under ARCHIVE_PREFIX; NULL until archived. The worker''s.';
+
+-- COMMENT: COLUMN ai_tasks.events_archived_seq
+COMMENT ON COLUMN public.ai_tasks.events_archived_seq IS 'The last seq the archive holds: events up to it are read from the archive once their agent_events rows are gone. The worker''s.';
+
+-- COMMENT: COLUMN ai_tasks.events_archived_at
+COMMENT ON COLUMN public.ai_tasks.events_archived_at IS 'When the archive was last written and marked. The worker''s.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -1019,6 +1031,9 @@ BEGIN
             WHEN NEW.river_job_id IS NOT NULL THEN 'river_job_id'
             WHEN NEW.lease_owner IS NOT NULL THEN 'lease_owner'
             WHEN NEW.lease_expires_at IS NOT NULL THEN 'lease_expires_at'
+            WHEN NEW.events_archive_key IS NOT NULL THEN 'events_archive_key'
+            WHEN NEW.events_archived_seq <> 0 THEN 'events_archived_seq'
+            WHEN NEW.events_archived_at IS NOT NULL THEN 'events_archived_at'
         END;
         IF v_column IS NOT NULL THEN
             RAISE EXCEPTION 'ai_tasks.% is the worker''s: a task is inserted without it (task %)', v_column, NEW.id
@@ -1038,6 +1053,9 @@ BEGIN
         WHEN NEW.river_job_id IS DISTINCT FROM OLD.river_job_id THEN 'river_job_id'
         WHEN NEW.lease_owner IS DISTINCT FROM OLD.lease_owner THEN 'lease_owner'
         WHEN NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at THEN 'lease_expires_at'
+        WHEN NEW.events_archive_key IS DISTINCT FROM OLD.events_archive_key THEN 'events_archive_key'
+        WHEN NEW.events_archived_seq IS DISTINCT FROM OLD.events_archived_seq THEN 'events_archived_seq'
+        WHEN NEW.events_archived_at IS DISTINCT FROM OLD.events_archived_at THEN 'events_archived_at'
     END;
     IF v_column IS NOT NULL THEN
         RAISE EXCEPTION 'ai_tasks.% is the worker''s: only the worker changes it (task %)', v_column, OLD.id
@@ -1861,10 +1879,10 @@ CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW 
 CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['queued'::text, 'running'::text])))) EXECUTE FUNCTION public.ai_tasks_enter_review();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns
-CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND (((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND ((((((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR (new.events_archive_key IS DISTINCT FROM old.events_archive_key)) OR (new.events_archived_seq IS DISTINCT FROM old.events_archived_seq)) OR (new.events_archived_at IS DISTINCT FROM old.events_archived_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns_insert
-CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL) OR (new.events_archive_key IS NOT NULL) OR (new.events_archived_seq <> 0) OR (new.events_archived_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_insert
 CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_guard_status();

@@ -34,6 +34,9 @@ type config struct {
 	S3UseSSL    bool          `envconfig:"S3_USE_SSL" default:"false" desc:"HTTPS to the S3 endpoint"`
 	S3RetryFor  time.Duration `envconfig:"S3_RETRY_FOR" default:"20s" desc:"how long a storage call retries an S3 endpoint it cannot reach (refused connections, timeouts, 5xx, throttling) before the task is handed back and retried; the model never sees an outage"`
 	StorageDir  string        `envconfig:"STORAGE_DIR" desc:"local-directory store, used when S3_ENDPOINT is not set (data when empty)"`
+	// ArchivePrefix must start with "_", which no project id may: no
+	// project path names an archive (storage.CheckServiceKey).
+	ArchivePrefix string `envconfig:"ARCHIVE_PREFIX" default:"_archive/" desc:"key prefix, in S3_BUCKET, of finished tasks' archived timelines (one gzip JSONL object a task, <prefix><project_id>/<task_id>.jsonl.gz), read back transparently by the event stream, follow and the console once their rows are dropped; must start with _ and end with /, outside every project's files and never visible to the agent. Needs S3_ENDPOINT"`
 
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI's when empty)"`
 	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"API key of the endpoint; never logged. With neither this nor OPENAI_BASE_URL, serve and demo use the bundled scripted demo model (no real LLM) and say so"`
@@ -127,6 +130,9 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: RUN_COMMAND_MAX_OUTPUT must be at least 16384 bytes, got %d", c.RunMaxOutput)
 	case c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == ""):
 		return c, errors.New("config: S3_ACCESS_KEY and S3_SECRET_KEY are required when S3_ENDPOINT is set")
+	}
+	if err := storage.CheckServiceKey(c.ArchivePrefix); err != nil || !strings.HasSuffix(c.ArchivePrefix, "/") {
+		return c, fmt.Errorf("config: ARCHIVE_PREFIX %q must start with _ and end with / (outside every project's files)", c.ArchivePrefix)
 	}
 	if c.TasksMDPath != "" {
 		clean, err := storage.CleanPath(c.TasksMDPath)

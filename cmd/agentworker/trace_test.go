@@ -79,7 +79,7 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	}
 	hctx, stopHTTP := context.WithCancel(context.Background())
 	t.Cleanup(stopHTTP) // ends the event hub
-	h, err := httpHandler(hctx, cfg, log, pool, st, m, "on")
+	h, err := httpHandler(hctx, cfg, log, pool, st, nil, m, "on")
 	if err != nil {
 		t.Fatal(err)
 	}
