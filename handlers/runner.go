@@ -430,7 +430,8 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return err
 		}
-		tr.review = pol.review && tr.cs != nil
+		// The task's input or its agent asks for review.
+		tr.review = (pol.review || tr.agent != nil && tr.agent.Review) && tr.cs != nil
 		model := task.Model
 		if model == "" && tr.agent != nil {
 			model = tr.agent.Model
