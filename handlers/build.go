@@ -28,7 +28,9 @@ type taskRun struct {
 	// review: the build ends in review instead of applying (input.review).
 	review bool
 	// rules are the project's rules files and what of them the model has had.
-	rules  *projectRules
+	rules *projectRules
+	// deps are the task's succeeded dependencies, for its context.
+	deps   []agentsql.DependencyResult
 	runner *Runner
 	task   agentsql.Task
 	at     Attempt

@@ -394,6 +394,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			var found projectctx.Rules
 			pctx, found, err = r.loadContext(ctx, tr.store, task, tr.plan)
 			tr.rules = newProjectRules(found)
+			if err != nil {
+				return err
+			}
+			tr.deps, err = agentsql.DependencyResults(ctx, r.deps.Pool, task.ID)
 			return err
 		}); err != nil {
 			return err
@@ -410,7 +414,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return &taskError{CodeStorage, err}
 			}
-			system += rules
+			system += rules + dependencySection(tr.deps)
 			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
 			return nil
 		}); err != nil {
