@@ -29,8 +29,10 @@ type taskRun struct {
 	review bool
 	// rules are the project's rules files and what of them the model has had.
 	rules *projectRules
-	// deps are the task's succeeded dependencies, for its context.
+	// deps are the task's succeeded dependencies, docs the project's
+	// documents, for its context.
 	deps   []agentsql.DependencyResult
+	docs   projectDocs
 	runner *Runner
 	task   agentsql.Task
 	at     Attempt

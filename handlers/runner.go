@@ -397,8 +397,11 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return err
 			}
-			tr.deps, err = agentsql.DependencyResults(ctx, r.deps.Pool, task.ID)
-			return err
+			if tr.deps, err = agentsql.DependencyResults(ctx, r.deps.Pool, task.ID); err != nil {
+				return err
+			}
+			tr.docs = r.loadDocuments(ctx, tr.store, task, log)
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -414,7 +417,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return &taskError{CodeStorage, err}
 			}
-			system += rules + dependencySection(tr.deps)
+			system += rules + tr.docs.section() + dependencySection(tr.deps)
 			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
 			return nil
 		}); err != nil {
@@ -592,7 +595,11 @@ func (r *taskRun) writeResult(ctx context.Context, res Result) error {
 		}
 		ctx = actx
 	}
-	return r.finishSucceeded(ctx, body, spend, res.Model, res.Summary, len(applied), r.cs != nil)
+	if err := r.finishSucceeded(ctx, body, spend, res.Model, res.Summary, len(applied), r.cs != nil); err != nil {
+		return err
+	}
+	r.reindexAfterApply(ctx, applied)
+	return nil
 }
 
 // resumeApply finishes cs, which an earlier attempt began to apply. A
@@ -620,6 +627,7 @@ func (r *taskRun) resumeApply(ctx context.Context, cs *changeset.Set) error {
 	if err := r.finishSucceeded(actx, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
 		return r.fail(ctx, err)
 	}
+	r.reindexAfterApply(actx, entries)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
+	"github.com/agentworker/agentworker/testing/poll"
 )
 
 // TestDependencySummaries: a task that waited for a build is given, in
@@ -49,5 +51,115 @@ func TestDependencySummaries(t *testing.T) {
 		if !strings.Contains(sys, want) {
 			t.Errorf("the dependent's system prompt lacks %q:\n%s", want, sys)
 		}
+	}
+}
+
+// docRow is a documents row as the tests compare it.
+type docRow struct {
+	title     string
+	mandatory bool
+	etag      string
+	problem   string
+	updatedAt time.Time
+}
+
+func (h *harness) documents(t *testing.T) map[string]docRow {
+	t.Helper()
+	rows, err := agentsql.ListDocuments(t.Context(), h.pool, h.project, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]docRow{}
+	for _, d := range rows {
+		out[d.Path] = docRow{d.Title, d.Mandatory, d.ETag, d.Problem, d.UpdatedAt}
+	}
+	return out
+}
+
+// TestDocumentsInContext: a task's context refreshes the documents index
+// from the project's files: a mandatory document's text is in the system
+// prompt, the others are listed by path and title only, a malformed front
+// matter is indexed with its problem and does not fail the task, a
+// sensitive file never counts. The next task re-reads only the document
+// whose etag changed and drops the row of the one deleted.
+func TestDocumentsInContext(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []scripted.Reply{llmtest.Text("first"), llmtest.Text("second")}, handlers.Config{}, map[string]string{
+		"docs/style.md":       "---\ntitle: House style\nmandatory: true\n---\nAlways name errors after what failed.\n",
+		"docs/guide/setup.md": "---\ntitle: Setup\ntags: [ops]\n---\nRun make setup first.\n",
+		"docs/bad.md":         "---\ntitle: [unclosed\n---\nBad body text.\n",
+		"docs/.env.md":        "SECRET=hunter2\n",
+		"AGENTS.md":           "Root rules.\n",
+		"src/a.ts":            "export {}\n",
+	})
+	first := h.insert(t, "chat", "what are the rules?", nil)
+	_, task := h.wait(t, first)
+	result(t, task)
+	sys := h.llm.Requests()[0].Messages[0].Content
+	for _, want := range []string{
+		"## The project's documents",
+		"### House style (docs/style.md, mandatory)\nAlways name errors after what failed.\n",
+		"- docs/guide/setup.md: Setup (tags: ops)\n",
+		"- docs/bad.md: bad\n",
+	} {
+		if !strings.Contains(sys, want) {
+			t.Errorf("the system prompt lacks %q:\n%s", want, sys)
+		}
+	}
+	for _, unwanted := range []string{"Run make setup first.", "Bad body text.", "hunter2", ".env.md", "- AGENTS.md", "title: House style"} {
+		if strings.Contains(sys, unwanted) {
+			t.Errorf("the system prompt holds %q, which only a listed, sensitive or rules document has:\n%s", unwanted, sys)
+		}
+	}
+	before := h.documents(t)
+	if len(before) != 4 || !before["docs/style.md"].mandatory || before["AGENTS.md"].title != "AGENTS" ||
+		!strings.Contains(before["docs/bad.md"].problem, "malformed front matter") {
+		t.Fatalf("documents after the first task: %+v", before)
+	}
+
+	// Setup changes, bad goes; style stays as it was.
+	info, err := h.store.Write(t.Context(), h.project.String(), "docs/guide/setup.md", []byte("---\ntitle: Setup, revised\n---\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Delete(t.Context(), h.project.String(), "docs/bad.md"); err != nil {
+		t.Fatal(err)
+	}
+	second := h.insert(t, "chat", "and now?", nil)
+	_, task = h.wait(t, second)
+	result(t, task)
+	after := h.documents(t)
+	if _, ok := after["docs/bad.md"]; ok || len(after) != 3 {
+		t.Errorf("documents after the delete: %+v, want docs/bad.md gone", after)
+	}
+	if s := after["docs/guide/setup.md"]; s.title != "Setup, revised" || s.etag != info.ETag || s.etag == before["docs/guide/setup.md"].etag {
+		t.Errorf("changed document's row %+v, want the new title at etag %s", s, info.ETag)
+	}
+	if s := after["docs/style.md"]; s != before["docs/style.md"] {
+		t.Errorf("unchanged document's row was rewritten: %+v, was %+v", s, before["docs/style.md"])
+	}
+	if sys := h.llm.Requests()[1].Messages[0].Content; !strings.Contains(sys, "- docs/guide/setup.md: Setup, revised\n") || strings.Contains(sys, "docs/bad.md") {
+		t.Errorf("the second system prompt does not show the change:\n%s", sys)
+	}
+}
+
+// TestBuildReindexesDocuments: a build that writes a document updates the
+// documents index once its change set is applied, without another task.
+func TestBuildReindexesDocuments(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []scripted.Reply{
+		call("write_file", m{"path": "docs/adr/001.md", "content": "---\ntitle: Use Postgres\ntype: adr\nmandatory: true\n---\nWe use Postgres.\n"}),
+		llmtest.Text("Recorded the decision."),
+	}, handlers.Config{}, map[string]string{"docs/old.md": "# Old\n"})
+	id := h.insert(t, "build", "record the decision", nil)
+	_, task := h.wait(t, id)
+	result(t, task)
+	var docs map[string]docRow
+	poll.Until(t, "the new document indexed", 30*time.Second, func() bool {
+		docs = h.documents(t)
+		return docs["docs/adr/001.md"].title == "Use Postgres"
+	})
+	if !docs["docs/adr/001.md"].mandatory || docs["docs/old.md"].title != "Old" {
+		t.Errorf("documents after the build: %+v", docs)
 	}
 }
