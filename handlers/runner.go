@@ -117,6 +117,16 @@ type Config struct {
 	// written on its own: a faster tool's start and result land in one
 	// statement, a slower one shows as running. Defaults to 50 ms.
 	ToolStartDelay time.Duration
+	// ContextBudget is the bytes of a task's context in its system prompt:
+	// the tasks view, the project's documents and the dependencies'
+	// results together, trimmed in that order when over (taskContext.render).
+	// The rules files have a budget of their own (projectctx.RulesBudget).
+	// Defaults to DefaultContextBudget (48 KiB).
+	ContextBudget int
+	// TasksView is the path, in each project's files, of the task list the
+	// service keeps (TASKS_MD_PATH), given in every task's context; ""
+	// gives none. Defaults to none.
+	TasksView string
 	// RuleFallbacks are the rules file names a folder's rules are looked
 	// for under after AGENTS.override.md and AGENTS.md, in order. Defaults
 	// (nil) to CLAUDE.md; empty and non-nil: none.
@@ -135,6 +145,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ContextFiles <= 0 {
 		c.ContextFiles = 200
+	}
+	if c.ContextBudget <= 0 {
+		c.ContextBudget = DefaultContextBudget
 	}
 	if c.RuleFallbacks == nil {
 		c.RuleFallbacks = projectctx.DefaultRuleFallbacks
@@ -397,11 +410,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return err
 			}
-			if tr.deps, err = agentsql.DependencyResults(ctx, r.deps.Pool, task.ID); err != nil {
-				return err
-			}
-			tr.docs = r.loadDocuments(ctx, tr.store, task, log)
-			return nil
+			tr.context = taskContext{tasksPath: r.cfg.TasksView, tasksView: r.loadTasksView(ctx, task, log),
+				docs: r.loadDocuments(ctx, tr.store, task, log)}
+			tr.context.deps, err = agentsql.DependencyResults(ctx, r.deps.Pool, task.ID)
+			return err
 		}); err != nil {
 			return err
 		}
@@ -417,7 +429,12 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return &taskError{CodeStorage, err}
 			}
-			system += rules + tr.docs.section() + dependencySection(tr.deps)
+			text, trimmed := tr.context.render(r.cfg.ContextBudget)
+			if len(trimmed) > 0 {
+				rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("the task's context was trimmed to its budget of %d bytes: %s",
+					r.cfg.ContextBudget, strings.Join(trimmed, "; ")), Metadata: map[string]any{"contextBudget": r.cfg.ContextBudget, "trimmed": trimmed}})
+			}
+			system += rules + text
 			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
 			return nil
 		}); err != nil {

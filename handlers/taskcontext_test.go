@@ -163,3 +163,76 @@ func TestBuildReindexesDocuments(t *testing.T) {
 		t.Errorf("documents after the build: %+v", docs)
 	}
 }
+
+// TestContextBudgetEdge: the context (tasks view, documents, dependency
+// summaries) at exactly its budget, and one byte under it, is whole; one
+// byte over it, the first thing trimmed is the tasks view, and nothing
+// else is.
+func TestContextBudgetEdge(t *testing.T) {
+	t.Parallel()
+	files := map[string]string{
+		"tasks.md":      "# Tasks\n- [ ] TASKS-VIEW-START " + strings.Repeat("v", 300) + " TASKS-VIEW-END\n",
+		"docs/style.md": "---\ntitle: Style\nmandatory: true\n---\nSTYLE-START " + strings.Repeat("s", 300) + " STYLE-END\n",
+		"docs/guide.md": "# Guide\nnot inlined\n",
+		"src/main.ts":   "export {}\n",
+	}
+	// contextOf runs a task that depends on another under budget and
+	// returns the context part of its system prompt (the prompt's tail).
+	contextOf := func(t *testing.T, budget int) string {
+		t.Helper()
+		h := setup(t, []scripted.Reply{llmtest.Text("DEP-SUMMARY " + strings.Repeat("d", 200)), llmtest.Text("done")},
+			handlers.Config{ContextBudget: budget, TasksView: "tasks.md"}, files)
+		dep, err := agentsql.InsertTask(t.Context(), h.pool, agentsql.NewTask{ProjectID: h.project, Type: agentsql.TypeChat, Prompt: "look around"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := agentsql.InsertTask(t.Context(), h.pool, agentsql.NewTask{ProjectID: h.project, Type: agentsql.TypeChat,
+			Prompt: "go on", DependsOn: []uuid.UUID{dep.ID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, done := h.wait(t, task.ID)
+		result(t, done)
+		sys := h.llm.Requests()[1].Messages[0].Content
+		i := strings.Index(sys, "\n\n## The project's task list")
+		if i < 0 {
+			t.Fatalf("no context in the system prompt:\n%s", sys)
+		}
+		// The dependency's id is each run's own: the same length, one text.
+		return strings.ReplaceAll(sys[i:], dep.ID.String(), strings.Repeat("x", len(dep.ID.String())))
+	}
+	whole := contextOf(t, 1<<20)
+	for _, want := range []string{"TASKS-VIEW-END", "STYLE-END", "- docs/guide.md: Guide", "DEP-SUMMARY"} {
+		if !strings.Contains(whole, want) {
+			t.Fatalf("the whole context lacks %q:\n%s", want, whole)
+		}
+	}
+	n := len(whole)
+	for _, tt := range []struct {
+		name    string
+		budget  int
+		trimmed bool
+	}{{"OneByteUnder", n + 1, false}, {"AtTheBudget", n, false}, {"OneByteOver", n - 1, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := contextOf(t, tt.budget)
+			if len(got) > tt.budget {
+				t.Errorf("context of %d bytes over its budget of %d", len(got), tt.budget)
+			}
+			if !tt.trimmed {
+				if got != whole {
+					t.Errorf("a context of %d bytes within a budget of %d was changed:\n%s", n, tt.budget, got)
+				}
+				return
+			}
+			if strings.Contains(got, "TASKS-VIEW-START") || !strings.Contains(got, "tasks.md is left out for room") {
+				t.Errorf("over the budget, the tasks view is not what was trimmed:\n%s", got)
+			}
+			for _, want := range []string{"STYLE-END", "- docs/guide.md: Guide", "DEP-SUMMARY"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("trimming the tasks view took %q too:\n%s", want, got)
+				}
+			}
+		})
+	}
+}

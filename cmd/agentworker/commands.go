@@ -137,7 +137,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
 		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved,
-		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)})
+		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ContextBudget: cfg.ContextBudget, TasksView: cfg.TasksMDPath})
 	if err != nil {
 		return nil, err
 	}
