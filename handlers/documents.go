@@ -29,24 +29,35 @@ type projectDocs struct {
 	listed []agentsql.Document
 }
 
-// loadDocuments refreshes the project's documents index from its files
-// and reads the mandatory documents' text through files (a build's change
-// set, so a resumed build sees its own version). Documents help, they are
-// not the task: whatever fails here is logged and the task goes on with
-// what could be read.
-// At most the context budget of mandatory text is read: more could not be
-// inlined whatever else the context holds, so the rest is listed.
-func (r *Runner) loadDocuments(ctx context.Context, files storage.Store, task agentsql.Task, log *slog.Logger) projectDocs {
+// loadDocuments brings the project's documents index (rows, as read with
+// the task's context) up to its files, and reads the mandatory documents'
+// text through files (a build's change set, so a resumed build sees its
+// own version). found are the documents of the listing the context was
+// built from, when listed says that listing shows the project as stored;
+// else the store is listed again. Documents help, they are not the task:
+// whatever fails here is logged and the task goes on with what could be
+// read. At most the context budget of mandatory text is read: more could
+// not be inlined whatever else the context holds, so the rest is listed.
+func (r *Runner) loadDocuments(ctx context.Context, files storage.Store, task agentsql.Task, found []storage.FileInfo, listed bool,
+	rows []agentsql.Document, log *slog.Logger) projectDocs {
 	names := projectctx.RuleNames(r.cfg.RuleFallbacks)
-	if _, err := docindex.Refresh(ctx, r.deps.Pool, r.deps.Store, task.ProjectID, names, log); err != nil && ctx.Err() == nil {
-		log.WarnContext(ctx, "documents index not refreshed; the task is given the documents as last indexed", slog.String("err", err.Error()))
-	}
-	rows, err := agentsql.ListDocuments(ctx, r.deps.Pool, task.ProjectID, "", docindex.MaxDocuments)
-	if err != nil {
-		if ctx.Err() == nil {
-			log.WarnContext(ctx, "documents not read; the task is given none", slog.String("err", err.Error()))
+	if !listed {
+		listing, err := r.deps.Store.List(ctx, task.ProjectID.String(), "")
+		if err != nil {
+			if ctx.Err() == nil {
+				log.WarnContext(ctx, "documents index not refreshed; the task is given the documents as last indexed", slog.String("err", err.Error()))
+			}
+			found = nil
+		} else {
+			found, listed = projectctx.FindDocuments(listing, names), true
 		}
-		return projectDocs{}
+	}
+	if listed {
+		now, _, err := docindex.Sync(ctx, r.deps.Pool, r.deps.Store, task.ProjectID, found, rows, names, log)
+		if err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "documents index not refreshed; the task is given the documents as last indexed", slog.String("err", err.Error()))
+		}
+		rows = now
 	}
 	var docs projectDocs
 	inlined := 0

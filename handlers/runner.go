@@ -404,16 +404,22 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if tr.agent, tr.expand, err = r.agentsOf(ctx, task); err != nil {
 				return err
 			}
-			var found projectctx.Rules
-			pctx, found, err = r.loadContext(ctx, tr.store, task, tr.plan)
-			tr.rules = newProjectRules(found)
+			var sum projectctx.Summary
+			pctx, sum, err = r.loadContext(ctx, tr.store, task, tr.plan)
+			tr.rules = newProjectRules(sum.Rules)
 			if err != nil {
 				return err
 			}
-			tr.context = taskContext{tasksPath: r.cfg.TasksView, tasksView: r.loadTasksView(ctx, task, log),
-				docs: r.loadDocuments(ctx, tr.store, task, log)}
-			tr.context.deps, err = agentsql.DependencyResults(ctx, r.deps.Pool, task.ID)
-			return err
+			rows, deps, err := agentsql.ReadTaskContext(ctx, r.deps.Pool, task.ProjectID, task.ID)
+			if err != nil {
+				return err
+			}
+			// The listing shows the project as stored unless the build has
+			// staged changes already (a resumed one).
+			listed := tr.cs == nil || tr.cs.Fresh()
+			tr.context = taskContext{tasksPath: r.cfg.TasksView, tasksView: r.loadTasksView(ctx, task, sum, log),
+				docs: r.loadDocuments(ctx, tr.store, task, sum.Documents, listed, rows, log), deps: deps}
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -566,18 +572,18 @@ func stage(_ context.Context, rec *events.Recorder, name string, fn func() error
 	return nil
 }
 
-func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, projectctx.Rules, error) {
+func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, projectctx.Summary, error) {
 	sum, err := projectctx.Build(ctx, files, task.ProjectID.String(), projectctx.Options{MaxFiles: r.cfg.ContextFiles,
 		RuleNames: projectctx.RuleNames(r.cfg.RuleFallbacks)})
 	if err != nil {
-		return prompts.Context{}, nil, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
+		return prompts.Context{}, sum, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
 	}
 	c := prompts.Context{ProjectID: task.ProjectID.String(), Files: sum.Files, FileCount: sum.FileCount, Truncated: sum.Truncated,
 		ProjectType: sum.Type, TypeScript: sum.TypeScript, Tooling: sum.Tooling, EntryPoints: sum.EntryPoints, RecentFiles: sum.RecentFiles}
 	if plan != nil {
 		c.PlanSummary = plan.Text()
 	}
-	return c, sum.Rules, nil
+	return c, sum, nil
 }
 
 // writeResult applies a build's change set and moves the task to

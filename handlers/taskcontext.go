@@ -45,10 +45,10 @@ type taskContext struct {
 }
 
 // loadTasksView reads the project's tasks view (Config.TasksView) from the
-// project's store; "" when it is off or the project has none yet. A read
-// that fails is logged: the view is a convenience.
-func (r *Runner) loadTasksView(ctx context.Context, task agentsql.Task, log *slog.Logger) string {
-	if r.cfg.TasksView == "" {
+// project's store; "" when it is off or the listing the context was built
+// from has none. A read that fails is logged: the view is a convenience.
+func (r *Runner) loadTasksView(ctx context.Context, task agentsql.Task, sum projectctx.Summary, log *slog.Logger) string {
+	if r.cfg.TasksView == "" || !sum.Has(r.cfg.TasksView) {
 		return ""
 	}
 	content, _, err := r.deps.Store.Read(ctx, task.ProjectID.String(), r.cfg.TasksView)

@@ -46,7 +46,7 @@ func TestDependencySummaries(t *testing.T) {
 		"## What the tasks this one depends on did",
 		"### build task " + build.ID.String() + ": add a banner\n",
 		"Summary: Added the banner component in src/banner.ts.",
-		"Files changed: src/banner.ts (write)",
+		"Files changed: src/banner.ts (create)",
 	} {
 		if !strings.Contains(sys, want) {
 			t.Errorf("the dependent's system prompt lacks %q:\n%s", want, sys)
@@ -106,7 +106,7 @@ func TestDocumentsInContext(t *testing.T) {
 			t.Errorf("the system prompt lacks %q:\n%s", want, sys)
 		}
 	}
-	for _, unwanted := range []string{"Run make setup first.", "Bad body text.", "hunter2", ".env.md", "- AGENTS.md", "title: House style"} {
+	for _, unwanted := range []string{"Run make setup first.", "Bad body text.", "hunter2", "- docs/.env.md:", "- AGENTS.md:", "title: House style"} {
 		if strings.Contains(sys, unwanted) {
 			t.Errorf("the system prompt holds %q, which only a listed, sensitive or rules document has:\n%s", unwanted, sys)
 		}

@@ -26,20 +26,6 @@ type Document struct {
 
 const documentColumns = `project_id, path, title, doc_type, mandatory, tags, etag, coalesce(problem, ''), updated_at`
 
-// DocumentETags reads the etag each indexed document of a project was read at.
-func DocumentETags(ctx context.Context, db DBTX, projectID uuid.UUID) (map[string]string, error) {
-	rows, err := db.Query(ctx, `SELECT path, etag FROM documents WHERE project_id = $1`, projectID)
-	if err != nil {
-		return nil, fmt.Errorf("read the document etags of project %s: %w", projectID, err)
-	}
-	out := map[string]string{}
-	var p, etag string
-	if _, err := pgx.ForEachRow(rows, []any{&p, &etag}, func() error { out[p] = etag; return nil }); err != nil {
-		return nil, fmt.Errorf("read the document etags of project %s: %w", projectID, err)
-	}
-	return out, nil
-}
-
 // SyncDocuments writes what was read of a project's documents (upserted by
 // path) and removes the rows of every document not in keep, in one
 // transaction (db begins it: a pool, a connection or a transaction). It

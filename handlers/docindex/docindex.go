@@ -53,7 +53,21 @@ func Refresh(ctx context.Context, db DB, store storage.Store, projectID uuid.UUI
 	if err != nil {
 		return Stats{}, fmt.Errorf("refresh the documents of project %s: list: %w", projectID, err)
 	}
-	docs := projectctx.FindDocuments(listing, names)
+	rows, err := agentsql.ListDocuments(ctx, db, projectID, "", 0)
+	if err != nil {
+		return Stats{}, err
+	}
+	_, st, err := Sync(ctx, db, store, projectID, projectctx.FindDocuments(listing, names), rows, names, log)
+	return st, err
+}
+
+// Sync brings rows, a project's documents rows as read, up to docs, its
+// documents as a listing of store shows them (projectctx.FindDocuments):
+// a document new or at another etag than its row's is read from store,
+// and a row whose document is gone is removed. It writes only when
+// something changed, and returns the rows as they are now, by path.
+func Sync(ctx context.Context, db DB, store storage.Store, projectID uuid.UUID, docs []storage.FileInfo, rows []agentsql.Document,
+	names []string, log *slog.Logger) ([]agentsql.Document, Stats, error) {
 	var st Stats
 	if len(docs) > MaxDocuments {
 		st.Skipped = len(docs) - MaxDocuments
@@ -61,20 +75,20 @@ func Refresh(ctx context.Context, db DB, store storage.Store, projectID uuid.UUI
 			slog.String("project_id", projectID.String()), slog.Int("documents", len(docs)), slog.Int("indexed", MaxDocuments))
 		docs = docs[:MaxDocuments]
 	}
-	known, err := agentsql.DocumentETags(ctx, db, projectID)
-	if err != nil {
-		return Stats{}, err
+	known := make(map[string]agentsql.Document, len(rows))
+	for _, d := range rows {
+		known[d.Path] = d
 	}
-	var read []agentsql.Document
+	var read, now []agentsql.Document
 	keep := make([]string, 0, len(docs))
 	for _, f := range docs {
-		if etag, ok := known[f.Path]; ok && etag == f.ETag {
-			keep = append(keep, f.Path)
+		if d, ok := known[f.Path]; ok && d.ETag == f.ETag {
+			keep, now = append(keep, f.Path), append(now, d)
 			continue
 		}
 		d, ok, err := readDocument(ctx, store, projectID, f, names)
 		if err != nil {
-			return Stats{}, err
+			return rows, st, err
 		}
 		if !ok {
 			continue // gone since the listing
@@ -83,15 +97,28 @@ func Refresh(ctx context.Context, db DB, store storage.Store, projectID uuid.UUI
 			log.WarnContext(ctx, "document front matter ignored", slog.String("project_id", projectID.String()),
 				slog.String("path", d.Path), slog.String("reason", d.Problem))
 		}
-		keep = append(keep, f.Path)
-		read = append(read, d)
+		keep, now, read = append(keep, f.Path), append(now, d), append(read, d)
+	}
+	kept := make(map[string]bool, len(keep))
+	for _, p := range keep {
+		kept[p] = true
+	}
+	gone := 0
+	for _, d := range rows {
+		if !kept[d.Path] {
+			gone++
+		}
+	}
+	st.Documents, st.Read = len(keep), len(read)
+	if len(read) == 0 && gone == 0 {
+		return now, st, nil
 	}
 	removed, err := agentsql.SyncDocuments(ctx, db, projectID, read, keep)
 	if err != nil {
-		return Stats{}, err
+		return rows, st, err
 	}
-	st.Documents, st.Read, st.Removed = len(keep), len(read), int(removed)
-	return st, nil
+	st.Removed = int(removed)
+	return now, st, nil
 }
 
 // readDocument reads one document's row; false when it is gone.
