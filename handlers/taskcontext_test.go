@@ -1,12 +1,14 @@
 package handlers_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -177,8 +179,9 @@ func TestContextBudgetEdge(t *testing.T) {
 		"src/main.ts":   "export {}\n",
 	}
 	// contextOf runs a task that depends on another under budget and
-	// returns the context part of its system prompt (the prompt's tail).
-	contextOf := func(t *testing.T, budget int) string {
+	// returns the context part of its system prompt (the prompt's tail)
+	// and the log event of its timeline saying what was trimmed, if any.
+	contextOf := func(t *testing.T, budget int) (string, string) {
 		t.Helper()
 		h := setup(t, []scripted.Reply{llmtest.Text("DEP-SUMMARY " + strings.Repeat("d", 200)), llmtest.Text("done")},
 			handlers.Config{ContextBudget: budget, TasksView: "tasks.md"}, files)
@@ -191,17 +194,25 @@ func TestContextBudgetEdge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, done := h.wait(t, task.ID)
+		evs, done := h.wait(t, task.ID)
 		result(t, done)
+		var trimLog string
+		for _, ev := range evs {
+			if p, err := ev.Decode(); err == nil {
+				if l, ok := p.(*events.Log); ok && strings.Contains(l.Message, "context was trimmed") {
+					trimLog = l.Message
+				}
+			}
+		}
 		sys := h.llm.Requests()[1].Messages[0].Content
 		i := strings.Index(sys, "\n\n## The project's task list")
 		if i < 0 {
 			t.Fatalf("no context in the system prompt:\n%s", sys)
 		}
 		// The dependency's id is each run's own: the same length, one text.
-		return strings.ReplaceAll(sys[i:], dep.ID.String(), strings.Repeat("x", len(dep.ID.String())))
+		return strings.ReplaceAll(sys[i:], dep.ID.String(), strings.Repeat("x", len(dep.ID.String()))), trimLog
 	}
-	whole := contextOf(t, 1<<20)
+	whole, _ := contextOf(t, 1<<20)
 	for _, want := range []string{"TASKS-VIEW-END", "STYLE-END", "- docs/guide.md: Guide", "DEP-SUMMARY"} {
 		if !strings.Contains(whole, want) {
 			t.Fatalf("the whole context lacks %q:\n%s", want, whole)
@@ -215,9 +226,12 @@ func TestContextBudgetEdge(t *testing.T) {
 	}{{"OneByteUnder", n + 1, false}, {"AtTheBudget", n, false}, {"OneByteOver", n - 1, true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := contextOf(t, tt.budget)
+			got, trimLog := contextOf(t, tt.budget)
 			if len(got) > tt.budget {
 				t.Errorf("context of %d bytes over its budget of %d", len(got), tt.budget)
+			}
+			if want := fmt.Sprintf("the task's context was trimmed to its budget of %d bytes: tasks view", tt.budget); tt.trimmed != (trimLog == want) {
+				t.Errorf("trim log event %q; want %q: %v", trimLog, want, tt.trimmed)
 			}
 			if !tt.trimmed {
 				if got != whole {
