@@ -26,6 +26,8 @@
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
 //	GET  /v1/projects/{id}/runs/summary  runs per day, agent, status and error code [?days=n]
 //	GET  /v1/projects/{id}/logs     log events, newest first [?task=&run=&level=&q=&before=&limit=]
+//	GET  /v1/projects/{id}/docs     the project's documents by path [?after=&limit=]
+//	POST /v1/projects/{id}/docs/index  refresh the documents index from the project's files
 //	POST /v1/projects/{id}/tasks/broadcast/{command}  pause, resume, cancel or retry many tasks:
 //	                                {"statuses", "task_ids", "expected_versions"}; default the running ones
 //
@@ -65,6 +67,7 @@ import (
 
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
+	"github.com/agentworker/agentworker/handlers/projectctx"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/traceid"
@@ -93,6 +96,10 @@ type Config struct {
 	// recorded in audit_log a minute; the rest are counted in its next
 	// record. Defaults to 10.
 	AuditPerActorPerMinute int
+	// RuleFallbacks are the rules file names after AGENTS.override.md and
+	// AGENTS.md (RULES_FALLBACKS), which the documents index counts as
+	// documents. Defaults (nil) to CLAUDE.md; empty and non-nil: none.
+	RuleFallbacks []string
 }
 
 // API serves the /v1 routes.
@@ -120,6 +127,9 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	}
 	if cfg.AuditPerActorPerMinute <= 0 {
 		cfg.AuditPerActorPerMinute = 10
+	}
+	if cfg.RuleFallbacks == nil {
+		cfg.RuleFallbacks = projectctx.DefaultRuleFallbacks
 	}
 	return &API{pool: pool, streams: streams, cfg: cfg,
 		slots:    &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}},
@@ -162,6 +172,8 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
 		{pattern: "GET /v1/projects/{id}/logs", scope: projectScope, handle: a.logs},
 		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
+		{pattern: "GET /v1/projects/{id}/docs", scope: projectScope, handle: a.listDocuments},
+		{pattern: "POST /v1/projects/{id}/docs/index", scope: projectScope, handle: a.indexDocuments},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
 		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
 		{pattern: "GET /v1/tasks/{id}/comments", scope: taskScope, handle: a.listComments},

@@ -217,6 +217,17 @@ func TestBoardInChromium(t *testing.T) {
 	if agentErr != "" || role != "reviews, again" {
 		t.Errorf("after the second save: error %q, role %q", agentErr, role)
 	}
+	// The reviewer's builds wait for review: the editor's box sets it.
+	run(t, ctx, "the reviewer's builds wait for review",
+		click(`#agent-form input[name="review"]`),
+		click(`#agent-save`),
+		visible(reviewerRow+`[data-version="5"]`),
+		until(`document.querySelector('`+reviewerRow+` .meta').textContent.includes("review")`),
+	)
+	var review bool
+	if err := c.pool.QueryRow(t.Context(), `SELECT review FROM agents WHERE id = $1`, reviewer).Scan(&review); err != nil || !review {
+		t.Errorf("the reviewer's review setting after the save: %v (%v)", review, err)
+	}
 
 	// A taken name, then a disable and a delete.
 	run(t, ctx, "a taken name",
@@ -244,7 +255,7 @@ func TestBoardInChromium(t *testing.T) {
 
 	// An agent disabled elsewhere, still offered by the page: the task is
 	// refused and the page says why.
-	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":4}`)
+	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":5}`)
 	run(t, ctx, "a task for a disabled agent",
 		keys(`#prompt`, "fourth step: refused"),
 		choose(`#agent`, reviewer),

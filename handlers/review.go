@@ -91,6 +91,7 @@ func (r *taskRun) applyApproved(ctx context.Context, cs *changeset.Set) error {
 		return r.fail(ctx, err)
 	}
 	r.log.InfoContext(ctx, "approved change set applied", slog.Int("files", len(applied)))
+	r.reindexAfterApply(actx, applied)
 	return nil
 }
 

@@ -48,6 +48,7 @@ var access = map[string]map[string][]string{
 		"service_role":  {"select", "insert", "delete"},
 	},
 	"task_comments": {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
+	"documents":     {"authenticated": {"select:own"}, "service_role": {"select"}},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -307,6 +308,7 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO change_set_entries (task_id, path, op, content, ord) VALUES ($1, 'a.txt', 'write', 'secret', 1)`,
 				`INSERT INTO build_decisions (task_id, decision_id, status) VALUES ($1, 'step-1', 'accepted')`,
 				`INSERT INTO task_comments (task_id, project_id, author, body) VALUES ($1, $2, 'seed', 'seed')`,
+				`INSERT INTO documents (project_id, path, etag) SELECT $2, 'docs/' || $1::text || '.md', 'seed'`,
 			} {
 				args := []any{*p.task}
 				if strings.Contains(q, "$2") {

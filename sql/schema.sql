@@ -1344,6 +1344,7 @@ CREATE TABLE public.agents (
     version integer DEFAULT 1 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    review boolean DEFAULT false NOT NULL,
     CONSTRAINT agents_name_check CHECK (((btrim(name) <> ''::text) AND (length(name) <= 100))),
     CONSTRAINT agents_status_check CHECK ((status = ANY (ARRAY['enabled'::text, 'disabled'::text])))
 );
@@ -1365,6 +1366,9 @@ COMMENT ON COLUMN public.agents.tools IS 'The tools it may use, narrowing what i
 
 -- COMMENT: COLUMN agents.version
 COMMENT ON COLUMN public.agents.version IS 'Optimistic version: an update or delete names the version it read.';
+
+-- COMMENT: COLUMN agents.review
+COMMENT ON COLUMN public.agents.review IS 'A build task run by this agent that finishes cleanly ends in review, as one with input.review = true does.';
 
 -- TABLE: agentworker_migrations
 CREATE TABLE public.agentworker_migrations (
@@ -1519,6 +1523,51 @@ COMMENT ON COLUMN public.change_sets.status IS 'open | applying | applied | disc
 
 -- COMMENT: COLUMN change_sets.result
 COMMENT ON COLUMN public.change_sets.result IS 'The task result to write once the set is applied.';
+
+-- TABLE: documents
+CREATE TABLE public.documents (
+    project_id uuid NOT NULL,
+    path text NOT NULL,
+    title text DEFAULT ''::text NOT NULL,
+    doc_type text DEFAULT ''::text NOT NULL,
+    mandatory boolean DEFAULT false NOT NULL,
+    tags text[] DEFAULT '{}'::text[] NOT NULL,
+    etag text NOT NULL,
+    problem text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT documents_doc_type_check CHECK ((length(doc_type) <= 50)),
+    CONSTRAINT documents_path_check CHECK (((path <> ''::text) AND (length(path) <= 1024))),
+    CONSTRAINT documents_problem_check CHECK ((length(problem) <= 500)),
+    CONSTRAINT documents_tags_check CHECK ((cardinality(tags) <= 20)),
+    CONSTRAINT documents_title_check CHECK ((length(title) <= 200))
+);
+
+-- COMMENT: TABLE documents
+COMMENT ON TABLE public.documents IS 'A project''s Markdown documents (docs/**/*.md and its rules files) with their front matter; kept current from the storage listing''s etags.';
+
+-- COMMENT: COLUMN documents.path
+COMMENT ON COLUMN public.documents.path IS 'The document''s path in the project''s files.';
+
+-- COMMENT: COLUMN documents.title
+COMMENT ON COLUMN public.documents.title IS 'Front matter title, else the first heading, else the file name.';
+
+-- COMMENT: COLUMN documents.doc_type
+COMMENT ON COLUMN public.documents.doc_type IS 'Front matter type (free text, e.g. rules, guide, adr); rules for a rules file without one.';
+
+-- COMMENT: COLUMN documents.mandatory
+COMMENT ON COLUMN public.documents.mandatory IS 'Front matter mandatory: true: the document''s text is in every task''s prompt (within the context budget); else it is listed by path and title.';
+
+-- COMMENT: COLUMN documents.tags
+COMMENT ON COLUMN public.documents.tags IS 'Front matter tags.';
+
+-- COMMENT: COLUMN documents.etag
+COMMENT ON COLUMN public.documents.etag IS 'The storage etag the row was read at: a listing with another etag re-reads the document.';
+
+-- COMMENT: COLUMN documents.problem
+COMMENT ON COLUMN public.documents.problem IS 'Why the front matter was ignored (malformed, too large), if it was.';
+
+-- COMMENT: COLUMN documents.updated_at
+COMMENT ON COLUMN public.documents.updated_at IS 'When the row was last read from the document.';
 
 -- TABLE: inbox_items
 CREATE TABLE public.inbox_items (
@@ -1760,6 +1809,10 @@ ALTER TABLE ONLY public.change_set_entries
 -- CONSTRAINT: change_sets change_sets_pkey
 ALTER TABLE ONLY public.change_sets
     ADD CONSTRAINT change_sets_pkey PRIMARY KEY (task_id);
+
+-- CONSTRAINT: documents documents_pkey
+ALTER TABLE ONLY public.documents
+    ADD CONSTRAINT documents_pkey PRIMARY KEY (project_id, path);
 
 -- CONSTRAINT: inbox_items inbox_items_pkey
 ALTER TABLE ONLY public.inbox_items
@@ -2017,6 +2070,15 @@ ALTER TABLE public.change_set_entries ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: change_sets
 ALTER TABLE public.change_sets ENABLE ROW LEVEL SECURITY;
+
+-- ROW SECURITY: documents
+ALTER TABLE public.documents ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: documents documents_read_own
+CREATE POLICY documents_read_own ON public.documents FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: documents documents_service
+CREATE POLICY documents_service ON public.documents TO service_role USING (true) WITH CHECK (true);
 
 -- ROW SECURITY: inbox_items
 ALTER TABLE public.inbox_items ENABLE ROW LEVEL SECURITY;
@@ -2320,6 +2382,10 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO service_role;
 
 -- ACL: TABLE audit_log
 GRANT SELECT ON TABLE public.audit_log TO service_role;
+
+-- ACL: TABLE documents
+GRANT SELECT ON TABLE public.documents TO authenticated;
+GRANT SELECT ON TABLE public.documents TO service_role;
 
 -- ACL: TABLE inbox_items
 GRANT SELECT ON TABLE public.inbox_items TO authenticated;

@@ -157,7 +157,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
 		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved,
-		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)})
+		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ContextBudget: cfg.ContextBudget, TasksView: cfg.TasksMDPath})
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +270,8 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log, Archive: arch})
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
-		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute}).Register(mux)
+		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute,
+		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }

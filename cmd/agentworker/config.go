@@ -54,8 +54,9 @@ type config struct {
 	BudgetMaxCostUSD       float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
 	LLMPrices              string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
 	TaskLease              time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
-	TasksMDPath            string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it (empty: off)"`
+	TasksMDPath            string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it; every task's context holds it, the first thing trimmed when over CONTEXT_BUDGET_BYTES (empty: off)"`
 	RulesFallbacks         []string      `envconfig:"RULES_FALLBACKS" default:"CLAUDE.md" desc:"rules file names looked for in a folder after AGENTS.override.md and AGENTS.md, comma separated, first found wins (empty: none); the root's rules are in every task's system prompt, a folder's come with the first tool result under it, 32 KiB of rules a task"`
+	ContextBudget          int           `envconfig:"CONTEXT_BUDGET_BYTES" default:"49152" desc:"bytes of a task's context in its system prompt, besides the file summary and the rules (which have their own 32 KiB): the tasks view (TASKS_MD_PATH), the project's documents (mandatory ones inlined, the others listed) and the dependencies' results together; when over, trimmed in that order (the tasks view, then documents: mandatory ones listed instead of inlined, then list lines; then dependency summaries; then a hard cut), at least 1024"`
 	StuckIdleTimeout       time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
 	HTTPAddr               string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
 	HTTPReadTimeout        time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"30s" desc:"a request's headers and body must arrive within it, else its connection is closed (an event stream is exempt once it starts); headers alone within 10s"`
@@ -116,6 +117,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: AUDIT_REFUSALS_PER_MINUTE must be at least 1, got %d", c.AuditRefusalsPerMinute)
 	case c.SSEHeartbeat <= 0:
 		return c, fmt.Errorf("config: SSE_HEARTBEAT must be positive, got %s", c.SSEHeartbeat)
+	case c.ContextBudget < 1024:
+		return c, fmt.Errorf("config: CONTEXT_BUDGET_BYTES must be at least 1024, got %d", c.ContextBudget)
 	case c.StuckIdleTimeout <= 0:
 		return c, fmt.Errorf("config: STUCK_IDLE_TIMEOUT must be positive, got %s", c.StuckIdleTimeout)
 	case c.LogFormat != "text" && c.LogFormat != "json":

@@ -53,6 +53,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"RUN_COMMAND_MAX_TIMEOUT": "10ms"}, "RUN_COMMAND_MAX_TIMEOUT must be at least 1s"},
 		{map[string]string{"TASKS_MD_PATH": "../tasks.md"}, "TASKS_MD_PATH"},
 		{map[string]string{"TASKS_MD_PATH": ".env"}, "TASKS_MD_PATH"},
+		{map[string]string{"CONTEXT_BUDGET_BYTES": "1023"}, "CONTEXT_BUDGET_BYTES must be at least 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
