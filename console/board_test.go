@@ -111,11 +111,19 @@ func TestBoardInChromium(t *testing.T) {
 		for _, d := range deps {
 			actions = append(actions, visible(fmt.Sprintf(`#depends-on input[value="%s"]`, d)), click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
 		}
+		// Bound by the test's browser, not the poll's 30 s: a loaded
+		// machine took longer once. A refusal ends the wait at once.
+		eval(t, ctx, `document.getElementById("message").textContent = ""`, new(string))
 		actions = append(actions, click(`#submit`),
-			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)))
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.body.dataset.task && document.body.dataset.task !== %q) || document.getElementById("message").textContent`, before),
+				chromedp.WithPollingTimeout(0)))
 		run(t, ctx, "submit "+prompt, actions...)
-		var id string
+		var id, refused string
+		eval(t, ctx, `document.getElementById("message").textContent`, &refused)
 		eval(t, ctx, `document.body.dataset.task`, &id)
+		if refused != "" || id == before {
+			t.Fatalf("submit %s: the page says %q", prompt, refused)
+		}
 		return id
 	}
 
@@ -371,11 +379,19 @@ func TestBoardBlockedInChromium(t *testing.T) {
 		for _, d := range deps {
 			actions = append(actions, click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
 		}
+		// Bound by the test's browser, not the poll's 30 s: a loaded
+		// machine took longer once. A refusal ends the wait at once.
+		eval(t, ctx, `document.getElementById("message").textContent = ""`, new(string))
 		actions = append(actions, click(`#submit`),
-			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)))
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.body.dataset.task && document.body.dataset.task !== %q) || document.getElementById("message").textContent`, before),
+				chromedp.WithPollingTimeout(0)))
 		run(t, ctx, "submit "+prompt, actions...)
-		var id string
+		var id, refused string
+		eval(t, ctx, `document.getElementById("message").textContent`, &refused)
 		eval(t, ctx, `document.body.dataset.task`, &id)
+		if refused != "" || id == before {
+			t.Fatalf("submit %s: the page says %q", prompt, refused)
+		}
 		return id
 	}
 
