@@ -76,6 +76,21 @@ func TestPlanExpandsOnceThroughAKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-first.exited
+	// Postgres notices a dead client only when it reads or writes its
+	// socket: the backend waiting on the held row would, once granted,
+	// run what the killed process had already sent, its COMMIT included
+	// (it did, in one run of several). End it as the server's
+	// client_connection_check_interval would, then release the row.
+	if _, err := e.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE task_runs%'`); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the killed process's waiting backend to end", 10*time.Second, func() bool {
+		var waiting bool
+		err := e.pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE task_runs%')`).Scan(&waiting)
+		return err == nil && !waiting
+	})
 	if err := hold.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
