@@ -123,7 +123,8 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
-		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath}}
+		TasksMD:   worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
+		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention)}}
 	var reserved []string
 	if cfg.TasksMDPath != "" {
 		reserved = []string{cfg.TasksMDPath}

@@ -118,7 +118,7 @@ func TestReceiptReadFollowsTheTableAsItGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "agent_events_task_id_seq_key") || strings.Contains(text, "Seq Scan on agent_events") {
+	if !strings.Contains(text, "_task_id_seq_created_at_key") || strings.Contains(text, "Seq Scan on agent_events_p") {
 		t.Fatalf("the receipt read does not go through the task's index:\n%s", text)
 	}
 }
