@@ -72,7 +72,10 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQ
 	rows, err := db.Query(ctx, `WITH head AS (
 			SELECT xid::text::bigint AS xid, id FROM agent_events
 			WHERE project_id = $1 AND xid < pg_snapshot_xmin(pg_current_snapshot())
-			ORDER BY xid DESC, id DESC LIMIT 1)
+			-- The stored xid, not the bigint output named xid: the index's
+			-- order, read one entry deep instead of sorting every event of
+			-- the project.
+			ORDER BY agent_events.xid DESC, agent_events.id DESC LIMIT 1)
 		SELECT coalesce((SELECT xid FROM head), 0), coalesce((SELECT id FROM head), 0),
 			t.id, t.type, t.status, left(coalesce(t.prompt, ''), 200), coalesce(t.model, ''), t.attempt,
 			`+taskIterations+`, t.tokens_in, t.tokens_out, t.cost::float8,

@@ -652,6 +652,10 @@ BEGIN
                    v_name, v_name || '_range', v_from, v_to);
     EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', v_name);
     EXECUTE format('REVOKE ALL ON %I FROM PUBLIC, anon, authenticated, service_role', v_name);
+    -- Supabase publishes agent_events with full row images (below).
+    IF (SELECT relreplident FROM pg_class WHERE oid = 'agent_events'::regclass) = 'f' THEN
+        EXECUTE format('ALTER TABLE %I REPLICA IDENTITY FULL', v_name);
+    END IF;
     EXECUTE format('WITH moved AS (DELETE FROM agent_events_default WHERE created_at >= %L AND created_at < %L RETURNING *)
                     INSERT INTO %I SELECT * FROM moved', v_from, v_to, v_name);
     EXECUTE format('ALTER TABLE agent_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', v_name, v_from, v_to);
@@ -746,7 +750,8 @@ CREATE FUNCTION public.agentworker_event_partition_tasks_detached(p_name text, p
     AS $_$
 BEGIN
     RETURN QUERY EXECUTE format(
-        'SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL AND NOT (task_id = ANY ($1)) LIMIT 1', p_name)
+        'SELECT e.task_id FROM (SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL) e
+         WHERE NOT EXISTS (SELECT 1 FROM unnest($1::uuid[]) k(id) WHERE k.id = e.task_id) LIMIT 1', p_name)
         USING p_tasks;
 END
 $_$;

@@ -113,6 +113,10 @@ BEGIN
                    v_name, v_name || '_range', v_from, v_to);
     EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', v_name);
     EXECUTE format('REVOKE ALL ON %I FROM PUBLIC, anon, authenticated, service_role', v_name);
+    -- Supabase publishes agent_events with full row images (below).
+    IF (SELECT relreplident FROM pg_class WHERE oid = 'agent_events'::regclass) = 'f' THEN
+        EXECUTE format('ALTER TABLE %I REPLICA IDENTITY FULL', v_name);
+    END IF;
     EXECUTE format('WITH moved AS (DELETE FROM agent_events_default WHERE created_at >= %L AND created_at < %L RETURNING *)
                     INSERT INTO %I SELECT * FROM moved', v_from, v_to, v_name);
     EXECUTE format('ALTER TABLE agent_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', v_name, v_from, v_to);
@@ -200,15 +204,16 @@ EXCEPTION WHEN object_in_use THEN
 END
 $$;
 
--- Tasks of a detached day the caller did not know of (events written into
--- an old day after its tasks were read): a cheap anti-join by the
--- partition's (task_id, seq, created_at) index.
+-- A task of a detached day the caller did not know of (events written into
+-- an old day after its tasks were read): a hashed anti-join, one pass over
+-- the day's task ids (a day of 24,000 tasks against a 24,000-id array).
 CREATE FUNCTION agentworker_event_partition_tasks_detached(p_name text, p_tasks uuid[])
 RETURNS SETOF uuid
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY EXECUTE format(
-        'SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL AND NOT (task_id = ANY ($1)) LIMIT 1', p_name)
+        'SELECT e.task_id FROM (SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL) e
+         WHERE NOT EXISTS (SELECT 1 FROM unnest($1::uuid[]) k(id) WHERE k.id = e.task_id) LIMIT 1', p_name)
         USING p_tasks;
 END
 $$;
@@ -253,12 +258,19 @@ LANGUAGE sql STABLE AS $$ SELECT * FROM agent_events WHERE task_id = $1.id $$;
 CREATE FUNCTION ai_tasks(agent_events) RETURNS SETOF ai_tasks ROWS 1
 LANGUAGE sql STABLE AS $$ SELECT * FROM ai_tasks WHERE id = $1.task_id $$;
 
--- Supabase: a partitioned table is published through its root.
+-- Supabase: a partitioned table is published through its root
+-- (publish_via_partition_root, a setting of the whole publication), so
+-- postgres_changes subscribers of agent_events see every partition's rows
+-- under its name; every partition keeps full row images, as the table did.
 DO $$
+DECLARE
+    v regclass;
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'supabase_realtime') THEN
         ALTER TABLE agent_events REPLICA IDENTITY FULL;
-        ALTER TABLE agent_events_default REPLICA IDENTITY FULL;
+        FOR v IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'agent_events'::regclass LOOP
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', v);
+        END LOOP;
         ALTER PUBLICATION supabase_realtime SET (publish_via_partition_root = true);
         IF NOT EXISTS (SELECT 1 FROM pg_publication_tables
                        WHERE pubname = 'supabase_realtime'
