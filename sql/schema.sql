@@ -1109,7 +1109,7 @@ CREATE FUNCTION public.ai_tasks_delete_events() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
-    DELETE FROM agent_events e USING old_rows o WHERE e.task_id = o.id;
+    DELETE FROM agent_events WHERE task_id = ANY (ARRAY(SELECT id FROM old_rows));
     RETURN NULL;
 END
 $$;
@@ -2096,6 +2096,12 @@ CREATE UNIQUE INDEX inbox_items_open_per_run_idx ON public.inbox_items USING btr
 
 -- INDEX: inbox_items_project_idx
 CREATE INDEX inbox_items_project_idx ON public.inbox_items USING btree (project_id, created_at DESC) WHERE (status = 'open'::text);
+
+-- INDEX: inbox_items_run_idx
+CREATE INDEX inbox_items_run_idx ON public.inbox_items USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+-- INDEX: inbox_items_task_idx
+CREATE INDEX inbox_items_task_idx ON public.inbox_items USING btree (task_id);
 
 -- INDEX: river_job_ai_task_idx
 CREATE INDEX river_job_ai_task_idx ON public.river_job USING btree (((args ->> 'task_id'::text))) WHERE (kind = 'ai_task'::text);

@@ -421,6 +421,22 @@ $$;
 CREATE INDEX ai_tasks_finished_idx ON ai_tasks (coalesce(finished_at, updated_at))
     WHERE status IN ('succeeded', 'failed', 'blocked', 'cancelled');
 
+-- What a batch of deleted tasks takes with it is found by index: the
+-- inbox items of each task and run (the foreign keys' cascades would scan
+-- the table once a row), and the events of the batch, read from every
+-- partition's (task_id, seq, created_at) index with the batch's ids as one
+-- array (a join with the deleted rows scanned every partition whole).
+CREATE INDEX inbox_items_task_idx ON inbox_items (task_id);
+CREATE INDEX inbox_items_run_idx ON inbox_items (run_id) WHERE run_id IS NOT NULL;
+
+CREATE OR REPLACE FUNCTION ai_tasks_delete_events() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    DELETE FROM agent_events WHERE task_id = ANY (ARRAY(SELECT id FROM old_rows));
+    RETURN NULL;
+END
+$$;
+
 DROP VIEW usage_daily;
 DROP VIEW project_usage_daily;
 
@@ -471,7 +487,7 @@ BEGIN
         'agent_events(ai_tasks)', 'ai_tasks(agent_events)',
         'change_sets_drop_staged()', 'agentworker_roll_up_runs(uuid[], uuid[])',
         'ai_tasks_roll_up_usage()', 'task_runs_roll_up_usage()',
-        'agentworker_delete_finished_tasks(timestamptz, integer)']::regprocedure[]
+        'agentworker_delete_finished_tasks(timestamptz, integer)', 'ai_tasks_delete_events()']::regprocedure[]
     LOOP
         EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, anon, authenticated, service_role', v_fn);
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_fn, current_schema());
