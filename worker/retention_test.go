@@ -325,3 +325,18 @@ func TestLeaderCreatesPartitionsAhead(t *testing.T) {
 		t.Errorf("partitions %v, want today's, 6 ahead and the far day's", parts)
 	}
 }
+
+// TestRetentionKeepsEverythingByDefault: with neither retention set (keep),
+// a pass only makes partitions: old days and old finished tasks stay.
+func TestRetentionKeepsEverythingByDefault(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	task, part := oldTask(t, pool, "cancelled", 400)
+	rep, err := retentionService(t, pool, worker.RetentionConfig{}).Retain(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Dropped) != 0 || rep.TasksDeleted != 0 || !partitionExists(t, pool, part) || eventCount(t, pool, task) != 3 {
+		t.Errorf("report %+v: want nothing dropped or deleted, %s and its events kept", rep, part)
+	}
+}

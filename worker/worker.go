@@ -1,7 +1,8 @@
 // Package worker holds the River side of agentworker: the River client, the
 // ai_tasks → River job bridge (pickup trigger, Submit, and a reconciler
 // backstop run on River's leader), the idempotent claim, dispatch by task
-// type, and graceful shutdown.
+// type, graceful shutdown, and the leader's retention pass (agent_events'
+// day partitions made ahead and dropped, old finished tasks deleted).
 package worker
 
 import (

@@ -44,7 +44,7 @@ type Options struct {
 	// Only names the scenarios to run. Defaults to all.
 	Only []string
 	// RetentionEvents is the size of the retention scenario's full table.
-	// Defaults to 10 million (200,000 with Quick).
+	// Defaults to 10 million (100,000 with Quick).
 	RetentionEvents int
 	// Concurrency is the worker's WORKER_CONCURRENCY. Defaults to 10.
 	Concurrency int
