@@ -19,7 +19,8 @@ const maxAgentBody = 64 << 10
 // /v1/agents/{id}: on create, name is required and an absent field takes
 // its default; on update, an absent field is left as it is, and
 // expected_version is required. "tools": null means every tool the task
-// type allows.
+// type allows. "review": true makes the builds the agent runs end in
+// review, as input.review does.
 type AgentRequest struct {
 	Name            *string         `json:"name"`
 	Role            *string         `json:"role"`
@@ -27,6 +28,7 @@ type AgentRequest struct {
 	Persona         *string         `json:"persona"`
 	Tools           json.RawMessage `json:"tools"`
 	Status          *string         `json:"status"`
+	Review          *bool           `json:"review"`
 	ExpectedVersion *int            `json:"expected_version"`
 }
 
@@ -107,9 +109,9 @@ func readAgent(w http.ResponseWriter, r *http.Request) (AgentRequest, agentsql.A
 		if errors.As(err, &tooLarge) {
 			return req, agentsql.AgentFields{}, &apiError{http.StatusRequestEntityTooLarge, CodeValidation, "request body too large"}
 		}
-		return req, agentsql.AgentFields{}, validation(`body must be {"name", "role", "model", "persona", "tools", "status", "expected_version"}`)
+		return req, agentsql.AgentFields{}, validation(`body must be {"name", "role", "model", "persona", "tools", "status", "review", "expected_version"}`)
 	}
-	f := agentsql.AgentFields{Name: req.Name, Role: req.Role, Model: req.Model, Persona: req.Persona, Status: req.Status}
+	f := agentsql.AgentFields{Name: req.Name, Role: req.Role, Model: req.Model, Persona: req.Persona, Status: req.Status, Review: req.Review}
 	if req.Name != nil && (strings.TrimSpace(*req.Name) == "" || len(*req.Name) > 100) {
 		return req, f, validation("name must be 1 to 100 characters, not blank")
 	}

@@ -35,7 +35,7 @@ func TestAgentEndpoints(t *testing.T) {
 	}
 
 	coder := decode(e.call(t, "POST", agents, tok, `{"name":"coder","role":"writes code","persona":"You are terse.","tools":["read_file","write_file"]}`, nil), http.StatusCreated)
-	if coder.Name != "coder" || coder.Status != "enabled" || coder.Version != 1 || len(coder.Tools) != 2 || coder.ProjectID != projectID {
+	if coder.Name != "coder" || coder.Status != "enabled" || coder.Version != 1 || len(coder.Tools) != 2 || coder.ProjectID != projectID || coder.Review {
 		t.Fatalf("created %+v", coder)
 	}
 	if got := decode(e.call(t, "GET", "/v1/agents/"+coder.ID.String(), tok, "", nil), http.StatusOK); got.Persona != "You are terse." {
@@ -64,9 +64,16 @@ func TestAgentEndpoints(t *testing.T) {
 		}
 	}
 
-	coder = decode(e.call(t, "PATCH", "/v1/agents/"+coder.ID.String(), tok, `{"model":"small","tools":null,"expected_version":1}`, nil), http.StatusOK)
-	if coder.Version != 2 || coder.Model != "small" || coder.Tools != nil || coder.Persona != "You are terse." {
+	coder = decode(e.call(t, "PATCH", "/v1/agents/"+coder.ID.String(), tok, `{"model":"small","tools":null,"review":true,"expected_version":1}`, nil), http.StatusOK)
+	if coder.Version != 2 || coder.Model != "small" || coder.Tools != nil || coder.Persona != "You are terse." || !coder.Review {
 		t.Errorf("updated %+v", coder)
+	}
+	// Read back, the setting stays.
+	if got := decode(e.call(t, "GET", "/v1/agents/"+coder.ID.String(), tok, "", nil), http.StatusOK); !got.Review {
+		t.Errorf("read after setting review: %+v", got)
+	}
+	if rp := e.call(t, "POST", agents, tok, `{"name":"x","review":"yes"}`, nil); rp.status != http.StatusBadRequest || errorCode(t, rp) != api.CodeValidation {
+		t.Errorf("review not a boolean: %d %s", rp.status, rp.body)
 	}
 
 	// Another project's token sees nothing of it.

@@ -4,6 +4,7 @@
 // routes:
 //
 //	GET  /v1/tasks/{id}/events      a task's events (SSE, until the token expires); the SSE id is the seq
+//	                                or, with Accept: application/json, a page {"events", "next"} [?after=&limit=]
 //	POST /v1/tasks/{id}/cancel      steer a task; optional {"expected_version": n}
 //	POST /v1/tasks/{id}/pause
 //	POST /v1/tasks/{id}/resume
@@ -25,6 +26,8 @@
 //	GET  /v1/projects/{id}/usage    runs, tokens and cost per UTC day [?days=n]
 //	GET  /v1/projects/{id}/runs/summary  runs per day, agent, status and error code [?days=n]
 //	GET  /v1/projects/{id}/logs     log events, newest first [?task=&run=&level=&q=&before=&limit=]
+//	GET  /v1/projects/{id}/docs     the project's documents by path [?after=&limit=]
+//	POST /v1/projects/{id}/docs/index  refresh the documents index from the project's files
 //	POST /v1/projects/{id}/tasks/broadcast/{command}  pause, resume, cancel or retry many tasks:
 //	                                {"statuses", "task_ids", "expected_versions"}; default the running ones
 //
@@ -64,8 +67,10 @@ import (
 
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
+	"github.com/agentworker/agentworker/handlers/projectctx"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // Config configures the API.
@@ -91,6 +96,10 @@ type Config struct {
 	// recorded in audit_log a minute; the rest are counted in its next
 	// record. Defaults to 10.
 	AuditPerActorPerMinute int
+	// RuleFallbacks are the rules file names after AGENTS.override.md and
+	// AGENTS.md (RULES_FALLBACKS), which the documents index counts as
+	// documents. Defaults (nil) to CLAUDE.md; empty and non-nil: none.
+	RuleFallbacks []string
 }
 
 // API serves the /v1 routes.
@@ -108,6 +117,8 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Lines logged with a request's context name its trace.
+	cfg.Logger = slog.New(traceid.NewHandler(cfg.Logger.Handler()))
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = 1000
 	}
@@ -116,6 +127,9 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	}
 	if cfg.AuditPerActorPerMinute <= 0 {
 		cfg.AuditPerActorPerMinute = 10
+	}
+	if cfg.RuleFallbacks == nil {
+		cfg.RuleFallbacks = projectctx.DefaultRuleFallbacks
 	}
 	return &API{pool: pool, streams: streams, cfg: cfg,
 		slots:    &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}},
@@ -158,6 +172,8 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
 		{pattern: "GET /v1/projects/{id}/logs", scope: projectScope, handle: a.logs},
 		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
+		{pattern: "GET /v1/projects/{id}/docs", scope: projectScope, handle: a.listDocuments},
+		{pattern: "POST /v1/projects/{id}/docs/index", scope: projectScope, handle: a.indexDocuments},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},
 		{pattern: "GET /v1/tasks/{id}/changes", scope: taskScope, handle: a.taskChanges},
 		{pattern: "GET /v1/tasks/{id}/comments", scope: taskScope, handle: a.listComments},
@@ -193,10 +209,24 @@ func (a *API) Register(mux *http.ServeMux) {
 	}
 }
 
-// edge applies what holds for every /v1 request, routed or not: nosniff,
-// CORS, the answer to a preflight, and 503 while auth is not configured.
+// edge applies what holds for every /v1 request, routed or not: its trace
+// id, nosniff, CORS, the answer to a preflight, and 503 while auth is not
+// configured. Each request is logged at debug level once answered.
 func (a *API) edge(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every line logged for the request, and a task it creates, carry
+		// its trace id; the client reads it back in the answer.
+		trace := traceid.FromRequest(r)
+		w.Header().Set(traceid.Header, trace)
+		r = r.WithContext(traceid.With(r.Context(), trace))
+		sw := &statusWriter{ResponseWriter: w}
+		w = sw
+		start := time.Now()
+		defer func() {
+			a.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "api request", slog.String("method", r.Method),
+				slog.String("path", bounded(r.URL.Path)), slog.Int("status", sw.Status()),
+				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+		}()
 		// A browser never reads an answer as another type than it says
 		// (a file's content as HTML, say).
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -402,7 +432,8 @@ func (a *API) cors(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Access-Control-Allow-Origin", origin)
 	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, "+traceid.Header)
+	h.Set("Access-Control-Expose-Headers", traceid.Header)
 	h.Set("Access-Control-Max-Age", "600")
 }
 
@@ -425,4 +456,36 @@ func unrouted(rs []route) handler {
 		}
 		return &apiError{http.StatusNotFound, CodeNotFound, "not found"}
 	}
+}
+
+// statusWriter remembers the status of the answer, for the request's log
+// line; Unwrap lets http.ResponseController reach the connection (flushes
+// of the event streams, deadlines).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Status is the status answered, 200 when nothing was written yet.
+func (w *statusWriter) Status() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
 }

@@ -96,6 +96,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{http.StatusForbidden, CodeForbidden, "forbidden"}
 	case errors.Is(err, sse.ErrBadCursor):
 		ae = &apiError{http.StatusBadRequest, CodeValidation, "invalid cursor"}
+	case errors.Is(err, sse.ErrBadLimit):
+		ae = &apiError{http.StatusBadRequest, CodeValidation, "invalid limit"}
 	default:
 		if r.Context().Err() == nil {
 			a.cfg.Logger.ErrorContext(r.Context(), "api request failed", slog.String("path", bounded(r.URL.Path)), slog.String("err", bounded(err.Error())))

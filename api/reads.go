@@ -32,6 +32,9 @@ type TaskView struct {
 	Priority     int        `json:"priority,omitempty"`
 	AgentID      *uuid.UUID `json:"agent_id,omitempty"`
 	ParentTaskID *uuid.UUID `json:"parent_task_id,omitempty"`
+	// TraceID is the trace of the request that created the task (GET
+	// /v1/tasks/{id} and the create's answer only).
+	TraceID string `json:"trace_id,omitempty"`
 	// DependsOn lists the tasks this one waits for; Dependents those that
 	// wait for it, Children those it is the parent of (the last two in
 	// GET /v1/tasks/{id} only).
@@ -143,7 +146,7 @@ func viewOf(t agentsql.Task, iterations int) TaskView {
 		Model: t.Model, Attempt: t.Attempt, Iterations: iterations, TokensIn: t.TokensIn, TokensOut: t.TokensOut,
 		CostUSD: t.Cost, Input: t.Input, Result: t.Result, Error: t.Error, Version: t.Version,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
-		Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID}
+		Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID, TraceID: t.TraceID}
 	var result struct {
 		Summary string `json:"summary"`
 	}

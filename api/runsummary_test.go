@@ -16,8 +16,8 @@ func TestRunSummaryEndpoint(t *testing.T) {
 	e := setup(t, envOpts{})
 	project := uuid.New()
 	task := e.newTask(t, project)
-	if _, err := e.pool.Exec(t.Context(), `INSERT INTO task_runs (task_id, attempt, idempotency_key, status, tokens_in, started_at)
-		VALUES ($1, 1, 'k', 'running', 7, now() - interval '2 seconds')`, task.ID); err != nil {
+	if _, err := e.pool.Exec(t.Context(), `INSERT INTO task_runs (task_id, attempt, idempotency_key, status, tokens_in, started_at, rate_limit_wait_ms)
+		VALUES ($1, 1, 'k', 'running', 7, now() - interval '2 seconds', 1200)`, task.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.pool.Exec(t.Context(), `UPDATE task_runs SET status = 'failed', error_code = 'llm_rate_limited', finished_at = started_at + interval '1.5 seconds' WHERE task_id = $1`, task.ID); err != nil {
@@ -36,7 +36,7 @@ func TestRunSummaryEndpoint(t *testing.T) {
 	if s.DaysRequested != 7 || len(s.Groups) != 1 {
 		t.Fatalf("summary = %s", rp.body)
 	}
-	if g := s.Groups[0]; g.Day != today || g.Status != "failed" || g.ErrorCode != "llm_rate_limited" || g.Runs != 1 || g.TokensIn != 7 || g.MaxMS != 1500 {
+	if g := s.Groups[0]; g.Day != today || g.Status != "failed" || g.ErrorCode != "llm_rate_limited" || g.Runs != 1 || g.TokensIn != 7 || g.MaxMS != 1500 || g.RateLimitWaitMS != 1200 {
 		t.Errorf("group = %+v", g)
 	}
 	for _, tt := range []struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentworker/agentworker/auth"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // TaskRequest is the body of POST /v1/projects/{id}/tasks.
@@ -59,7 +60,8 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 		return validation("input must be JSON")
 	}
 	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type),
-		Prompt: req.Prompt, Input: req.Input, AgentID: req.AgentID, Priority: req.Priority, ParentTaskID: req.ParentTaskID, DependsOn: req.DependsOn})
+		Prompt: req.Prompt, Input: req.Input, AgentID: req.AgentID, Priority: req.Priority, ParentTaskID: req.ParentTaskID, DependsOn: req.DependsOn,
+		TraceID: traceid.From(r.Context())})
 	var rule *agentsql.RuleError
 	if errors.As(err, &rule) {
 		return &apiError{http.StatusBadRequest, rule.Code, rule.Message}

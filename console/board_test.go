@@ -217,6 +217,17 @@ func TestBoardInChromium(t *testing.T) {
 	if agentErr != "" || role != "reviews, again" {
 		t.Errorf("after the second save: error %q, role %q", agentErr, role)
 	}
+	// The reviewer's builds wait for review: the editor's box sets it.
+	run(t, ctx, "the reviewer's builds wait for review",
+		click(`#agent-form input[name="review"]`),
+		click(`#agent-save`),
+		visible(reviewerRow+`[data-version="5"]`),
+		until(`document.querySelector('`+reviewerRow+` .meta').textContent.includes("review")`),
+	)
+	var review bool
+	if err := c.pool.QueryRow(t.Context(), `SELECT review FROM agents WHERE id = $1`, reviewer).Scan(&review); err != nil || !review {
+		t.Errorf("the reviewer's review setting after the save: %v (%v)", review, err)
+	}
 
 	// A taken name, then a disable and a delete.
 	run(t, ctx, "a taken name",
@@ -244,7 +255,7 @@ func TestBoardInChromium(t *testing.T) {
 
 	// An agent disabled elsewhere, still offered by the page: the task is
 	// refused and the page says why.
-	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":4}`)
+	c.patchAgent(t, reviewer, `{"status":"disabled","expected_version":5}`)
 	run(t, ctx, "a task for a disabled agent",
 		keys(`#prompt`, "fourth step: refused"),
 		choose(`#agent`, reviewer),
@@ -288,20 +299,7 @@ func choose(sel, v string) chromedp.Action[chromedp.Void] {
 // patchAgent updates an agent through the API, as another operator would.
 func (c *pipeline) patchAgent(t *testing.T, id, body string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "PATCH", c.srv.URL+"/v1/agents/"+id, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PATCH agent %s with %s: %d", id, body, resp.StatusCode)
-	}
+	c.api(t, "PATCH", "/v1/agents/"+id, body)
 }
 
 // TestBoardStateInChromium checks the board's grouping in the browser's

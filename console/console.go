@@ -6,7 +6,8 @@
 // errors, streamed model text, the files it touched); shows its result,
 // error and the diff of its changes; steers it (cancel, pause, resume,
 // retry, answering its question); shows the project's files, inbox and
-// usage; draws the tasks as a board by status with their agent, priority and
+// usage, and its runs per day by status as a chart (an inline SVG drawn by
+// runs.js) with their tokens, cost, durations and rate-limit waits; draws the tasks as a board by status with their agent, priority and
 // dependencies; creates tasks with an agent, a priority and dependencies; and
 // lists and edits the project's agents. Everything it shows is read from the
 // /v1 API and set as text, never as HTML.

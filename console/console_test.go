@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/api"
+	"github.com/agentworker/agentworker/archive"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/events/sse"
@@ -47,7 +49,7 @@ func TestServesEmbeddedPage(t *testing.T) {
 	defer srv.Close()
 	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript",
 		"/api.js": "text/javascript", "/style.css": "text/css",
-		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css"} {
+		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css", "/runs.js": "text/javascript"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -89,6 +91,7 @@ type pipeline struct {
 	verifier *auth.Verifier
 	pool     *pgxpool.Pool
 	store    *storage.S3
+	archive  *archive.Archiver // the streams read archived timelines from it
 	srv      *httptest.Server
 	project  uuid.UUID
 	token    string
@@ -137,7 +140,10 @@ func newConsole(t *testing.T, model scripted.Responder) *pipeline {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(srvCtx) }()
 	mux := http.NewServeMux()
-	streams := sse.NewStreams(c.pool, hub, sse.Config{Logger: logger})
+	if c.archive, err = archive.New(c.pool, c.store, archive.Config{TempDir: t.TempDir(), Logger: logger}); err != nil {
+		t.Fatal(err)
+	}
+	streams := sse.NewStreams(c.pool, hub, sse.Config{Logger: logger, Archive: c.archive})
 	api.New(c.pool, streams, api.Config{Verifier: c.verifier, Logger: logger, Store: c.store}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	c.srv = httptest.NewUnstartedServer(mux)
@@ -160,6 +166,31 @@ func (c *pipeline) tokenFor(t *testing.T, d time.Duration) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// api calls the API with the console's token, as another client of the
+// project would, and returns the answer's body; an answer other than 2xx
+// fails the test.
+func (c *pipeline) api(t *testing.T, method, path, body string) []byte {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, c.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s with %s: %d %s (%v)", method, path, body, resp.StatusCode, out, err)
+	}
+	return out
 }
 
 // page is the console's address with the project and token, as a link

@@ -28,6 +28,8 @@ export interface AgentPhasePayload {
   model?: string;
   attempt?: number;
   summary?: string;
+  /** TraceID is the trace the task's log lines carry (the request that created it): on the phase a handler enters and on the task's end. */
+  traceId?: string;
 }
 
 export interface AgentPhaseEvent extends BaseAgentEvent {

@@ -122,6 +122,9 @@ func TestFormatAndTerminal(t *testing.T) {
 		{events.AgentPhase{Phase: events.PhaseCompleted, Status: "succeeded", Summary: "done"}, "completed  succeeded: done", true},
 		{events.AgentPhase{Phase: events.PhaseFailed, Status: "failed"}, "failed  failed", true},
 		{events.AgentPhase{Phase: events.PhaseCoder, Action: "enter"}, "coder enter", false},
+		{events.AgentPhase{Phase: events.PhaseCoder, Action: "enter", TraceID: "req-1"}, "coder enter [trace req-1]", false},
+		// Never raw to a terminal: an escape sequence stays quoted.
+		{events.AgentPhase{Phase: events.PhaseCoder, Action: "enter", TraceID: "x\x1b[2J"}, `coder enter [trace "x\x1b[2J"]`, false},
 		{events.ToolCall{ToolName: "write_file", ArgsSummary: "a.txt", Success: false, ResultSummary: "nope"}, "write_file(a.txt) FAILED 0ms: nope", false},
 		{events.FileUpdate{Op: events.OpMove, Path: "b", FromPath: "a", ToPath: "b"}, "move a → b", false},
 		{events.Error{ErrorType: "x", Message: "y"}, "x: y (recoverable=false)", false},

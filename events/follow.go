@@ -30,6 +30,13 @@ const followBatch = 500
 // event committed in between is not missed. It returns when ctx is done (with
 // ctx's error), when fn returns ErrStopFollowing (nil), or fn's other errors.
 func Follow(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, afterSeq int, fn func(Event) error) error {
+	return FollowArchived(ctx, pool, nil, taskID, afterSeq, fn)
+}
+
+// FollowArchived is Follow for a task whose timeline may be archived: the
+// events moved out of agent_events are read from arch (ReadTimeline), in
+// the same order, before the rows. arch may be nil.
+func FollowArchived(ctx context.Context, pool *pgxpool.Pool, arch Archive, taskID uuid.UUID, afterSeq int, fn func(Event) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("follow task %s: acquire listener connection: %w", taskID, err)
@@ -47,22 +54,20 @@ func Follow(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, afterSeq 
 
 	cursor := afterSeq
 	catchUp := func() error {
-		for {
-			rows, err := agentsql.TaskEventsAfter(ctx, pool, taskID, cursor, followBatch)
-			if err != nil {
-				return fmt.Errorf("follow task %s: %w", taskID, err)
-			}
-			for _, row := range rows {
-				ev := FromRow(row)
-				cursor = ev.Seq
-				if err := fn(ev); err != nil {
-					return err
-				}
-			}
-			if len(rows) < followBatch {
-				return nil
-			}
+		var ferr error // fn's, returned as it is
+		next, err := ReadTimeline(ctx, pool, arch, taskID, cursor, followBatch, func(ev Event) error {
+			cursor = ev.Seq
+			ferr = fn(ev)
+			return ferr
+		})
+		cursor = max(cursor, next)
+		switch {
+		case ferr != nil:
+			return ferr
+		case err != nil:
+			return fmt.Errorf("follow task %s: %w", taskID, err)
 		}
+		return nil
 	}
 	if err := catchUp(); err != nil {
 		return stopErr(err)

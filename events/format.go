@@ -3,6 +3,8 @@ package events
 import (
 	"fmt"
 	"strings"
+
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // Terminal reports whether ev ends a task's timeline (the task succeeded,
@@ -35,6 +37,9 @@ func Format(ev Event) string {
 		body = strings.TrimSpace(fmt.Sprintf("%s %s %s", p.Phase, p.Action, p.Status))
 		if p.Summary != "" {
 			body += ": " + p.Summary
+		}
+		if p.TraceID != "" {
+			body += " [trace " + safeTrace(p.TraceID) + "]"
 		}
 	case *ToolCall:
 		mark := "ok"
@@ -74,4 +79,13 @@ func Format(ev Event) string {
 		}
 	}
 	return head + " " + body
+}
+
+// safeTrace is a trace id fit for a terminal: a payload is read back from
+// the database, so an id that is not Valid is quoted, never printed raw.
+func safeTrace(id string) string {
+	if traceid.Valid(id) {
+		return id
+	}
+	return fmt.Sprintf("%q", id)
 }

@@ -74,6 +74,9 @@ type AgentPhase struct {
 	Model    string `json:"model,omitempty"`
 	Attempt  int    `json:"attempt,omitempty"`
 	Summary  string `json:"summary,omitempty"`
+	// TraceID is the trace the task's log lines carry (the request that
+	// created it): on the phase a handler enters and on the task's end.
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // EventType implements Payload.

@@ -28,16 +28,19 @@ type taskRun struct {
 	// review: the build ends in review instead of applying (input.review).
 	review bool
 	// rules are the project's rules files and what of them the model has had.
-	rules  *projectRules
-	runner *Runner
-	task   agentsql.Task
-	at     Attempt
-	rec    *events.Recorder
-	log    *slog.Logger
-	store  storage.Store  // the change set for builds, else the project store
-	cs     *changeset.Set // nil for chat and plan tasks; set once reset or rewound
-	lp     *loop          // nil until the loop is built
-	plan   *Plan
+	rules *projectRules
+	// context is what the system prompt is given beyond the file summary
+	// and the rules: the tasks view, the documents, the dependencies.
+	context taskContext
+	runner  *Runner
+	task    agentsql.Task
+	at      Attempt
+	rec     *events.Recorder
+	log     *slog.Logger
+	store   storage.Store  // the change set for builds, else the project store
+	cs      *changeset.Set // nil for chat and plan tasks; set once reset or rewound
+	lp      *loop          // nil until the loop is built
+	plan    *Plan
 	// agent is the agent the task runs as, if any; expand the project's
 	// agents by name when the task is a plan that creates tasks (nil
 	// otherwise), and children the tasks it planned.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,7 @@ func (e *TerminationError) Error() string {
 // loop is one run of the LLM tool-calling loop.
 type loop struct {
 	llm *llm.Client
+	log *slog.Logger // the run's: names its trace, task and run
 	// model is the task's own model (its model, else its agent's); empty:
 	// the client's.
 	model              string
@@ -93,6 +95,9 @@ type loop struct {
 	// (by checkpoints, or by earlier attempts).
 	recorded     llm.Usage
 	recordedCost float64
+	// rateWait is the time the model calls waited for the provider's rate
+	// limit; recordedWait the part of it counted on the run.
+	rateWait, recordedWait time.Duration
 	// granted is the iteration cap a repair attempt raised maxIterations to.
 	granted int
 	// pending is the request_input call waiting for the user's answer.
@@ -357,12 +362,13 @@ func (l *loop) spent() *Suspension {
 // unrecorded is the spend not yet counted on the task's run.
 func (l *loop) unrecorded() agentsql.Spend {
 	return agentsql.Spend{TokensIn: l.usage.PromptTokens - l.recorded.PromptTokens,
-		TokensOut: l.usage.CompletionTokens - l.recorded.CompletionTokens, Cost: l.cost - l.recordedCost}
+		TokensOut: l.usage.CompletionTokens - l.recorded.CompletionTokens, Cost: l.cost - l.recordedCost,
+		RateWait: l.rateWait - l.recordedWait}
 }
 
 // markRecorded notes that the spend so far is counted.
 func (l *loop) markRecorded() {
-	l.recorded, l.recordedCost = l.usage, l.cost
+	l.recorded, l.recordedCost, l.recordedWait = l.usage, l.cost, l.rateWait
 }
 
 // Error-rate alert: at least errorAlertFailed of the last errorAlertWindow
@@ -589,6 +595,7 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 	start := time.Now()
 	// The model call is a wait: the task gives up its turn to work.
 	resp, err := gate.Wait(ctx, func() (llm.Response, error) { return l.llm.Complete(ctx, req) })
+	l.rateWait += resp.RateLimitWait // a call that failed waited too
 	if err != nil {
 		return llm.Response{}, err
 	}
@@ -620,6 +627,9 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 		}
 	}
 	l.rec.Add(evs...) // written before the next wait (a tool call or the next LLM call)
+	l.log.LogAttrs(ctx, slog.LevelInfo, "llm call", slog.Int("iteration", l.iterations), slog.String("model", resp.Model),
+		slog.Int64("prompt_tokens", resp.Usage.PromptTokens), slog.Int64("completion_tokens", resp.Usage.CompletionTokens),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("finish_reason", resp.FinishReason))
 	return resp, nil
 }
 

@@ -54,7 +54,7 @@ func (r *taskRun) finishReview(ctx context.Context, res Result, messages []llm.M
 		}
 		_, err := agentsql.FinishTask(wctx, tx, r.at.fence(r.task), agentsql.Outcome{
 			Status: agentsql.StatusReview, RunStatus: string(agentsql.RunSucceeded), Result: body,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: res.Model,
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, RateWait: spend.RateWait, Model: res.Model,
 		})
 		return err
 	})
@@ -91,6 +91,7 @@ func (r *taskRun) applyApproved(ctx context.Context, cs *changeset.Set) error {
 		return r.fail(ctx, err)
 	}
 	r.log.InfoContext(ctx, "approved change set applied", slog.Int("files", len(applied)))
+	r.reindexAfterApply(actx, applied)
 	return nil
 }
 

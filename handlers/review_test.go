@@ -49,6 +49,23 @@ func (h *harness) waitReview(t *testing.T, id uuid.UUID, after int) reviewState 
 	return s
 }
 
+// staysStagedUntilApproved waits for the build id, which writes "new\n" to
+// a.txt (once "old\n"), to be in review with its set staged and a.txt
+// untouched, approves it and returns the task once it ended.
+func (h *harness) staysStagedUntilApproved(t *testing.T, id uuid.UUID) agentsql.Task {
+	t.Helper()
+	s := h.waitReview(t, id, 0)
+	if s.leased || s.setStatus != agentsql.ChangeSetOpen || s.inbox != "open" {
+		t.Fatalf("in review: %+v; want no lease, an open change set and an open review_requested item", s)
+	}
+	if got := h.files(t)["a.txt"]; got != "old\n" {
+		t.Fatalf("a.txt = %q while in review, want it untouched", got)
+	}
+	h.control(t, id, agentsql.ActionApprove, "")
+	_, task := h.wait(t, id)
+	return task
+}
+
 func (h *harness) control(t *testing.T, id uuid.UUID, action agentsql.Action, answer string) {
 	t.Helper()
 	if _, err := agentsql.ControlTask(t.Context(), h.pool, id, action, agentsql.ControlOpts{Actor: "reviewer", Answer: answer}); err != nil {
@@ -72,15 +89,7 @@ func TestReviewThenApprove(t *testing.T) {
 	h := setup(t, []scripted.Reply{call("write_file", m{"path": "a.txt", "content": "new\n"}), llmtest.Text("Changed a.")},
 		handlers.Config{}, map[string]string{"a.txt": "old\n"})
 	id := h.insert(t, "build", "change a.txt", m{"review": true})
-	s := h.waitReview(t, id, 0)
-	if s.leased || s.setStatus != agentsql.ChangeSetOpen || s.inbox != "open" {
-		t.Fatalf("in review: %+v; want no lease, an open change set and an open review_requested item", s)
-	}
-	if got := h.files(t)["a.txt"]; got != "old\n" {
-		t.Fatalf("a.txt = %q while in review, want it untouched", got)
-	}
-	h.control(t, id, agentsql.ActionApprove, "")
-	_, task := h.wait(t, id)
+	task := h.staysStagedUntilApproved(t, id)
 	if res := result(t, task); len(res.FilesChanged) != 1 || res.FilesChanged[0].Path != "a.txt" {
 		t.Errorf("result files = %+v", res.FilesChanged)
 	}
@@ -228,5 +237,43 @@ func TestReviewRevisionInterrupted(t *testing.T) {
 	result(t, task)
 	if got := h.files(t)["a.txt"]; got != "v2\n" {
 		t.Errorf("a.txt = %q, want v2", got)
+	}
+}
+
+// TestAgentReview: a build run by an agent with review set ends in review
+// exactly as one with input.review does, its files untouched until it is
+// approved; the same build run by an agent without it applies at once.
+func TestAgentReview(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		review bool
+	}{{"ReviewSet", true}, {"ReviewUnset", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, []scripted.Reply{call("write_file", m{"path": "a.txt", "content": "new\n"}), llmtest.Text("Changed a.")},
+				handlers.Config{}, map[string]string{"a.txt": "old\n"})
+			agent := h.agent(t, "careful", "", nil)
+			if _, err := h.pool.Exec(t.Context(), `UPDATE agents SET review = $2 WHERE id = $1`, agent, tt.review); err != nil {
+				t.Fatal(err)
+			}
+			var id uuid.UUID
+			if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, agent_id) VALUES ($1, 'build', 'change a.txt', $2) RETURNING id`,
+				h.project, agent).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.review {
+				_, task := h.wait(t, id)
+				result(t, task)
+				if got := h.files(t)["a.txt"]; got != "new\n" {
+					t.Errorf("a.txt = %q, want the build's applied at once", got)
+				}
+				return
+			}
+			result(t, h.staysStagedUntilApproved(t, id))
+			if got := h.files(t)["a.txt"]; got != "new\n" {
+				t.Errorf("a.txt = %q after approve, want the build's", got)
+			}
+		})
 	}
 }

@@ -29,6 +29,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // Runner stages, in the order a run passes them; each writes stage_enter and
@@ -117,6 +118,16 @@ type Config struct {
 	// written on its own: a faster tool's start and result land in one
 	// statement, a slower one shows as running. Defaults to 50 ms.
 	ToolStartDelay time.Duration
+	// ContextBudget is the bytes of a task's context in its system prompt:
+	// the tasks view, the project's documents and the dependencies'
+	// results together, trimmed in that order when over (taskContext.render).
+	// The rules files have a budget of their own (projectctx.RulesBudget).
+	// Defaults to DefaultContextBudget (48 KiB).
+	ContextBudget int
+	// TasksView is the path, in each project's files, of the task list the
+	// service keeps (TASKS_MD_PATH), given in every task's context; ""
+	// gives none. Defaults to none.
+	TasksView string
 	// RuleFallbacks are the rules file names a folder's rules are looked
 	// for under after AGENTS.override.md and AGENTS.md, in order. Defaults
 	// (nil) to CLAUDE.md; empty and non-nil: none.
@@ -135,6 +146,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ContextFiles <= 0 {
 		c.ContextFiles = 200
+	}
+	if c.ContextBudget <= 0 {
+		c.ContextBudget = DefaultContextBudget
 	}
 	if c.RuleFallbacks == nil {
 		c.RuleFallbacks = projectctx.DefaultRuleFallbacks
@@ -324,7 +338,10 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 	if r.deps.Observer != nil {
 		rec.SetObserver(r.deps.Observer)
 	}
-	log := r.deps.Logger.With(slog.String("trace_id", TraceID(task)), slog.String("task_id", task.ID.String()),
+	// The model client's lines carry the trace through ctx; this logger's
+	// carry it of their own.
+	ctx = traceid.With(ctx, TraceID(task))
+	log := r.deps.Logger.With(slog.String(traceid.Key, TraceID(task)), slog.String("task_id", task.ID.String()),
 		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
 
 	tr := &taskRun{runner: r, task: task, at: at, rec: rec, log: log, store: r.deps.Store}
@@ -391,10 +408,22 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if tr.agent, tr.expand, err = r.agentsOf(ctx, task); err != nil {
 				return err
 			}
-			var found projectctx.Rules
-			pctx, found, err = r.loadContext(ctx, tr.store, task, tr.plan)
-			tr.rules = newProjectRules(found)
-			return err
+			var sum projectctx.Summary
+			pctx, sum, err = r.loadContext(ctx, tr.store, task, tr.plan)
+			tr.rules = newProjectRules(sum.Rules)
+			if err != nil {
+				return err
+			}
+			rows, deps, err := agentsql.ReadTaskContext(ctx, r.deps.Pool, task.ProjectID, task.ID)
+			if err != nil {
+				return err
+			}
+			// The listing shows the project as stored unless the build has
+			// staged changes already (a resumed one).
+			listed := tr.cs == nil || tr.cs.Fresh()
+			tr.context = taskContext{tasksPath: r.cfg.TasksView, tasksView: r.loadTasksView(ctx, task, sum, log),
+				docs: r.loadDocuments(ctx, tr.store, task, sum.Documents, listed, rows, log), deps: deps}
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -410,7 +439,12 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			if err != nil {
 				return &taskError{CodeStorage, err}
 			}
-			system += rules
+			text, trimmed := tr.context.render(r.cfg.ContextBudget)
+			if len(trimmed) > 0 {
+				rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("the task's context was trimmed to its budget of %d bytes: %s",
+					r.cfg.ContextBudget, strings.Join(trimmed, "; ")), Metadata: map[string]any{"contextBudget": r.cfg.ContextBudget, "trimmed": trimmed}})
+			}
+			system += rules + text
 			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
 			return nil
 		}); err != nil {
@@ -430,7 +464,8 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if err != nil {
 			return err
 		}
-		tr.review = pol.review && tr.cs != nil
+		// The task's input or its agent asks for review.
+		tr.review = (pol.review || tr.agent != nil && tr.agent.Review) && tr.cs != nil
 		model := task.Model
 		if model == "" && tr.agent != nil {
 			model = tr.agent.Model
@@ -443,7 +478,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
 			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
 			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,
-			rules: tr.rules,
+			rules: tr.rules, log: log,
 		}
 		tr.lp = lp
 		lp.before, lp.alert = tr.beforeIteration, tr.alert
@@ -465,7 +500,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 			}
 		}
 		if err := stage(ctx, rec, StageAgentLoop, func() error {
-			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter"})
+			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter", TraceID: TraceID(task)})
 			var err error
 			switch {
 			case tr.plan != nil:
@@ -541,18 +576,18 @@ func stage(_ context.Context, rec *events.Recorder, name string, fn func() error
 	return nil
 }
 
-func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, projectctx.Rules, error) {
+func (r *Runner) loadContext(ctx context.Context, files projectctx.Files, task agentsql.Task, plan *Plan) (prompts.Context, projectctx.Summary, error) {
 	sum, err := projectctx.Build(ctx, files, task.ProjectID.String(), projectctx.Options{MaxFiles: r.cfg.ContextFiles,
 		RuleNames: projectctx.RuleNames(r.cfg.RuleFallbacks)})
 	if err != nil {
-		return prompts.Context{}, nil, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
+		return prompts.Context{}, sum, &taskError{CodeStorage, fmt.Errorf("project %s: %w", task.ProjectID, err)}
 	}
 	c := prompts.Context{ProjectID: task.ProjectID.String(), Files: sum.Files, FileCount: sum.FileCount, Truncated: sum.Truncated,
 		ProjectType: sum.Type, TypeScript: sum.TypeScript, Tooling: sum.Tooling, EntryPoints: sum.EntryPoints, RecentFiles: sum.RecentFiles}
 	if plan != nil {
 		c.PlanSummary = plan.Text()
 	}
-	return c, sum.Rules, nil
+	return c, sum, nil
 }
 
 // writeResult applies a build's change set and moves the task to
@@ -587,7 +622,11 @@ func (r *taskRun) writeResult(ctx context.Context, res Result) error {
 		}
 		ctx = actx
 	}
-	return r.finishSucceeded(ctx, body, spend, res.Model, res.Summary, len(applied), r.cs != nil)
+	if err := r.finishSucceeded(ctx, body, spend, res.Model, res.Summary, len(applied), r.cs != nil); err != nil {
+		return err
+	}
+	r.reindexAfterApply(ctx, applied)
+	return nil
 }
 
 // resumeApply finishes cs, which an earlier attempt began to apply. A
@@ -615,6 +654,7 @@ func (r *taskRun) resumeApply(ctx context.Context, cs *changeset.Set) error {
 	if err := r.finishSucceeded(actx, body, agentsql.Spend{}, res.Model, res.Summary, len(entries), true); err != nil {
 		return r.fail(ctx, err)
 	}
+	r.reindexAfterApply(actx, entries)
 	return nil
 }
 
@@ -641,7 +681,8 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 		events.Progress{Kind: events.KindStageExit, Stage: StageWriteResult},
 		events.Progress{Kind: events.KindStageEnter, Stage: StageCleanup},
 		events.Progress{Kind: events.KindStageExit, Stage: StageCleanup},
-		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(r.task.Type), Model: model, Summary: summary},
+		events.AgentPhase{Phase: events.PhaseCompleted, Status: string(agentsql.StatusSucceeded), TaskType: string(r.task.Type), Model: model, Summary: summary,
+			TraceID: TraceID(r.task)},
 	)
 	_, err := r.rec.InPipeline(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
 		if len(r.children) > 0 {
@@ -656,7 +697,7 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 		}
 		return agentsql.QueueFinishTask(p, r.at.fence(r.task), agentsql.Outcome{
 			Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: body,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: model,
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, RateWait: spend.RateWait, Model: model,
 		})
 	}, evs...)
 	return err
@@ -756,12 +797,12 @@ func (r *taskRun) fail(ctx context.Context, cause error) error {
 		// leaves running, in the same transaction.
 		trec = r.runner.recorder(tx, task, at)
 		if _, err := trec.Emit(wctx, events.Error{ErrorType: code, Message: msg, Recoverable: false},
-			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg}); err != nil {
+			events.AgentPhase{Phase: phase, Status: string(status), TaskType: string(task.Type), Summary: msg, TraceID: TraceID(task)}); err != nil {
 			return err
 		}
 		_, err := agentsql.FinishTask(wctx, tx, at.fence(task), agentsql.Outcome{
 			Status: status, RunStatus: "failed", Error: body, ErrorCode: code, ErrorMsg: msg,
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, RateWait: spend.RateWait, Model: r.model(),
 		})
 		return err
 	})
@@ -792,13 +833,17 @@ func (r *Runner) retryWait(n int) time.Duration {
 	return min(r.cfg.RetryBackoff<<max(n-1, 0), time.Minute)
 }
 
-// TraceID is the trace a task's logs carry: the trace_id the app put in
-// the task's input, or else the task id.
+// TraceID is the trace a task's logs and events carry: the trace of the
+// request that created it, else the trace_id the app put in the task's
+// input, else the task id.
 func TraceID(task agentsql.Task) string {
+	if task.TraceID != "" {
+		return task.TraceID
+	}
 	var in struct {
 		TraceID string `json:"trace_id"`
 	}
-	if json.Unmarshal(task.Input, &in) == nil && in.TraceID != "" {
+	if json.Unmarshal(task.Input, &in) == nil && traceid.Valid(in.TraceID) {
 		return in.TraceID
 	}
 	return task.ID.String()

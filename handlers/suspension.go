@@ -152,7 +152,7 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 		}
 		_, err := agentsql.FinishTask(wctx, tx, r.at.fence(r.task), agentsql.Outcome{
 			Status: s.Status, RunStatus: string(agentsql.RunInterrupted), ErrorCode: s.Code, ErrorMsg: clip(s.Message, 1000),
-			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, Model: r.model(),
+			TokensIn: spend.TokensIn, TokensOut: spend.TokensOut, Cost: spend.Cost, RateWait: spend.RateWait, Model: r.model(),
 		})
 		return err
 	})

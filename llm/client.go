@@ -232,25 +232,26 @@ const codeInsufficientQuota = "insufficient_quota"
 
 // paced makes one call of model through its pacer: it waits for the pace,
 // and when the provider refuses the call, waits as asked and tries again,
-// until the call has waited RateLimit.MaxWait in all.
-func (c *Client) paced(ctx context.Context, model string, tokens float64, onWait func(time.Duration), call func(context.Context) error) error {
+// until the call has waited RateLimit.MaxWait in all. It returns how long
+// the call waited for the rate limit.
+func (c *Client) paced(ctx context.Context, model string, tokens float64, onWait func(time.Duration), call func(context.Context) error) (time.Duration, error) {
 	cs := &callState{pacer: c.pacer(model), tokens: tokens, maxWait: c.rateLimit.MaxWait, onWait: onWait}
 	ctx = withCall(ctx, cs)
 	for {
 		if err := cs.pacer.acquire(ctx, cs); err != nil {
 			if errors.Is(err, errWaitTooLong) {
-				return cs.rateLimitError()
+				return cs.waited, cs.rateLimitError()
 			}
-			return err
+			return cs.waited, err
 		}
 		cs.refused, cs.departed = false, time.Now()
 		err := call(ctx)
 		if err == nil || !cs.refused || ctx.Err() != nil {
-			return err
+			return cs.waited, err
 		}
 		cs.lastErr = err
 		if err := cs.sleep(ctx, cs.retryAfter); err != nil {
-			return err
+			return cs.waited, err
 		}
 	}
 }
@@ -274,7 +275,7 @@ func (c *Client) GenerateImage(ctx context.Context, prompt, size string) ([]byte
 		params.OutputFormat = openai.ImageGenerateParamsOutputFormatPNG
 	}
 	var resp *openai.ImagesResponse
-	err := c.paced(ctx, c.imageModel, 0, nil, func(ctx context.Context) (err error) {
+	_, err := c.paced(ctx, c.imageModel, 0, nil, func(ctx context.Context) (err error) {
 		if resp, err = c.images.Generate(ctx, params); err != nil {
 			return c.convertError(ctx, err)
 		}
@@ -320,7 +321,9 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 		c.logger.WarnContext(ctx, "endpoint rejected tool_choice required, repeating the call with auto",
 			slog.String("model", c.modelOf(req)), slog.Int("status", status))
 		choice, fallback = ToolChoiceAuto, true
+		waited := resp.RateLimitWait
 		resp, err = c.complete(ctx, req, choice)
+		resp.RateLimitWait += waited
 		// A second rejection means the request itself is at fault, not
 		// tool_choice: only remember the fallback when "auto" was accepted.
 		if _, rejectedAgain := rejectedStatus(err); !rejectedAgain {
@@ -328,10 +331,12 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	if err != nil {
+		// What the call waited is spent, failed or not.
+		failed := Response{RateLimitWait: resp.RateLimitWait}
 		if choice != "" {
-			return Response{}, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.modelOf(req), choice, err)
+			return failed, fmt.Errorf("complete with model %q and tool_choice %q: %w", c.modelOf(req), choice, err)
 		}
-		return Response{}, fmt.Errorf("complete with model %q: %w", c.modelOf(req), err)
+		return failed, fmt.Errorf("complete with model %q: %w", c.modelOf(req), err)
 	}
 	resp.ToolChoiceFallback = fallback
 	return resp, nil
@@ -363,7 +368,7 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 	tokens := float64(len(body)) / 4
 	var resp Response
 	model := c.modelOf(req)
-	err = c.paced(ctx, model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
+	waited, err := c.paced(ctx, model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
 		if req.OnDelta == nil {
 			completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
 			if err != nil {
@@ -376,12 +381,13 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 		return err
 	})
 	if err != nil {
-		return Response{}, err
+		return Response{RateLimitWait: waited}, err
 	}
 	c.pacer(model).charge(tokens, float64(resp.Usage.TotalTokens))
 	if resp.Model == "" {
 		resp.Model = model
 	}
+	resp.RateLimitWait = waited
 	return resp, nil
 }
 

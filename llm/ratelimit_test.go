@@ -161,10 +161,29 @@ func TestRateLimitRetryAfter(t *testing.T) {
 			if d := time.Since(start); d < tt.wantMinDur {
 				t.Errorf("answered after %s, before the %s asked for", d, tt.wantMinDur)
 			}
+			if resp.RateLimitWait < tt.wantMinDur {
+				t.Errorf("RateLimitWait = %s, want the %s waited", resp.RateLimitWait, tt.wantMinDur)
+			}
 			if len(waits) != len(tt.wantWaits) || waits[0] != tt.wantWaits[0] {
 				t.Errorf("waits reported = %v, want %v", waits, tt.wantWaits)
 			}
 		})
+	}
+}
+
+// TestRateLimitWaitOfAFailedCall: a call that waited and then gave up still
+// reports what it waited, as its *RateLimitError does.
+func TestRateLimitWaitOfAFailedCall(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.New(t, llmtest.Error(http.StatusTooManyRequests, "1"), llmtest.Error(http.StatusTooManyRequests, "120"))
+	client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.MaxWait = -1, time.Minute })
+	resp, err := client.Complete(t.Context(), userRequest("hi"))
+	busy, ok := errors.AsType[*llm.RateLimitError](err)
+	if !ok || busy.Refusals != 2 {
+		t.Fatalf("err = %v, want a *RateLimitError after 2 refusals", err)
+	}
+	if resp.RateLimitWait < time.Second || resp.RateLimitWait != busy.Waited {
+		t.Errorf("RateLimitWait = %s, error's Waited %s; want the second waited, in both", resp.RateLimitWait, busy.Waited)
 	}
 }
 

@@ -99,6 +99,10 @@ type Response struct {
 	// "required" but "auto" was sent instead, because the endpoint rejected
 	// "required" on this call (which was then repeated) or on an earlier one.
 	ToolChoiceFallback bool
+	// RateLimitWait is how long the call waited for the provider's rate
+	// limit: its pace and the waits its refusals asked for. Complete sets
+	// it when the call fails too (the rest of the Response is then empty).
+	RateLimitWait time.Duration
 }
 
 // ResponseSchema is a JSON Schema for structured output.

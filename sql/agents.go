@@ -27,8 +27,10 @@ type Agent struct {
 	Model     string    `json:"model,omitempty"`
 	Persona   string    `json:"persona"`
 	// Tools narrows the tools of its tasks' type; nil: all the type allows.
-	Tools     []string  `json:"tools"`
-	Status    string    `json:"status"` // enabled or disabled
+	Tools  []string `json:"tools"`
+	Status string   `json:"status"` // enabled or disabled
+	// Review: a build it runs that finishes cleanly ends in review.
+	Review    bool      `json:"review"`
 	Version   int       `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -39,25 +41,26 @@ type Agent struct {
 // update can set it to nil (all tools).
 type AgentFields struct {
 	Name, Role, Model, Persona, Status *string
+	Review                             *bool
 	Tools                              []string
 	SetTools                           bool
 }
 
-const agentColumns = `id, project_id, name, role, coalesce(model, ''), persona, tools, status, version, created_at, updated_at`
+const agentColumns = `id, project_id, name, role, coalesce(model, ''), persona, tools, status, review, version, created_at, updated_at`
 
 func scanAgent(row pgx.Row) (Agent, error) {
 	var a Agent
-	err := row.Scan(&a.ID, &a.ProjectID, &a.Name, &a.Role, &a.Model, &a.Persona, &a.Tools, &a.Status, &a.Version, &a.CreatedAt, &a.UpdatedAt)
+	err := row.Scan(&a.ID, &a.ProjectID, &a.Name, &a.Role, &a.Model, &a.Persona, &a.Tools, &a.Status, &a.Review, &a.Version, &a.CreatedAt, &a.UpdatedAt)
 	return a, err
 }
 
 // CreateAgent adds an agent to a project. A name the project has already is
 // a *RuleError AGENT_NAME_TAKEN.
 func CreateAgent(ctx context.Context, db DBTX, projectID uuid.UUID, f AgentFields) (Agent, error) {
-	a, err := scanAgent(db.QueryRow(ctx, `INSERT INTO agents (project_id, name, role, model, persona, tools, status)
-		VALUES ($1, $2, coalesce($3, ''), nullif($4, ''), coalesce($5, ''), $6, coalesce($7, 'enabled'))
+	a, err := scanAgent(db.QueryRow(ctx, `INSERT INTO agents (project_id, name, role, model, persona, tools, status, review)
+		VALUES ($1, $2, coalesce($3, ''), nullif($4, ''), coalesce($5, ''), $6, coalesce($7, 'enabled'), coalesce($8, false))
 		RETURNING `+agentColumns,
-		projectID, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.Status))
+		projectID, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.Status, f.Review))
 	if err != nil {
 		var name string
 		if f.Name != nil {
@@ -102,10 +105,11 @@ func UpdateAgent(ctx context.Context, db DBTX, id uuid.UUID, expectedVersion int
 			persona = coalesce($6, persona),
 			tools = CASE WHEN $8 THEN $7 ELSE tools END,
 			status = coalesce($9, status),
+			review = coalesce($10, review),
 			version = version + 1, updated_at = now()
 		WHERE id = $1 AND version = $2
 		RETURNING `+agentColumns,
-		id, expectedVersion, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.SetTools, f.Status))
+		id, expectedVersion, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.SetTools, f.Status, f.Review))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Agent{}, agentMiss(ctx, db, "update", id, expectedVersion)
 	}

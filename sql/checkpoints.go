@@ -27,6 +27,9 @@ type Spend struct {
 	TokensIn  int64
 	TokensOut int64
 	Cost      float64
+	// RateWait is the time the model calls waited for the provider's rate
+	// limit; the run counts it (task_runs.rate_limit_wait_ms).
+	RateWait time.Duration
 }
 
 // SaveCheckpoint writes the checkpoint of the task held by f, records the
@@ -84,11 +87,12 @@ func saveCheckpointStatement(f Fence, cp Checkpoint, spend Spend) (string, []any
 			AND (NOT cp OR cp_op IS DISTINCT FROM op OR cp_from_path IS DISTINCT FROM from_path
 				OR cp_content IS DISTINCT FROM content)
 			RETURNING 1),
-		r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + $7, tokens_out = r.tokens_out + $8, cost = r.cost + $9
-			FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ($7 <> 0 OR $8 <> 0 OR $9 <> 0) RETURNING 1)
+		r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + $7, tokens_out = r.tokens_out + $8, cost = r.cost + $9,
+				rate_limit_wait_ms = r.rate_limit_wait_ms + $10
+			FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ($7 <> 0 OR $8 <> 0 OR $9 <> 0 OR $10 <> 0) RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false)`,
 		[]any{f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
-			spend.TokensIn, spend.TokensOut, spend.Cost}
+			spend.TokensIn, spend.TokensOut, spend.Cost, spend.RateWait.Milliseconds()}
 }
 
 // LoadCheckpoint returns a task's checkpoint; ok is false when it has none

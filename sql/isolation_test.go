@@ -49,6 +49,7 @@ var access = map[string]map[string][]string{
 		"service_role":  {"select", "insert", "delete"},
 	},
 	"task_comments": {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
+	"documents":     {"authenticated": {"select:own"}, "service_role": {"select"}},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -310,6 +311,7 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO task_comments (task_id, project_id, author, body) VALUES ($1, $2, 'seed', 'seed')`,
 				`INSERT INTO usage_rollup (project_id, day, usage_day, model, stopped, runs)
 				 SELECT $2, current_date, current_date, coalesce((SELECT model FROM ai_tasks WHERE id = $1), 'seed'), true, 1`,
+				`INSERT INTO documents (project_id, path, etag) SELECT $2, 'docs/' || $1::text || '.md', 'seed'`,
 			} {
 				args := []any{*p.task}
 				if strings.Contains(q, "$2") {

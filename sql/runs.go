@@ -73,10 +73,11 @@ func AddRunUsage(ctx context.Context, db DBTX, f Fence, s Spend) error {
 			WHERE t.id = $1 AND t.fence = $2 AND (t.status = 'running' OR t.status = 'cancelled' AND EXISTS (
 				SELECT 1 FROM task_runs r WHERE r.task_id = t.id AND r.attempt = t.attempt AND r.status = 'cancelled'))
 			RETURNING attempt),
-		r AS (UPDATE task_runs r SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5
+		r AS (UPDATE task_runs r SET tokens_in = tokens_in + $3, tokens_out = tokens_out + $4, cost = cost + $5,
+				rate_limit_wait_ms = rate_limit_wait_ms + $6
 			FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt)
 		SELECT count(*) FROM t`,
-		f.TaskID, f.Epoch, s.TokensIn, s.TokensOut, s.Cost).Scan(&n); err != nil {
+		f.TaskID, f.Epoch, s.TokensIn, s.TokensOut, s.Cost, s.RateWait.Milliseconds()).Scan(&n); err != nil {
 		return fmt.Errorf("add usage to task %s: %w", f.TaskID, err)
 	}
 	if n == 0 {

@@ -22,6 +22,9 @@ type RunGroup struct {
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
 	Cost      float64 `json:"cost_usd"`
+	// RateLimitWaitMS is the time the runs' model calls waited for the
+	// provider's rate limit, in milliseconds.
+	RateLimitWaitMS int64 `json:"rate_limit_wait_ms"`
 	// Durations, of the runs that started and ended, in milliseconds.
 	AvgMS float64 `json:"avg_ms"`
 	P95MS float64 `json:"p95_ms"`
@@ -35,7 +38,7 @@ func ProjectRunSummary(ctx context.Context, db DBTX, projectID uuid.UUID, days i
 	rows, err := db.Query(ctx, `SELECT (coalesce(r.started_at, r.created_at) AT TIME ZONE 'UTC')::date AS day,
 			t.agent_id, r.status, coalesce(r.error_code, '') AS code,
 			count(*), count(*) FILTER (WHERE r.attempt > 1),
-			sum(r.tokens_in), sum(r.tokens_out), sum(r.cost)::float8,
+			sum(r.tokens_in), sum(r.tokens_out), sum(r.cost)::float8, sum(r.rate_limit_wait_ms)::bigint,
 			coalesce(avg(d.ms), 0), coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY d.ms), 0), coalesce(max(d.ms), 0)
 		FROM ai_tasks t JOIN task_runs r ON r.task_id = t.id
 		CROSS JOIN LATERAL (SELECT extract(epoch FROM r.finished_at - r.started_at)::float8 * 1000 AS ms) d
@@ -49,7 +52,7 @@ func ProjectRunSummary(ctx context.Context, db DBTX, projectID uuid.UUID, days i
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunGroup, error) {
 		var g RunGroup
 		err := row.Scan(&g.Day, &g.AgentID, &g.Status, &g.ErrorCode, &g.Runs, &g.Retries,
-			&g.TokensIn, &g.TokensOut, &g.Cost, &g.AvgMS, &g.P95MS, &g.MaxMS)
+			&g.TokensIn, &g.TokensOut, &g.Cost, &g.RateLimitWaitMS, &g.AvgMS, &g.P95MS, &g.MaxMS)
 		return g, err
 	})
 	if err != nil {

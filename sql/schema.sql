@@ -75,8 +75,13 @@ CREATE TABLE public.ai_tasks (
     priority smallint DEFAULT 2 NOT NULL,
     parent_task_id uuid,
     approved boolean DEFAULT false NOT NULL,
+    trace_id text,
+    events_archive_key text,
+    events_archived_seq integer DEFAULT 0 NOT NULL,
+    events_archived_at timestamp with time zone,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
+    CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
 
@@ -142,6 +147,18 @@ COMMENT ON COLUMN public.ai_tasks.parent_task_id IS 'A task of the same project 
 
 -- COMMENT: COLUMN ai_tasks.approved
 COMMENT ON COLUMN public.ai_tasks.approved IS 'A task in review was approved: its next attempt applies its change set and nothing else.';
+
+-- COMMENT: COLUMN ai_tasks.trace_id
+COMMENT ON COLUMN public.ai_tasks.trace_id IS 'The trace of the request that created the task (1-64 of A-Z a-z 0-9 . _ -), or NULL; set on insert, never changed.';
+
+-- COMMENT: COLUMN ai_tasks.events_archive_key
+COMMENT ON COLUMN public.ai_tasks.events_archive_key IS 'Object key of the task''s archived timeline (gzip JSONL, one event a line in seq order), under ARCHIVE_PREFIX; NULL until archived. The worker''s.';
+
+-- COMMENT: COLUMN ai_tasks.events_archived_seq
+COMMENT ON COLUMN public.ai_tasks.events_archived_seq IS 'The last seq the archive holds: events up to it are read from the archive once their agent_events rows are gone. The worker''s.';
+
+-- COMMENT: COLUMN ai_tasks.events_archived_at
+COMMENT ON COLUMN public.ai_tasks.events_archived_at IS 'When the archive was last written and marked. The worker''s.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -1184,6 +1201,9 @@ BEGIN
             WHEN NEW.river_job_id IS NOT NULL THEN 'river_job_id'
             WHEN NEW.lease_owner IS NOT NULL THEN 'lease_owner'
             WHEN NEW.lease_expires_at IS NOT NULL THEN 'lease_expires_at'
+            WHEN NEW.events_archive_key IS NOT NULL THEN 'events_archive_key'
+            WHEN NEW.events_archived_seq <> 0 THEN 'events_archived_seq'
+            WHEN NEW.events_archived_at IS NOT NULL THEN 'events_archived_at'
         END;
         IF v_column IS NOT NULL THEN
             RAISE EXCEPTION 'ai_tasks.% is the worker''s: a task is inserted without it (task %)', v_column, NEW.id
@@ -1203,6 +1223,9 @@ BEGIN
         WHEN NEW.river_job_id IS DISTINCT FROM OLD.river_job_id THEN 'river_job_id'
         WHEN NEW.lease_owner IS DISTINCT FROM OLD.lease_owner THEN 'lease_owner'
         WHEN NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at THEN 'lease_expires_at'
+        WHEN NEW.events_archive_key IS DISTINCT FROM OLD.events_archive_key THEN 'events_archive_key'
+        WHEN NEW.events_archived_seq IS DISTINCT FROM OLD.events_archived_seq THEN 'events_archived_seq'
+        WHEN NEW.events_archived_at IS DISTINCT FROM OLD.events_archived_at THEN 'events_archived_at'
     END;
     IF v_column IS NOT NULL THEN
         RAISE EXCEPTION 'ai_tasks.% is the worker''s: only the worker changes it (task %)', v_column, OLD.id
@@ -1252,6 +1275,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_guard_trace_id()
+CREATE FUNCTION public.ai_tasks_guard_trace_id() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'ai_tasks.trace_id is set when a task is inserted and never changed (task %)', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_trace_id_immutable';
+END
+$$;
+
 -- FUNCTION: ai_tasks_hold_for_dependencies()
 CREATE FUNCTION public.ai_tasks_hold_for_dependencies() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1279,6 +1313,17 @@ BEGIN
                 coalesce(NEW.result ->> 'summary', ''));
     END IF;
     RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_inherit_trace_id()
+CREATE FUNCTION public.ai_tasks_inherit_trace_id() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    SELECT p.trace_id INTO NEW.trace_id FROM ai_tasks p WHERE p.id = NEW.parent_task_id;
+    RETURN NEW;
 END
 $$;
 
@@ -1526,6 +1571,7 @@ CREATE TABLE public.agents (
     version integer DEFAULT 1 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    review boolean DEFAULT false NOT NULL,
     CONSTRAINT agents_name_check CHECK (((btrim(name) <> ''::text) AND (length(name) <= 100))),
     CONSTRAINT agents_status_check CHECK ((status = ANY (ARRAY['enabled'::text, 'disabled'::text])))
 );
@@ -1547,6 +1593,9 @@ COMMENT ON COLUMN public.agents.tools IS 'The tools it may use, narrowing what i
 
 -- COMMENT: COLUMN agents.version
 COMMENT ON COLUMN public.agents.version IS 'Optimistic version: an update or delete names the version it read.';
+
+-- COMMENT: COLUMN agents.review
+COMMENT ON COLUMN public.agents.review IS 'A build task run by this agent that finishes cleanly ends in review, as one with input.review = true does.';
 
 -- TABLE: agentworker_migrations
 CREATE TABLE public.agentworker_migrations (
@@ -1702,6 +1751,51 @@ COMMENT ON COLUMN public.change_sets.status IS 'open | applying | applied | disc
 -- COMMENT: COLUMN change_sets.result
 COMMENT ON COLUMN public.change_sets.result IS 'The task result to write once the set is applied.';
 
+-- TABLE: documents
+CREATE TABLE public.documents (
+    project_id uuid NOT NULL,
+    path text NOT NULL,
+    title text DEFAULT ''::text NOT NULL,
+    doc_type text DEFAULT ''::text NOT NULL,
+    mandatory boolean DEFAULT false NOT NULL,
+    tags text[] DEFAULT '{}'::text[] NOT NULL,
+    etag text NOT NULL,
+    problem text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT documents_doc_type_check CHECK ((length(doc_type) <= 50)),
+    CONSTRAINT documents_path_check CHECK (((path <> ''::text) AND (length(path) <= 1024))),
+    CONSTRAINT documents_problem_check CHECK ((length(problem) <= 500)),
+    CONSTRAINT documents_tags_check CHECK ((cardinality(tags) <= 20)),
+    CONSTRAINT documents_title_check CHECK ((length(title) <= 200))
+);
+
+-- COMMENT: TABLE documents
+COMMENT ON TABLE public.documents IS 'A project''s Markdown documents (docs/**/*.md and its rules files) with their front matter; kept current from the storage listing''s etags.';
+
+-- COMMENT: COLUMN documents.path
+COMMENT ON COLUMN public.documents.path IS 'The document''s path in the project''s files.';
+
+-- COMMENT: COLUMN documents.title
+COMMENT ON COLUMN public.documents.title IS 'Front matter title, else the first heading, else the file name.';
+
+-- COMMENT: COLUMN documents.doc_type
+COMMENT ON COLUMN public.documents.doc_type IS 'Front matter type (free text, e.g. rules, guide, adr); rules for a rules file without one.';
+
+-- COMMENT: COLUMN documents.mandatory
+COMMENT ON COLUMN public.documents.mandatory IS 'Front matter mandatory: true: the document''s text is in every task''s prompt (within the context budget); else it is listed by path and title.';
+
+-- COMMENT: COLUMN documents.tags
+COMMENT ON COLUMN public.documents.tags IS 'Front matter tags.';
+
+-- COMMENT: COLUMN documents.etag
+COMMENT ON COLUMN public.documents.etag IS 'The storage etag the row was read at: a listing with another etag re-reads the document.';
+
+-- COMMENT: COLUMN documents.problem
+COMMENT ON COLUMN public.documents.problem IS 'Why the front matter was ignored (malformed, too large), if it was.';
+
+-- COMMENT: COLUMN documents.updated_at
+COMMENT ON COLUMN public.documents.updated_at IS 'When the row was last read from the document.';
+
 -- TABLE: inbox_items
 CREATE TABLE public.inbox_items (
     id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -1769,6 +1863,7 @@ CREATE TABLE public.task_runs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    rate_limit_wait_ms bigint DEFAULT 0 NOT NULL,
     CONSTRAINT task_runs_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT task_runs_check CHECK (((next_retry_at IS NULL) OR (status = 'retry_scheduled'::text))),
     CONSTRAINT task_runs_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'retry_scheduled'::text, 'interrupted'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
@@ -1785,6 +1880,9 @@ COMMENT ON COLUMN public.task_runs.status IS 'The run state machine (agentworker
 
 -- COMMENT: COLUMN task_runs.next_retry_at
 COMMENT ON COLUMN public.task_runs.next_retry_at IS 'When a retry_scheduled run goes on; NULL in every other status.';
+
+-- COMMENT: COLUMN task_runs.rate_limit_wait_ms
+COMMENT ON COLUMN public.task_runs.rate_limit_wait_ms IS 'Milliseconds the run''s model calls waited for the provider''s rate limit.';
 
 -- TABLE: usage_rollup
 CREATE TABLE public.usage_rollup (
@@ -2006,6 +2104,10 @@ ALTER TABLE ONLY public.change_set_entries
 ALTER TABLE ONLY public.change_sets
     ADD CONSTRAINT change_sets_pkey PRIMARY KEY (task_id);
 
+-- CONSTRAINT: documents documents_pkey
+ALTER TABLE ONLY public.documents
+    ADD CONSTRAINT documents_pkey PRIMARY KEY (project_id, path);
+
 -- CONSTRAINT: inbox_items inbox_items_pkey
 ALTER TABLE ONLY public.inbox_items
     ADD CONSTRAINT inbox_items_pkey PRIMARY KEY (id);
@@ -2167,10 +2269,10 @@ CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW 
 CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['queued'::text, 'running'::text])))) EXECUTE FUNCTION public.ai_tasks_enter_review();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns
-CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND (((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND ((((((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR (new.events_archive_key IS DISTINCT FROM old.events_archive_key)) OR (new.events_archived_seq IS DISTINCT FROM old.events_archived_seq)) OR (new.events_archived_at IS DISTINCT FROM old.events_archived_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns_insert
-CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL) OR (new.events_archive_key IS NOT NULL) OR (new.events_archived_seq <> 0) OR (new.events_archived_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_insert
 CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_guard_status();
@@ -2178,11 +2280,17 @@ CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH R
 -- TRIGGER: ai_tasks ai_tasks_guard_status
 CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN ((new.status IS DISTINCT FROM old.status)) EXECUTE FUNCTION public.ai_tasks_guard_status();
 
+-- TRIGGER: ai_tasks ai_tasks_guard_trace_id
+CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN ((new.trace_id IS DISTINCT FROM old.trace_id)) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
+
 -- TRIGGER: ai_tasks ai_tasks_hold_for_dependencies
 CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> ALL (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))) EXECUTE FUNCTION public.ai_tasks_hold_for_dependencies();
 
 -- TRIGGER: ai_tasks ai_tasks_inbox_completed
 CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status <> 'succeeded'::text))) EXECUTE FUNCTION public.ai_tasks_inbox_completed();
+
+-- TRIGGER: ai_tasks ai_tasks_inherit_trace_id
+CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
 
 -- TRIGGER: ai_tasks ai_tasks_release_dependents
 CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'blocked'::text])) OR ((old.status = ANY (ARRAY['failed'::text, 'cancelled'::text, 'blocked'::text])) AND (new.status = ANY (ARRAY['queued'::text, 'waiting'::text]))))) EXECUTE FUNCTION public.ai_tasks_release_dependents();
@@ -2311,6 +2419,15 @@ ALTER TABLE public.change_set_entries ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: change_sets
 ALTER TABLE public.change_sets ENABLE ROW LEVEL SECURITY;
+
+-- ROW SECURITY: documents
+ALTER TABLE public.documents ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: documents documents_read_own
+CREATE POLICY documents_read_own ON public.documents FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: documents documents_service
+CREATE POLICY documents_service ON public.documents TO service_role USING (true) WITH CHECK (true);
 
 -- ROW SECURITY: inbox_items
 ALTER TABLE public.inbox_items ENABLE ROW LEVEL SECURITY;
@@ -2452,6 +2569,10 @@ GRANT INSERT(priority),UPDATE(priority) ON TABLE public.ai_tasks TO service_role
 -- ACL: COLUMN ai_tasks.parent_task_id
 GRANT INSERT(parent_task_id) ON TABLE public.ai_tasks TO authenticated;
 GRANT INSERT(parent_task_id),UPDATE(parent_task_id) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.trace_id
+GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: FUNCTION agent_events(public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agent_events(public.ai_tasks) FROM PUBLIC;
@@ -2610,11 +2731,17 @@ REVOKE ALL ON FUNCTION public.ai_tasks_guard_columns() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_guard_status()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_status() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_guard_trace_id()
+REVOKE ALL ON FUNCTION public.ai_tasks_guard_trace_id() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_hold_for_dependencies()
 REVOKE ALL ON FUNCTION public.ai_tasks_hold_for_dependencies() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_inbox_completed()
 REVOKE ALL ON FUNCTION public.ai_tasks_inbox_completed() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_inherit_trace_id()
+REVOKE ALL ON FUNCTION public.ai_tasks_inherit_trace_id() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_release_dependents()
 REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;
@@ -2646,6 +2773,10 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO service_role;
 
 -- ACL: TABLE audit_log
 GRANT SELECT ON TABLE public.audit_log TO service_role;
+
+-- ACL: TABLE documents
+GRANT SELECT ON TABLE public.documents TO authenticated;
+GRANT SELECT ON TABLE public.documents TO service_role;
 
 -- ACL: TABLE inbox_items
 GRANT SELECT ON TABLE public.inbox_items TO authenticated;

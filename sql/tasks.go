@@ -133,12 +133,15 @@ type Task struct {
 	// Approved: the task was approved in review; its attempt only applies
 	// its staged change set.
 	Approved bool
+	// TraceID is the trace of the request that created the task ("" when
+	// it was inserted without one); set on insert, never changed.
+	TraceID string
 }
 
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
 	fence, retries, version, created_at, updated_at, started_at, finished_at,
-	agent_id, priority, parent_task_id, approved`
+	agent_id, priority, parent_task_id, approved, coalesce(trace_id, '')`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -151,7 +154,7 @@ func taskDest(t *Task) []any {
 	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
 		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt,
-		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved}
+		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID}
 }
 
 // NewTask is what an app supplies to create a task.
@@ -171,6 +174,9 @@ type NewTask struct {
 	// starts; until then it is waiting. Inserted with the task, in one
 	// transaction.
 	DependsOn []uuid.UUID
+	// TraceID is the trace of the request creating the task (see package
+	// traceid); "" stores none.
+	TraceID string
 }
 
 // RuleError is a write refused by a rule of the task graph; Code is the
@@ -242,9 +248,9 @@ func insertTask(ctx context.Context, db DBTX, nt NewTask) (Task, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	t, err := scanTask(db.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, input, model, agent_id, priority, parent_task_id)
-		VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce(nullif($7, 0), 2), $8) RETURNING `+taskColumns,
-		nt.ProjectID, nt.Type, nt.Prompt, input, nt.Model, nt.AgentID, nt.Priority, nt.ParentTaskID))
+	t, err := scanTask(db.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, input, model, agent_id, priority, parent_task_id, trace_id)
+		VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce(nullif($7, 0), 2), $8, nullif($9, '')) RETURNING `+taskColumns,
+		nt.ProjectID, nt.Type, nt.Prompt, input, nt.Model, nt.AgentID, nt.Priority, nt.ParentTaskID, nt.TraceID))
 	if err != nil {
 		return Task{}, fmt.Errorf("insert %s task for project %s: %w", nt.Type, nt.ProjectID, asRuleError(err))
 	}
@@ -349,7 +355,9 @@ type Outcome struct {
 	TokensIn  int64
 	TokensOut int64
 	Cost      float64
-	Model     string
+	// RateWait is the rate-limit wait not yet counted on the run.
+	RateWait time.Duration
+	Model    string
 }
 
 // FinishTask closes the current attempt of the task held by f: it moves the
@@ -410,11 +418,12 @@ func finishTaskStatement(f Fence, o Outcome) (string, []any, error) {
 			RETURNING *),
 		r AS (
 			UPDATE task_runs r SET status = $11, tokens_in = r.tokens_in + $5, tokens_out = r.tokens_out + $6, cost = r.cost + $7,
-				error_code = nullif($12, ''), error_message = nullif($13, ''), finished_at = now()
+				error_code = nullif($12, ''), error_message = nullif($13, ''), finished_at = now(),
+				rate_limit_wait_ms = r.rate_limit_wait_ms + $14
 			FROM t WHERE r.task_id = $1 AND r.attempt = t.attempt)
 		SELECT ` + taskColumns + ` FROM t`,
 		[]any{f.TaskID, o.Status, nullJSON(JSONB(o.Result)), nullJSON(JSONB(o.Error)), o.TokensIn, o.TokensOut, o.Cost, o.Model,
-			o.Status.Terminal(), f.Epoch, o.RunStatus, o.ErrorCode, Text(o.ErrorMsg)}, nil
+			o.Status.Terminal(), f.Epoch, o.RunStatus, o.ErrorCode, Text(o.ErrorMsg), o.RateWait.Milliseconds()}, nil
 }
 
 func nullJSON(b json.RawMessage) any {

@@ -98,7 +98,8 @@ func TestStatusTriggersCalledOnlyWhenTheyAct(t *testing.T) {
 
 // TestMachineColumnsAreTheWorkers: an INSERT or UPDATE by anyone but the
 // worker that sets a column of the machine (attempt and retry counters,
-// the seq counter, the lease and its holder, the run's job) is refused
+// the seq counter, the lease and its holder, the run's job, the events
+// archive's mark) is refused
 // with check_violation (23514) naming ai_tasks_machine_columns, and
 // service_role has no privilege on those columns at all (42501).
 func TestMachineColumnsAreTheWorkers(t *testing.T) {
@@ -114,7 +115,8 @@ func TestMachineColumnsAreTheWorkers(t *testing.T) {
 	t.Run("Insert", func(t *testing.T) {
 		t.Parallel()
 		for _, set := range []string{"attempt = 3", "retries = -1000", "last_seq = 41", "fence = 7", "river_job_id = 1",
-			"lease_owner = 'me'", "lease_expires_at = now() + interval '10 years'"} {
+			"lease_owner = 'me'", "lease_expires_at = now() + interval '10 years'",
+			"events_archive_key = '_archive/x/y.jsonl.gz'", "events_archived_seq = 3", "events_archived_at = now()"} {
 			col, val, _ := strings.Cut(set, " = ")
 			_, err := pool.Exec(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, `+col+`) VALUES ($1, 'chat', 'x', `+val+`)`, uuid.New())
 			refused(t, err, "23514")
@@ -139,6 +141,10 @@ func TestMachineColumnsAreTheWorkers(t *testing.T) {
 			{task.ID, "lease_owner = 'someone else'"},
 			{task.ID, "lease_expires_at = now() + interval '10 years'"},
 			{queued.ID, "status = 'running', lease_expires_at = now() + interval '10 years'"},
+			// The archive's: an app could hide a timeline or point a task at another's archive.
+			{task.ID, "events_archive_key = '_archive/x/y.jsonl.gz'"},
+			{task.ID, "events_archived_seq = 3"},
+			{task.ID, "events_archived_at = now()"},
 		} {
 			_, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET `+tt.set+` WHERE id = $1`, tt.id)
 			refused(t, err, "23514")
@@ -165,6 +171,8 @@ func TestMachineColumnsAreTheWorkers(t *testing.T) {
 			{`UPDATE ai_tasks SET retries = 0 WHERE id = $1`, "42501"},
 			{`UPDATE ai_tasks SET lease_expires_at = NULL WHERE id = $1`, "42501"},
 			{`UPDATE ai_tasks SET last_seq = 0 WHERE id = $1`, "42501"},
+			{`UPDATE ai_tasks SET events_archived_seq = 0 WHERE id = $1`, "42501"},
+			{`UPDATE ai_tasks SET events_archive_key = NULL WHERE id = $1`, "42501"},
 			{`INSERT INTO ai_tasks (id, project_id, type, prompt, attempt) VALUES (gen_random_uuid(), $1, 'chat', 'x', 0)`, "42501"},
 			{`UPDATE ai_tasks SET prompt = 'z' WHERE id = $1`, ""},
 		} {

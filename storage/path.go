@@ -108,7 +108,9 @@ func checkChars(s string) error {
 // checkProjectID accepts a project id usable as a single path segment and
 // object-key prefix. Ids are uuids in practice; beyond the path rules a
 // leading dot is refused so that "." never names the store root and the
-// local store's staging directory never collides with a project.
+// local store's staging directory never collides with a project, and a
+// leading underscore so that the service's own objects (CheckServiceKey)
+// never do.
 func checkProjectID(id string) error {
 	if id == "" {
 		return fmt.Errorf("project id %q: empty: %w", id, ErrInvalidPath)
@@ -116,7 +118,7 @@ func checkProjectID(id string) error {
 	if err := checkChars(id); err != nil {
 		return fmt.Errorf("project id %q: %w", id, err)
 	}
-	if strings.Contains(id, "/") || strings.Contains(id, "..") || strings.HasPrefix(id, ".") {
+	if strings.Contains(id, "/") || strings.Contains(id, "..") || strings.HasPrefix(id, ".") || strings.HasPrefix(id, "_") {
 		return fmt.Errorf("project id %q: not a single plain path segment: %w", id, ErrInvalidPath)
 	}
 	return nil

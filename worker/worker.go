@@ -25,6 +25,7 @@ import (
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/internal/gate"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/traceid"
 )
 
 // River names. The pickup trigger in sql/migrations uses the same kind and queue.
@@ -382,6 +383,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 		return err
 	}
 	task := c.Task
+	log = log.With(slog.String(traceid.Key, handlers.TraceID(task)))
 	if !c.Claimed {
 		log.DebugContext(ctx, "task not claimable; nothing to do", slog.String("status", string(task.Status)))
 		return nil

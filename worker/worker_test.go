@@ -441,7 +441,8 @@ func TestTransientLLMErrors(t *testing.T) {
 		// attempt, and its timeline says it waited for the provider.
 		h := setup(t, setupOpts{responder: scripted.Queue(
 			llmtest.Error(429, "2"), llmtest.Error(503, "1"), llmtest.Text("hello"))})
-		id := h.insertTask(t, uuid.New(), "chat", "say hello")
+		project := uuid.New()
+		id := h.insertTask(t, project, "chat", "say hello")
 		all, task := h.waitDone(t, id)
 		if task.Status != agentsql.StatusSucceeded || task.Attempt != 1 {
 			t.Fatalf("status = %s after %d attempts, error %s; want succeeded on the first", task.Status, task.Attempt, task.Error)
@@ -462,6 +463,14 @@ func TestTransientLLMErrors(t *testing.T) {
 			t.Errorf("rate_limit_wait durations = %v ms, want [2000 1000]", waits)
 		}
 		checkSeqs(t, all, 1)
+		// The run counts the time it waited, and the runs summary shows it.
+		groups, err := agentsql.ProjectRunSummary(t.Context(), h.pool, project, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(groups) != 1 || groups[0].Status != "succeeded" || groups[0].RateLimitWaitMS < 3000 {
+			t.Errorf("runs summary = %+v, want one succeeded run that waited at least 3000 ms", groups)
+		}
 	})
 	t.Run("ProviderBusyPastMaxWaitHandedBack", func(t *testing.T) {
 		t.Parallel()

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/api"
+	"github.com/agentworker/agentworker/archive"
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/events"
@@ -97,6 +98,25 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 	return s, nil
 }
 
+// openArchive is the events archive in the S3 store st, or nil when
+// project files are in a local directory (no archive: retention must keep
+// the rows).
+func openArchive(cfg config, log *slog.Logger, pool *pgxpool.Pool, st store) (*archive.Archiver, error) {
+	s3, ok := st.(*storage.S3)
+	if !ok {
+		return nil, nil
+	}
+	return archive.New(pool, s3, archive.Config{Prefix: cfg.ArchivePrefix, Logger: log})
+}
+
+// readsArchive is a as what the event readers take: none when a is nil.
+func readsArchive(a *archive.Archiver) events.Archive {
+	if a == nil {
+		return nil
+	}
+	return a
+}
+
 // newLLM is the model client. Its pace per endpoint and model is shared
 // with the other replicas through pool (when not nil), and its waits,
 // refusals and pace go to m (when not nil).
@@ -138,7 +158,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
 		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved,
-		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)})
+		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ContextBudget: cfg.ContextBudget, TasksView: cfg.TasksMDPath})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +207,11 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	handler, err := httpHandler(ctx, cfg, log, pool, st, m, commands)
+	arch, err := openArchive(cfg, log, pool, st)
+	if err != nil {
+		return err
+	}
+	handler, err := httpHandler(ctx, cfg, log, pool, st, readsArchive(arch), m, commands)
 	if err != nil {
 		return err
 	}
@@ -230,7 +254,7 @@ func newHTTPServer(ctx context.Context, cfg config, handler http.Handler) *http.
 // API (event streams, whose hub runs until ctx ends, task submission and
 // control, the inbox, the console's reads) and the console page.
 // commands says whether run_command is on, for /readyz.
-func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, m *metrics.Metrics, commands string) (http.Handler, error) {
+func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, arch events.Archive, m *metrics.Metrics, commands string) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
 		log.Warn("JWT_SECRET is not set: every /v1 route answers 503 until it is")
@@ -245,9 +269,10 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	go func() { _ = hub.Run(ctx) }()
 	mux := healthMux(pool, st, commands)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
-	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log})
+	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log, Archive: arch})
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
-		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken}).Register(mux)
+		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute,
+		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }
@@ -341,10 +366,26 @@ func follow(ctx context.Context, cfg config, args []string, out io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	if _, err := agentsql.GetTask(ctx, pool, id); err != nil {
+	task, err := agentsql.GetTask(ctx, pool, id)
+	if err != nil {
 		return err
 	}
-	return printTimeline(ctx, pool, id, *after, out)
+	fmt.Fprintf(out, "task %s trace %s\n", task.ID, handlers.TraceID(task))
+	var arch *archive.Archiver
+	if cfg.S3Endpoint != "" { // an archived timeline is read back from there
+		quiet := slog.New(slog.DiscardHandler)
+		st, err := openStore(ctx, cfg, quiet)
+		if err != nil {
+			return err
+		}
+		if c, ok := st.(io.Closer); ok {
+			defer c.Close()
+		}
+		if arch, err = openArchive(cfg, quiet, pool, st); err != nil {
+			return err
+		}
+	}
+	return printTimelineArchived(ctx, pool, readsArchive(arch), id, *after, out)
 }
 
 // followSSE prints a task's events from the SSE gateway, as a browser
@@ -370,7 +411,13 @@ func followSSE(ctx context.Context, base, token string, id uuid.UUID, after int,
 
 // printTimeline prints a task's events until its terminal event.
 func printTimeline(ctx context.Context, pool *pgxpool.Pool, taskID uuid.UUID, after int, out io.Writer) error {
-	return events.Follow(ctx, pool, taskID, after, func(ev events.Event) error {
+	return printTimelineArchived(ctx, pool, nil, taskID, after, out)
+}
+
+// printTimelineArchived is printTimeline reading what was archived from
+// arch (nil: none).
+func printTimelineArchived(ctx context.Context, pool *pgxpool.Pool, arch events.Archive, taskID uuid.UUID, after int, out io.Writer) error {
+	return events.FollowArchived(ctx, pool, arch, taskID, after, func(ev events.Event) error {
 		fmt.Fprintln(out, events.Format(ev))
 		if events.Terminal(ev) {
 			return events.ErrStopFollowing

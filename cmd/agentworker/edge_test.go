@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentworker/agentworker/auth"
@@ -29,6 +30,7 @@ const edgeSecret = "edge-test-secret-0123456789"
 type edge struct {
 	addr     string
 	verifier *auth.Verifier
+	pool     *pgxpool.Pool
 }
 
 // startEdge serves httpHandler through newHTTPServer with cfg (JWT_SECRET
@@ -46,7 +48,7 @@ func startEdge(t *testing.T, cfg config) *edge {
 	}
 	cfg.JWTSecret = edgeSecret
 	ctx, cancel := context.WithCancel(context.Background())
-	h, err := httpHandler(ctx, cfg, slog.New(slog.DiscardHandler), pool, st, m, "on")
+	h, err := httpHandler(ctx, cfg, slog.New(slog.DiscardHandler), pool, st, nil, m, "on")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func startEdge(t *testing.T, cfg config) *edge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &edge{addr: ln.Addr().String(), verifier: v}
+	return &edge{addr: ln.Addr().String(), verifier: v, pool: pool}
 }
 
 func (e *edge) token(t *testing.T, projects ...uuid.UUID) string {

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentworker/agentworker/metrics"
+	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
@@ -42,7 +44,7 @@ func TestMetricsToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, m, "on")
+			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, nil, m, "on")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,5 +79,40 @@ func TestReadyzSaysWhetherCommandsAreOn(t *testing.T) {
 		if w.Code != http.StatusOK || w.Body.String() != "ready\nrun_command: "+commands+"\n" {
 			t.Errorf("/readyz: %d %q", w.Code, w.Body)
 		}
+	}
+}
+
+// TestAuditRefusalsPerMinute: AUDIT_REFUSALS_PER_MINUTE sets how many of
+// one actor's refused requests a minute the API records in audit_log.
+func TestAuditRefusalsPerMinute(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("AUDIT_REFUSALS_PER_MINUTE", "3")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEdge(t, cfg)
+	const sent = 7
+	for range sent {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", "http://"+e.addr+"/v1/projects/"+uuid.NewString()+"/tasks", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer not-a-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a bad token: status %d, want 401", resp.StatusCode)
+		}
+	}
+	recs, err := agentsql.AuditLog(t.Context(), e.pool, "anonymous")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("%d refusals recorded of %d sent, want AUDIT_REFUSALS_PER_MINUTE's 3", len(recs), sent)
 	}
 }

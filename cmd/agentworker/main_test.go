@@ -49,9 +49,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"S3_ENDPOINT": "localhost:9000"}, "S3_ACCESS_KEY and S3_SECRET_KEY are required"},
 		{map[string]string{"RUN_COMMAND": "always"}, "RUN_COMMAND must be off or sandbox"},
 		{map[string]string{"RUN_COMMAND_CONCURRENCY": "0"}, "RUN_COMMAND_CONCURRENCY must be at least 1"},
+		{map[string]string{"AUDIT_REFUSALS_PER_MINUTE": "0"}, "AUDIT_REFUSALS_PER_MINUTE must be at least 1"},
 		{map[string]string{"RUN_COMMAND_MAX_TIMEOUT": "10ms"}, "RUN_COMMAND_MAX_TIMEOUT must be at least 1s"},
 		{map[string]string{"TASKS_MD_PATH": "../tasks.md"}, "TASKS_MD_PATH"},
 		{map[string]string{"TASKS_MD_PATH": ".env"}, "TASKS_MD_PATH"},
+		{map[string]string{"CONTEXT_BUDGET_BYTES": "1023"}, "CONTEXT_BUDGET_BYTES must be at least 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -68,7 +68,7 @@ function render() {
     const li = el("li", { class: `agent-row ${a.status}`, data: { id: a.id, status: a.status, version: String(a.version) } },
       el("strong", { class: "agent-name", textContent: a.name }),
       " ", el("span", { class: `badge ${a.status === "enabled" ? "succeeded" : "cancelled"}`, textContent: a.status }),
-      el("span", { class: "meta", textContent: ` v${a.version}${a.model ? " · " + a.model : ""}` }),
+      el("span", { class: "meta", textContent: ` v${a.version}${a.model ? " · " + a.model : ""}${a.review ? " · review" : ""}` }),
       el("div", { class: "agent-role", textContent: a.role }));
     if (editing && editing.id === a.id) li.classList.add("selected");
     li.addEventListener("click", () => edit(a));
@@ -94,6 +94,7 @@ function edit(a) {
     f.elements.persona.value = a.persona;
     f.elements.tools.value = a.tools === null ? "" : a.tools.join(", ");
     f.elements.enabled.checked = a.status === "enabled";
+    f.elements.review.checked = !!a.review;
   }
   $("agent-save").textContent = a ? "Save" : "Create agent";
   $("agent-disable").hidden = !a;
@@ -126,7 +127,7 @@ function fields() {
   const f = $("agent-form").elements;
   const tools = f.tools.value.split(",").map((s) => s.trim()).filter(Boolean);
   return { name: f.name.value, role: f.role.value, model: f.model.value, persona: f.persona.value,
-    tools: tools.length ? tools : null, status: f.enabled.checked ? "enabled" : "disabled" };
+    tools: tools.length ? tools : null, status: f.enabled.checked ? "enabled" : "disabled", review: f.review.checked };
 }
 
 $("agent-form").addEventListener("submit", (e) => {

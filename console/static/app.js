@@ -1,6 +1,7 @@
 // The agentworker console: a project's tasks, live from the project stream;
 // a task's timeline (its own stream, resumed with Last-Event-ID after a
-// drop), result, error and changes; the project's files, inbox and usage;
+// drop), result, error and changes; the project's files, inbox, usage and
+// runs;
 // and the controls. Everything shown is read from the server; the project
 // and token are kept in localStorage and the selected task in the URL, so
 // a reload shows the same page.
@@ -8,6 +9,7 @@ import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineCla
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
 import { renderBoard, redrawBoard, onCardClick, onBroadcast, graphFields, clearGraphFields, showRelations } from "./board.js";
 import { openAgents, reloadOnRefusal } from "./agents.js";
+import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -167,6 +169,7 @@ async function open(p, token) {
   loadFiles();
   loadInbox();
   loadUsage();
+  loadRuns();
   const selected = new URLSearchParams(location.hash.slice(1)).get("task");
   if (selected) select(selected);
 }
@@ -197,7 +200,7 @@ const refreshTask = debounce((id) => guarded(async () => {
   if (tasks.upsert(t)) renderTasks();
   if (current && current.id === id) showTask(t);
 }), 100);
-const refreshProject = debounce(() => { loadFiles(); loadInbox(); loadUsage(); }, 200);
+const refreshProject = debounce(() => { loadFiles(); loadInbox(); loadUsage(); loadRuns(); }, 200);
 
 // followProject keeps the list live: an event of an unknown task reads the
 // list again, a phase or stage change reads its task again.
@@ -305,7 +308,7 @@ function showTask(t) {
   $("task-badge").className = `badge ${t.status}`;
   document.body.dataset.taskStatus = t.status;
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
-  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}`;
+  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
   $("review-form").hidden = t.status !== "review";
   if (t.status === "review") loadComments(t.id);
@@ -708,6 +711,22 @@ async function loadUsage() {
     el("td", { textContent: d.day }), el("td", { textContent: String(d.runs) }),
     el("td", { textContent: String(d.tokens_in) }), el("td", { textContent: String(d.tokens_out) }),
     el("td", { textContent: money(d.cost_usd) }))));
+}
+
+// ---- runs ----
+
+const runsDays = 30;
+
+async function loadRuns() {
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/runs/summary?days=${runsDays}`));
+  if (!res) return;
+  const series = daySeries(res.groups, res.days_requested);
+  const sum = (f) => series.reduce((n, d) => n + f(d), 0);
+  $("runs-total").textContent = `Last ${res.days_requested} days: ${sum((d) => d.runs)} runs, ${sum((d) => d.tokens)} tokens, ` +
+    `${money(sum((d) => d.cost))}, ${duration(sum((d) => d.waitMs))} waiting for the provider's rate limit`;
+  drawRunsChart($("runs-chart"), series);
+  $("runs").replaceChildren(...runRows(res.groups, el));
+  document.body.dataset.runs = $("runs-chart").dataset.runs;
 }
 
 function renderUsageTasks() {

@@ -9,7 +9,10 @@
 // last_event_id or after query parameter, else at the beginning. It ends
 // when the client leaves, the hub stops, or the request's context ends;
 // when that context ends with cause ErrExpired (the bearer's token expired)
-// it first sends an "expired" event.
+// it first sends an "expired" event. A task's events that were archived and
+// dropped from agent_events are read from Config.Archive, in their place.
+// A task's events are also served as one JSON page, to a request that
+// accepts application/json and not text/event-stream.
 package sse
 
 import (
@@ -42,6 +45,10 @@ type Config struct {
 	Batch int
 	// Logger defaults to slog.Default.
 	Logger *slog.Logger
+	// Archive, when set, serves the events of a task's timeline that were
+	// archived and are no longer rows (events.ReadTimeline), with the same
+	// ids and bytes. Defaults to none: a task stream reads rows only.
+	Archive events.Archive
 }
 
 // Streams serves the event streams.
@@ -106,7 +113,7 @@ func cursorParam(r *http.Request) string {
 }
 
 // TaskEvents streams the events of the task {id}; the SSE id is the
-// event's seq. The caller has authorized the bearer for the task. It
+// event's seq. A request for JSON gets one page instead (TaskEventsPage). The caller has authorized the bearer for the task. It
 // returns an error only when it has written nothing: one wrapping
 // ErrBadCursor for a malformed cursor, else a failure of the server.
 func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
@@ -119,6 +126,9 @@ func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
 		if after, err = strconv.Atoi(c); err != nil || after < 0 {
 			return fmt.Errorf("task cursor %q: %w", c, ErrBadCursor)
 		}
+	}
+	if wantsJSON(r) {
+		return s.taskEventsPage(w, r, taskID, after)
 	}
 	sub := s.hub.SubscribeTask(taskID)
 	defer sub.Close()
@@ -142,24 +152,76 @@ func (s *Streams) TaskEvents(w http.ResponseWriter, r *http.Request) error {
 		if !mustRead && !recheck {
 			return false, nil
 		}
-		for {
-			rows, err := agentsql.TaskEventsAfter(ctx, s.pool, taskID, after, s.cfg.Batch)
-			if err != nil {
-				return false, err
-			}
-			for _, row := range rows {
-				ev := events.FromRow(row)
-				if err := write(strconv.Itoa(ev.Seq), ev); err != nil {
-					return false, err
-				}
-				after = ev.Seq
-			}
-			if len(rows) < s.cfg.Batch {
-				sub.Seen(after)
-				return false, nil
-			}
+		next, err := events.ReadTimeline(ctx, s.pool, s.cfg.Archive, taskID, after, s.cfg.Batch, func(ev events.Event) error {
+			return write(strconv.Itoa(ev.Seq), ev)
+		})
+		after = next
+		if err != nil {
+			return false, err
 		}
+		sub.Seen(after)
+		return false, nil
 	})
+	return nil
+}
+
+// MaxPage is the most events one JSON page of a task's events holds.
+const MaxPage = 1000
+
+// ErrBadLimit: the request's page size is malformed or out of range.
+var ErrBadLimit = errors.New("invalid limit")
+
+// wantsJSON reports a request for a page of JSON rather than a stream: it
+// accepts application/json and not text/event-stream (EventSource sends
+// the latter).
+func wantsJSON(r *http.Request) bool {
+	accept := r.Header.Get("Accept")
+	return strings.Contains(accept, "application/json") && !strings.Contains(accept, "text/event-stream")
+}
+
+// TaskEventsPage is a JSON page of a task's events.
+type TaskEventsPage struct {
+	Events []events.Event `json:"events"`
+	// Next is the cursor of the next page (the last seq here) when the page
+	// is full; absent on the last page.
+	Next *int `json:"next,omitempty"`
+}
+
+// taskEventsPage answers one page of the task's events after the cursor,
+// at most ?limit= (1 to MaxPage, default the stream's batch), read as the
+// stream reads them (archive, then rows).
+func (s *Streams) taskEventsPage(w http.ResponseWriter, r *http.Request, taskID uuid.UUID, after int) error {
+	limit := min(s.cfg.Batch, MaxPage)
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPage {
+			return fmt.Errorf("limit %q, want 1 to %d: %w", v, MaxPage, ErrBadLimit)
+		}
+		limit = n
+	}
+	page := TaskEventsPage{Events: []events.Event{}}
+	errFull := errors.New("page full")
+	_, err := events.ReadTimeline(r.Context(), s.pool, s.cfg.Archive, taskID, after, limit, func(ev events.Event) error {
+		page.Events = append(page.Events, ev)
+		if len(page.Events) == limit {
+			return errFull
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFull) {
+		return err
+	}
+	if len(page.Events) == limit {
+		next := page.Events[limit-1].Seq
+		page.Next = &next
+	}
+	body, err := json.Marshal(page)
+	if err != nil {
+		return fmt.Errorf("encode %d events of task %s: %w", len(page.Events), taskID, err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(append(body, '\n'))
 	return nil
 }
 

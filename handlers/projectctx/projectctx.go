@@ -42,7 +42,14 @@ type Summary struct {
 	EntryPoints []string
 	RecentFiles []string // most recently modified first
 	Rules       Rules    // each folder's rules file, by Options.RuleNames
+	// Documents are the project's documents in the listing (FindDocuments),
+	// uncapped by MaxFiles.
+	Documents []storage.FileInfo
+	listed    map[string]bool
 }
+
+// Has says whether the listing held the file p (excluded folders aside).
+func (s Summary) Has(p string) bool { return s.listed[p] }
 
 // Options bound the summary.
 type Options struct {
@@ -86,7 +93,7 @@ func Build(ctx context.Context, files Files, projectID string, o Options) (Summa
 		kept = append(kept, f)
 		exists[f.Path] = true
 	}
-	s := Summary{FileCount: len(kept), Type: TypeUnknown, Rules: FindRules(kept, o.RuleNames)}
+	s := Summary{FileCount: len(kept), Type: TypeUnknown, Rules: FindRules(kept, o.RuleNames), Documents: FindDocuments(kept, o.RuleNames), listed: exists}
 	for i, f := range kept {
 		if i == o.MaxFiles {
 			s.Truncated = true
