@@ -276,3 +276,137 @@ func TestDropEventPartitionRefusals(t *testing.T) {
 		t.Fatalf("drop knowing both finished tasks: dropped %v, %v, %d events left", dropped, err, events())
 	}
 }
+
+// TestSealedDaysSkipped: once the leader's pass sealed the past days, a
+// project stream's read after a cursor, the event cursor of a new event,
+// the task list's head and the tasks with events after a new id plan and
+// lock only the days not sealed (today, the days ahead, the default
+// partition), and still return every row; a read from the start, the
+// cursor of an old event, the head of a project whose newest event is in a
+// sealed day and the tasks with events since id 0 read the old days. A
+// row written into a sealed day afterwards (an explicit old created_at and
+// a new xid) is refused, so a seal is never wrong.
+func TestSealedDaysSkipped(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task := insertTaskIn(t, pool, agentsql.StatusQueued)
+	idle := insertTaskIn(t, pool, agentsql.StatusQueued)
+	var project, idleProject uuid.UUID
+	if err := pool.QueryRow(ctx, `SELECT (SELECT project_id FROM ai_tasks WHERE id = $1), (SELECT project_id FROM ai_tasks WHERE id = $2)`,
+		task, idle).Scan(&project, &idleProject); err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	old := today.AddDate(0, 0, -5).Add(time.Hour)
+	var oldIDs []int64
+	for i := 1; i <= 10; i++ {
+		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []uuid.UUID{task, idle} {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO agent_events (task_id, project_id, type, payload, created_at)
+			SELECT id, project_id, 'log', '{"message": "old"}', $2 FROM ai_tasks WHERE id = $1 RETURNING id`, k, old).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		oldIDs = append(oldIDs, id)
+	}
+	if _, err := agentsql.PrepareEventPartitions(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	var sealed, open int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE xid_below IS NOT NULL), count(*) FILTER (WHERE xid_below IS NULL) FROM agent_event_days`).Scan(&sealed, &open); err != nil {
+		t.Fatal(err)
+	}
+	if sealed != 10 || open != 4 {
+		t.Fatalf("%d days sealed and %d open, want the 10 past days sealed, today and 3 ahead open", sealed, open)
+	}
+
+	rows, err := agentsql.InsertEvents(ctx, pool, task, project, []agentsql.NewEvent{
+		{Type: "log", Payload: []byte(`{"message": "new 1"}`)}, {Type: "log", Payload: []byte(`{"message": "new 2"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A project stream delivers below the cluster's xmin: wait until
+	// every event is deliverable, reading from the start (every day).
+	var all []agentsql.ProjectEventRow
+	poll.Until(t, "the project stream reads the old event and the 2 new", 30*time.Second, func() bool {
+		all, _, err = agentsql.ProjectEventsAfter(ctx, pool, project, agentsql.ProjectCursor{}, 100)
+		return err == nil && len(all) == 3
+	})
+	if all[0].ID != oldIDs[0] || all[2].ID != rows[1].ID {
+		t.Errorf("stream from the start read %d, %d, %d; want %d, %d, %d", all[0].ID, all[1].ID, all[2].ID, oldIDs[0], rows[0].ID, rows[1].ID)
+	}
+
+	// lockedSealed runs read in a transaction and returns the sealed
+	// partitions it locked.
+	lockedSealed := func(read func(tx pgx.Tx) error) []string {
+		t.Helper()
+		var got []string
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := read(tx); err != nil {
+				return err
+			}
+			r, err := tx.Query(ctx, `SELECT d.partition FROM pg_locks l JOIN agent_event_days d ON d.partition = l.relation::regclass::text
+				WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND d.xid_below IS NOT NULL`)
+			if err != nil {
+				return err
+			}
+			got, err = pgx.CollectRows(r, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	var cur agentsql.ProjectCursor
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		cur, err = agentsql.EventCursor(ctx, tx, project, rows[0].ID)
+		return err
+	}); len(locked) > 0 || cur.ID != rows[0].ID {
+		t.Errorf("EventCursor of a new event = %+v, locked sealed days %v", cur, locked)
+	}
+	var got []agentsql.ProjectEventRow
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		got, _, err = agentsql.ProjectEventsAfter(ctx, tx, project, cur, 100)
+		return err
+	}); len(locked) > 0 || len(got) != 1 || got[0].ID != rows[1].ID {
+		t.Errorf("stream after the first new event read %d events, locked sealed days %v; want the second new event alone", len(got), locked)
+	}
+	var page agentsql.TaskPage
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		page, err = agentsql.ListProjectTasks(ctx, tx, project, agentsql.TaskQuery{Limit: 50})
+		return err
+	}); len(locked) > 0 || page.Head.ID != rows[1].ID {
+		t.Errorf("task list's head = %+v, locked sealed days %v; want the newest event %d", page.Head, locked, rows[1].ID)
+	}
+
+	var keys []agentsql.EventKey
+	var top int64
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		keys, top, err = agentsql.EventsSince(ctx, tx, rows[0].ID-1)
+		return err
+	}); len(locked) > 0 || len(keys) != 1 || keys[0].Task != task || top != rows[1].ID {
+		t.Errorf("EventsSince(%d) = %v, %d, locked sealed days %v; want the task up to %d", rows[0].ID-1, keys, top, locked, rows[1].ID)
+	}
+
+	// Of an old event, of a project idle since the seal, since the start.
+	if keys, top, err := agentsql.EventsSince(ctx, pool, 0); err != nil || len(keys) != 2 || top != rows[1].ID {
+		t.Errorf("EventsSince(0) = %v, %d, %v; want both tasks up to %d", keys, top, err, rows[1].ID)
+	}
+	if c, err := agentsql.EventCursor(ctx, pool, project, oldIDs[0]); err != nil || c.ID != oldIDs[0] || c.Xid == 0 {
+		t.Errorf("EventCursor of an old event = %+v, %v", c, err)
+	}
+	if p, err := agentsql.ListProjectTasks(ctx, pool, idleProject, agentsql.TaskQuery{Limit: 50}); err != nil || p.Head.ID != oldIDs[1] {
+		t.Errorf("idle project's head = %+v, %v; want its old event %d", p.Head, err, oldIDs[1])
+	}
+
+	_, err = pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, type, created_at) VALUES ($1, $2, 'log', $3)`, task, project, old)
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Errorf("a late row into a sealed day: %v, want a check violation", err)
+	}
+}

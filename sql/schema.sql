@@ -32,7 +32,7 @@ COMMENT ON COLUMN public.agent_events.seq IS 'Per task, from 1, in commit order 
 COMMENT ON COLUMN public.agent_events.type IS 'agent_phase | tool_call | file_update | self_repair | log | error | progress.';
 
 -- COMMENT: COLUMN agent_events.created_at
-COMMENT ON COLUMN public.agent_events.created_at IS 'The partition key: one partition a UTC day (agent_events_pYYYYMMDD), agent_events_default for days without one.';
+COMMENT ON COLUMN public.agent_events.created_at IS 'The partition key; one partition a UTC day (agent_events_pYYYYMMDD), agent_events_default for days without one.';
 
 -- COMMENT: COLUMN agent_events.xid
 COMMENT ON COLUMN public.agent_events.xid IS 'The writing transaction: a project cursor is (xid, id), read below the snapshot''s xmin.';
@@ -677,6 +677,7 @@ BEGIN
                     INSERT INTO %I SELECT * FROM moved', v_from, v_to, v_name);
     EXECUTE format('ALTER TABLE agent_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', v_name, v_from, v_to);
     EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', v_name, v_name || '_range');
+    INSERT INTO agent_event_days (partition, day) VALUES (v_name, p_day);
     RETURN true;
 END
 $$;
@@ -721,6 +722,7 @@ BEGIN
         RAISE EXCEPTION 'keep %', p_name USING ERRCODE = 'object_in_use';
     END IF;
     EXECUTE format('DROP TABLE %I', p_name);
+    DELETE FROM agent_event_days WHERE partition = p_name;
     RETURN true;
 EXCEPTION WHEN object_in_use THEN
     RETURN false;
@@ -742,6 +744,18 @@ BEGIN
     PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
     RETURN v_job_id;
 END
+$$;
+
+-- FUNCTION: agentworker_event_floor(xid8, bigint)
+CREATE FUNCTION public.agentworker_event_floor(p_xid xid8, p_id bigint) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    SELECT coalesce(least(
+        (coalesce((SELECT min(day) FROM agent_event_days
+                   WHERE xid_below IS NULL OR xid_below > p_xid OR id_below > p_id),
+                  (SELECT max(day) + 1 FROM agent_event_days))::timestamp AT TIME ZONE 'UTC'),
+        (SELECT min(created_at) FROM agent_events_default)), '-infinity')
 $$;
 
 -- FUNCTION: agentworker_event_partition_tasks(text)
@@ -783,6 +797,19 @@ CREATE FUNCTION public.agentworker_event_partitions() RETURNS TABLE(name text, d
     JOIN pg_class c ON c.oid = i.inhrelid
     WHERE i.inhparent = 'agent_events'::regclass AND c.relname ~ '^agent_events_p[0-9]{8}$'
     ORDER BY 2
+$_$;
+
+-- FUNCTION: agentworker_events_since(bigint)
+CREATE FUNCTION public.agentworker_events_since(p_after bigint) RETURNS TABLE(task_id uuid, project_id uuid, top bigint)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+BEGIN
+    RETURN QUERY EXECUTE
+        'SELECT task_id, project_id, max(id) FROM agent_events
+         WHERE id > $1 AND created_at >= $2 GROUP BY task_id, project_id'
+        USING p_after, agentworker_event_floor(NULL, p_after + 1);
+END
 $_$;
 
 -- FUNCTION: agentworker_expand_plan(uuid, bigint, jsonb)
@@ -912,6 +939,7 @@ BEGIN
             v_made := v_made + 1;
         END IF;
     END LOOP;
+    PERFORM agentworker_seal_event_partitions();
     RETURN v_made;
 END
 $$;
@@ -953,6 +981,43 @@ CREATE FUNCTION public.agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) R
     ON CONFLICT (project_id, day, usage_day, model, stopped) DO UPDATE
     SET runs = u.runs + excluded.runs, tokens_in = u.tokens_in + excluded.tokens_in,
         tokens_out = u.tokens_out + excluded.tokens_out, cost = u.cost + excluded.cost
+$$;
+
+-- FUNCTION: agentworker_seal_event_partitions()
+CREATE FUNCTION public.agentworker_seal_event_partitions() RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_name   text;
+    v_day    date;
+    v_below  xid8;
+    v_id     bigint;
+    v_sealed integer := 0;
+    v_lock   text := current_setting('lock_timeout');
+BEGIN
+    FOR v_name, v_day IN
+        SELECT d.partition, d.day FROM agent_event_days d
+        WHERE d.xid_below IS NULL
+          AND (d.day + 1)::timestamp AT TIME ZONE 'UTC' + interval '1 hour' <= clock_timestamp()
+        ORDER BY d.day
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', v_name);
+            v_below := pg_snapshot_xmax(pg_current_snapshot());
+            SELECT last_value + 1 INTO v_id FROM agent_events_id_seq;
+            EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (xid < %L::xid8 AND id < %s) NOT VALID',
+                           v_name, v_name || '_sealed', v_below, v_id);
+            UPDATE agent_event_days SET xid_below = v_below, id_below = v_id WHERE partition = v_name;
+            v_sealed := v_sealed + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_lock, true);
+    RETURN v_sealed;
+END
 $$;
 
 -- FUNCTION: agentworker_seal_internal()
@@ -1528,6 +1593,24 @@ BEGIN
 END
 $$;
 
+-- TABLE: agent_event_days
+CREATE TABLE public.agent_event_days (
+    partition text NOT NULL,
+    day date NOT NULL,
+    xid_below xid8,
+    id_below bigint,
+    CONSTRAINT agent_event_days_check CHECK (((xid_below IS NULL) = (id_below IS NULL)))
+);
+
+-- COMMENT: TABLE agent_event_days
+COMMENT ON TABLE public.agent_event_days IS 'The day partitions of agent_events and their seals: a sealed day''s rows all have an xid below xid_below and an id below id_below (the partition''s CHECK constraint <partition>_sealed), so a read after an xid, or of an id, skips it.';
+
+-- COMMENT: COLUMN agent_event_days.xid_below
+COMMENT ON COLUMN public.agent_event_days.xid_below IS 'NULL until sealed; then the xmax of a snapshot taken under the partition''s exclusive lock once its day ended.';
+
+-- COMMENT: COLUMN agent_event_days.id_below
+COMMENT ON COLUMN public.agent_event_days.id_below IS 'NULL until sealed; then the id sequence''s next value, taken under the same lock.';
+
 -- SEQUENCE: agent_events_id_seq
 CREATE SEQUENCE public.agent_events_id_seq
     START WITH 1
@@ -2044,6 +2127,14 @@ ALTER TABLE ONLY public.agent_events ATTACH PARTITION public.agent_events_defaul
 -- DEFAULT: agent_events id
 ALTER TABLE ONLY public.agent_events ALTER COLUMN id SET DEFAULT nextval('public.agent_events_id_seq'::regclass);
 
+-- CONSTRAINT: agent_event_days agent_event_days_day_key
+ALTER TABLE ONLY public.agent_event_days
+    ADD CONSTRAINT agent_event_days_day_key UNIQUE (day);
+
+-- CONSTRAINT: agent_event_days agent_event_days_pkey
+ALTER TABLE ONLY public.agent_event_days
+    ADD CONSTRAINT agent_event_days_pkey PRIMARY KEY (partition);
+
 -- CONSTRAINT: agent_events agent_events_pkey
 ALTER TABLE ONLY public.agent_events
     ADD CONSTRAINT agent_events_pkey PRIMARY KEY (id, created_at);
@@ -2150,6 +2241,9 @@ ALTER TABLE ONLY public.usage_rollup
 
 -- INDEX: agent_events_batch_idx
 CREATE UNIQUE INDEX agent_events_batch_idx ON ONLY public.agent_events USING btree (task_id, batch, created_at) WHERE (batch IS NOT NULL);
+
+-- INDEX: agent_events_default_created_idx
+CREATE INDEX agent_events_default_created_idx ON public.agent_events_default USING btree (created_at);
 
 -- INDEX: agent_events_log_idx
 CREATE INDEX agent_events_log_idx ON ONLY public.agent_events USING btree (project_id, id) WHERE (type = 'log'::text);
@@ -2359,6 +2453,9 @@ ALTER TABLE ONLY public.task_dependencies
 -- FK CONSTRAINT: task_runs task_runs_task_id_fkey
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
+
+-- ROW SECURITY: agent_event_days
+ALTER TABLE public.agent_event_days ENABLE ROW LEVEL SECURITY;
 
 -- ROW SECURITY: agent_events
 ALTER TABLE public.agent_events ENABLE ROW LEVEL SECURITY;
@@ -2644,6 +2741,9 @@ REVOKE ALL ON FUNCTION public.agentworker_drop_event_partition(p_name text, p_ta
 -- ACL: FUNCTION agentworker_enqueue_task(p_task_id uuid)
 REVOKE ALL ON FUNCTION public.agentworker_enqueue_task(p_task_id uuid) FROM PUBLIC;
 
+-- ACL: FUNCTION agentworker_event_floor(p_xid xid8, p_id bigint)
+REVOKE ALL ON FUNCTION public.agentworker_event_floor(p_xid xid8, p_id bigint) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_event_partition_tasks(p_name text)
 REVOKE ALL ON FUNCTION public.agentworker_event_partition_tasks(p_name text) FROM PUBLIC;
 
@@ -2652,6 +2752,9 @@ REVOKE ALL ON FUNCTION public.agentworker_event_partition_tasks_detached(p_name 
 
 -- ACL: FUNCTION agentworker_event_partitions()
 REVOKE ALL ON FUNCTION public.agentworker_event_partitions() FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_events_since(p_after bigint)
+REVOKE ALL ON FUNCTION public.agentworker_events_since(p_after bigint) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb)
 REVOKE ALL ON FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb) FROM PUBLIC;
@@ -2689,6 +2792,9 @@ GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_versi
 
 -- ACL: FUNCTION agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[])
 REVOKE ALL ON FUNCTION public.agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_seal_event_partitions()
+REVOKE ALL ON FUNCTION public.agentworker_seal_event_partitions() FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_seal_internal()
 REVOKE ALL ON FUNCTION public.agentworker_seal_internal() FROM PUBLIC;
