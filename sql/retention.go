@@ -101,3 +101,30 @@ func DeleteFinishedTasks(ctx context.Context, db DBTX, before time.Time, limit i
 	}
 	return n, nil
 }
+
+// LockFinishedTasks locks at most limit tasks that finished before before,
+// oldest first, skipping rows another transaction holds, for a delete in
+// the same transaction (DeleteTasks).
+func LockFinishedTasks(ctx context.Context, tx pgx.Tx, before time.Time, limit int) ([]uuid.UUID, error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM ai_tasks
+		WHERE status IN ('succeeded', 'failed', 'blocked', 'cancelled') AND coalesce(finished_at, updated_at) < $1
+		ORDER BY coalesce(finished_at, updated_at) LIMIT $2 FOR UPDATE SKIP LOCKED`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock tasks finished before %s: %w", before.Format(time.RFC3339), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("lock tasks finished before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return ids, nil
+}
+
+// DeleteTasks deletes the tasks ids, locked by LockFinishedTasks in tx,
+// with everything that hangs off them, as DeleteFinishedTasks does.
+func DeleteTasks(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (int, error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM ai_tasks WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return 0, fmt.Errorf("delete %d finished tasks: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -36,6 +37,11 @@ type RetentionConfig struct {
 	// pass. It may be called again for the same tasks on a later pass (the
 	// drop failed, or an earlier hook call did), so it must be idempotent.
 	BeforeDrop func(ctx context.Context, taskIDs []uuid.UUID) error
+	// BeforeDelete, if set, is called with each batch of finished tasks
+	// about to be deleted, their rows locked: the archive's objects go
+	// first. If it fails, the batch stays. A crash after it leaves the
+	// rows, deleted on the next pass, so it must be idempotent.
+	BeforeDelete func(ctx context.Context, taskIDs []uuid.UUID) error
 	// Interval is how often the leader runs the pass. Defaults to 10 minutes.
 	Interval time.Duration
 	// PartitionsAhead is how many days after today get their partition
@@ -104,7 +110,7 @@ func (s *Service) Retain(ctx context.Context) (RetentionReport, error) {
 	if cfg.Tasks > 0 {
 		before := time.Now().Add(-cfg.Tasks)
 		for range cfg.MaxDeleteBatches {
-			n, err := agentsql.DeleteFinishedTasks(ctx, s.pool, before, cfg.DeleteBatch)
+			n, err := s.deleteFinishedTasks(ctx, before, cfg.DeleteBatch)
 			rep.TasksDeleted += n
 			if err != nil {
 				errs = append(errs, err)
@@ -194,3 +200,25 @@ func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[retentionArgs])
 // Timeout lets a pass that deletes many tasks run past River's default
 // minute; each batch is its own transaction.
 func (w *retentionWorker) Timeout(*river.Job[retentionArgs]) time.Duration { return time.Hour }
+
+// deleteFinishedTasks deletes one batch of tasks that finished before
+// before, after BeforeDelete when it is set.
+func (s *Service) deleteFinishedTasks(ctx context.Context, before time.Time, limit int) (int, error) {
+	hook := s.cfg.Retention.BeforeDelete
+	if hook == nil {
+		return agentsql.DeleteFinishedTasks(ctx, s.pool, before, limit)
+	}
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		ids, err := agentsql.LockFinishedTasks(ctx, tx, before, limit)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if err := hook(ctx, ids); err != nil {
+			return fmt.Errorf("before deleting %d finished tasks: %w", len(ids), err)
+		}
+		n, err = agentsql.DeleteTasks(ctx, tx, ids)
+		return err
+	})
+	return n, err
+}
