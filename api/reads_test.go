@@ -45,14 +45,16 @@ func (e *env) insertBuild(t *testing.T, project uuid.UUID, status agentsql.Statu
 			t.Fatal(err)
 		}
 	}
+	// The set first, as the runner does: a task that ends with its set
+	// still open discards it.
+	if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
+		t.Fatal(err)
+	}
 	if status != agentsql.StatusRunning {
 		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2, result = nullif($3, '')::jsonb,
 			finished_at = CASE WHEN $2 = 'succeeded' THEN now() END WHERE id = $1`, id, status, result); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
-		t.Fatal(err)
 	}
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)

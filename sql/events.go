@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // EventsChannel is the NOTIFY channel of agent_events. A notification names
@@ -169,11 +170,18 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		payloads[i] = string(JSONB(e.Payload))
 	}
 	// A writer that does not hold the task: the row trigger gives each
-	// event its seq under the task row lock.
+	// event its seq under the task row lock. Without a key the statement
+	// names no read of agent_events: a cached generic plan locks every
+	// partition a subquery names, even one a NULL key never runs (at 61
+	// day partitions an insert took 2.4× an empty table's).
+	dedup := `($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))`
+	if b.Key == uuid.Nil {
+		dedup = `$5::uuid IS NULL`
+	}
 	query := `INSERT INTO agent_events (task_id, project_id, type, payload, batch)
 		SELECT $1, $2, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $5::uuid END
 		FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(type, payload, ord)
-		WHERE ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
+		WHERE ` + dedup + `
 		AND CASE WHEN $6 THEN set_config('agentworker.announce', 'after_commit', true) IS NOT NULL ELSE true END
 		ORDER BY e.ord
 		RETURNING ` + eventColumns
@@ -187,7 +195,7 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 		query = `WITH fence AS (
 				UPDATE ai_tasks SET last_seq = last_seq + $7 + CASE WHEN pause_requested THEN 0 ELSE $11 END
 				WHERE id = $1 AND fence = $8 AND status = 'running' AND NOT (pause_requested AND $9)
-				AND ($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))
+				AND ` + dedup + `
 				AND set_config('agentworker.seq', 'statement', true) IS NOT NULL
 				RETURNING last_seq - $7 - CASE WHEN pause_requested THEN 0 ELSE $11 END AS base, pause_requested AS paused)
 			INSERT INTO agent_events (task_id, project_id, seq, type, payload, batch)
@@ -366,16 +374,24 @@ func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur P
 	// as "does a row with xid >= xmin exist", Postgres scanned the table
 	// expecting to meet one early, while held rows are the newest, at its
 	// end.
+	//
+	// Every row after cur, and every held row (its xid is at least xmin,
+	// above cur's), has an xid above cur's: none is older than the floor of
+	// cur's xid, which names the days to plan (eventFloor).
+	floor, err := eventFloor(ctx, db, &cur.Xid, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
+	}
 	r, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at, e.xid, h.held
-		FROM (SELECT coalesce((SELECT xid FROM agent_events WHERE project_id = $1 ORDER BY xid DESC LIMIT 1)
+		FROM (SELECT coalesce((SELECT xid FROM agent_events WHERE project_id = $1 AND created_at >= $5 ORDER BY xid DESC LIMIT 1)
 		        >= pg_snapshot_xmin(pg_current_snapshot()), false) AS held) h
 		LEFT JOIN LATERAL (
 		    SELECT `+eventColumns+`, xid::text::bigint AS xid FROM agent_events
-		    WHERE project_id = $1
+		    WHERE project_id = $1 AND created_at >= $5
 		      AND (xid, id) > ($2::bigint::text::xid8, $3)
 		      AND xid < pg_snapshot_xmin(pg_current_snapshot())
 		    ORDER BY agent_events.xid, agent_events.id LIMIT $4) e ON true
-		ORDER BY e.xid, e.id`, projectID, cur.Xid, cur.ID, limit)
+		ORDER BY e.xid, e.id`, pgx.QueryExecModeCacheDescribe, projectID, cur.Xid, cur.ID, limit, floor)
 	if err != nil {
 		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
 	}
@@ -404,11 +420,37 @@ func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur P
 	return rows, held, nil
 }
 
+// eventFloor is the earliest created_at an event with an xid above *xid,
+// or with the id *id, can have (agentworker_event_floor; both nil: the
+// oldest day not sealed), possibly -infinity. A statement bounded by it
+// (created_at >= floor) must run unprepared
+// (pgx.QueryExecModeCacheDescribe: an unnamed statement, planned with its
+// values): a cached generic plan would plan and lock every partition, the
+// bound known only when it runs.
+func eventFloor(ctx context.Context, db DBTX, xid, id *int64) (pgtype.Timestamptz, error) {
+	var floor pgtype.Timestamptz
+	if err := db.QueryRow(ctx, `SELECT agentworker_event_floor($1::bigint::text::xid8, $2)`, xid, id).Scan(&floor); err != nil {
+		after := "the newest seal"
+		if xid != nil {
+			after = fmt.Sprintf("xid %d", *xid)
+		} else if id != nil {
+			after = fmt.Sprintf("id %d", *id)
+		}
+		return floor, fmt.Errorf("floor of events after %s: %w", after, err)
+	}
+	return floor, nil
+}
+
 // EventCursor returns the project cursor of the event with the given id, for
 // clients that resume a project stream from a plain event id.
 func EventCursor(ctx context.Context, db DBTX, projectID uuid.UUID, id int64) (ProjectCursor, error) {
 	cur := ProjectCursor{ID: id}
-	err := db.QueryRow(ctx, `SELECT xid::text::bigint FROM agent_events WHERE id = $1 AND project_id = $2`, id, projectID).Scan(&cur.Xid)
+	floor, err := eventFloor(ctx, db, nil, &id)
+	if err != nil {
+		return cur, fmt.Errorf("cursor of event %d in project %s: %w", id, projectID, err)
+	}
+	err = db.QueryRow(ctx, `SELECT xid::text::bigint FROM agent_events WHERE id = $1 AND project_id = $2 AND created_at >= $3`,
+		pgx.QueryExecModeCacheDescribe, id, projectID, floor).Scan(&cur.Xid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cur, fmt.Errorf("cursor of event %d in project %s: %w", id, projectID, ErrEventNotFound)
 	}
@@ -437,7 +479,9 @@ func EventsSince(ctx context.Context, db DBTX, afterID int64) ([]EventKey, int64
 		}
 		return nil, top, nil
 	}
-	rows, err := db.Query(ctx, `SELECT task_id, project_id, max(id) FROM agent_events WHERE id > $1 GROUP BY task_id, project_id`, afterID)
+	// One statement (the hub sweeps every 200 ms) that plans only the days
+	// not sealed below afterID+1.
+	rows, err := db.Query(ctx, `SELECT task_id, project_id, top FROM agentworker_events_since($1)`, afterID)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the tasks with events after id %d: %w", afterID, err)
 	}

@@ -38,6 +38,7 @@ var access = map[string]map[string][]string{
 	"inbox_items":         {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"project_usage_daily": {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"usage_daily":         {"service_role": {"select"}},
+	"usage_rollup":        {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"audit_log":           {"service_role": {"select"}},
 	"agents": {
 		"authenticated": {"select:own", "insert:own", "update:own", "delete:own"},
@@ -308,6 +309,8 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO change_set_entries (task_id, path, op, content, ord) VALUES ($1, 'a.txt', 'write', 'secret', 1)`,
 				`INSERT INTO build_decisions (task_id, decision_id, status) VALUES ($1, 'step-1', 'accepted')`,
 				`INSERT INTO task_comments (task_id, project_id, author, body) VALUES ($1, $2, 'seed', 'seed')`,
+				`INSERT INTO usage_rollup (project_id, day, usage_day, model, stopped, runs)
+				 SELECT $2, current_date, current_date, coalesce((SELECT model FROM ai_tasks WHERE id = $1), 'seed'), true, 1`,
 				`INSERT INTO documents (project_id, path, etag) SELECT $2, 'docs/' || $1::text || '.md', 'seed'`,
 			} {
 				args := []any{*p.task}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The reads behind an operator's view of a project: its tasks, their spend
@@ -68,12 +69,43 @@ const taskIterations = `coalesce((t.result ->> 'iterations')::int,
 // older than q.Before when it is not uuid.Nil (a task of another project as
 // Before gives an empty page), children of q.Parent when it is not.
 func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQuery) (TaskPage, error) {
+	// The head is looked for in the days not sealed (eventFloor); a head
+	// found there at xid m is the project's unless a day sealed above m
+	// may hold a later one: then the page is read again from m's floor
+	// (from every day for a project with no event since the last seal).
+	floor, err := eventFloor(ctx, db, nil, nil)
+	if err != nil {
+		return TaskPage{}, fmt.Errorf("list tasks of project %s: %w", projectID, err)
+	}
+	page, head, err := listProjectTasks(ctx, db, projectID, q, floor)
+	if err != nil || !floorBefore(head, floor) {
+		return page, err
+	}
+	page, _, err = listProjectTasks(ctx, db, projectID, q, head)
+	return page, err
+}
+
+// floorBefore reports whether floor a is earlier than b.
+func floorBefore(a, b pgtype.Timestamptz) bool {
+	if a.InfinityModifier != b.InfinityModifier {
+		return a.InfinityModifier < b.InfinityModifier
+	}
+	return a.InfinityModifier == pgtype.Finite && a.Time.Before(b.Time)
+}
+
+// listProjectTasks is ListProjectTasks looking for the head in the events
+// from floor on; head is the floor of the head found.
+func listProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQuery, floor pgtype.Timestamptz) (page TaskPage, head pgtype.Timestamptz, err error) {
 	// One statement, so the tasks and the head cursor share a snapshot.
 	rows, err := db.Query(ctx, `WITH head AS (
 			SELECT xid::text::bigint AS xid, id FROM agent_events
-			WHERE project_id = $1 AND xid < pg_snapshot_xmin(pg_current_snapshot())
-			ORDER BY xid DESC, id DESC LIMIT 1)
-		SELECT coalesce((SELECT xid FROM head), 0), coalesce((SELECT id FROM head), 0),
+			WHERE project_id = $1 AND created_at >= $5 AND xid < pg_snapshot_xmin(pg_current_snapshot())
+			-- The stored xid, not the bigint output named xid: the index's
+			-- order, read one entry deep instead of sorting every event of
+			-- the project.
+			ORDER BY agent_events.xid DESC, agent_events.id DESC LIMIT 1)
+		SELECT agentworker_event_floor(coalesce((SELECT xid FROM head), 0)::text::xid8, NULL),
+			coalesce((SELECT xid FROM head), 0), coalesce((SELECT id FROM head), 0),
 			t.id, t.type, t.status, left(coalesce(t.prompt, ''), 200), coalesce(t.model, ''), t.attempt,
 			`+taskIterations+`, t.tokens_in, t.tokens_out, t.cost::float8,
 			coalesce(t.result ->> 'summary', ''), coalesce(t.error ->> 'message', ''), t.version,
@@ -85,12 +117,11 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQ
 			  AND ($2 = '00000000-0000-0000-0000-000000000000'::uuid
 			       OR (t.created_at, t.id) < (SELECT b.created_at, b.id FROM ai_tasks b WHERE b.id = $2 AND b.project_id = $1))
 			  AND ($4 = '00000000-0000-0000-0000-000000000000'::uuid OR t.parent_task_id = $4)
-			ORDER BY t.created_at DESC, t.id DESC LIMIT $3) t ON true`, projectID, q.Before, q.Limit, q.Parent)
+			ORDER BY t.created_at DESC, t.id DESC LIMIT $3) t ON true`, pgx.QueryExecModeCacheDescribe, projectID, q.Before, q.Limit, q.Parent, floor)
 	if err != nil {
-		return TaskPage{}, fmt.Errorf("list tasks of project %s: %w", projectID, err)
+		return TaskPage{}, head, fmt.Errorf("list tasks of project %s: %w", projectID, err)
 	}
 	defer rows.Close()
-	var page TaskPage
 	for rows.Next() {
 		var (
 			id                             *uuid.UUID
@@ -104,10 +135,10 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQ
 			createdAt, updatedAt           *time.Time
 			priority                       *int
 		)
-		if err := rows.Scan(&page.Head.Xid, &page.Head.ID, &id, &typ, &status, &prompt, &model, &attempt,
+		if err := rows.Scan(&head, &page.Head.Xid, &page.Head.ID, &id, &typ, &status, &prompt, &model, &attempt,
 			&iterations, &tokensIn, &tokensOut, &cost, &summary, &errMsg, &version,
 			&createdAt, &updatedAt, &s.StartedAt, &s.FinishedAt, &priority, &s.AgentID, &s.ParentTaskID, &s.DependsOn); err != nil {
-			return TaskPage{}, fmt.Errorf("list tasks of project %s: %w", projectID, err)
+			return TaskPage{}, head, fmt.Errorf("list tasks of project %s: %w", projectID, err)
 		}
 		if id == nil { // no task: the row carries only the head
 			continue
@@ -119,9 +150,9 @@ func ListProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQ
 		page.Tasks = append(page.Tasks, s)
 	}
 	if err := rows.Err(); err != nil {
-		return TaskPage{}, fmt.Errorf("list tasks of project %s: %w", projectID, err)
+		return TaskPage{}, head, fmt.Errorf("list tasks of project %s: %w", projectID, err)
 	}
-	return page, nil
+	return page, head, nil
 }
 
 // TaskIterations returns the iteration count of a task (see TaskSummary).

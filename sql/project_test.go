@@ -36,11 +36,12 @@ func build(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.
 				t.Fatal(err)
 			}
 		}
-		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2, finished_at = $3, result = '{"iterations": 3, "summary": "done"}' WHERE id = $1`,
-			id, status, fin); err != nil {
+		// The set first: a task that ends with its set still open discards it.
+		if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(t.Context(), `UPDATE change_sets SET status = $2 WHERE task_id = $1`, id, setStatus); err != nil {
+		if _, err := tx.Exec(t.Context(), `UPDATE ai_tasks SET status = $2, finished_at = $3, result = '{"iterations": 3, "summary": "done"}' WHERE id = $1`,
+			id, status, fin); err != nil {
 			t.Fatal(err)
 		}
 	})

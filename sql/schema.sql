@@ -15,26 +15,33 @@ CREATE TABLE public.agent_events (
     batch uuid,
     CONSTRAINT agent_events_check CHECK (((task_id IS NULL) OR (seq IS NOT NULL))),
     CONSTRAINT agent_events_type_check CHECK ((type = ANY (ARRAY['agent_phase'::text, 'tool_call'::text, 'file_update'::text, 'self_repair'::text, 'log'::text, 'error'::text, 'progress'::text])))
-);
+)
+PARTITION BY RANGE (created_at);
 ALTER TABLE ONLY public.agent_events ALTER COLUMN payload SET COMPRESSION lz4;
 
 -- COMMENT: TABLE agent_events
-COMMENT ON TABLE public.agent_events IS 'The typed, ordered timeline of each task (and project-level events with no task).';
+COMMENT ON TABLE public.agent_events IS 'The typed, ordered timeline of each task (and project-level events with no task), partitioned by UTC day of created_at.';
 
 -- COMMENT: COLUMN agent_events.task_id
 COMMENT ON COLUMN public.agent_events.task_id IS 'The task, without a foreign key: an insert for a missing task fails with SQLSTATE 23503, deleting a task deletes its events.';
 
 -- COMMENT: COLUMN agent_events.seq
-COMMENT ON COLUMN public.agent_events.seq IS 'Per task, from 1, in commit order for the task whoever writes; always the database''s.';
+COMMENT ON COLUMN public.agent_events.seq IS 'Per task, from 1, in commit order for the task whoever writes; always the database''s. Unique per task across partitions: taken from ai_tasks.last_seq under the task row''s lock.';
 
 -- COMMENT: COLUMN agent_events.type
 COMMENT ON COLUMN public.agent_events.type IS 'agent_phase | tool_call | file_update | self_repair | log | error | progress.';
+
+-- COMMENT: COLUMN agent_events.created_at
+COMMENT ON COLUMN public.agent_events.created_at IS 'The partition key; one partition a UTC day (agent_events_pYYYYMMDD), agent_events_default for days without one.';
 
 -- COMMENT: COLUMN agent_events.xid
 COMMENT ON COLUMN public.agent_events.xid IS 'The writing transaction: a project cursor is (xid, id), read below the snapshot''s xmin.';
 
 -- COMMENT: COLUMN agent_events.batch
 COMMENT ON COLUMN public.agent_events.batch IS 'Idempotency key of one write of events, on its first row: a write resent after a lost reply inserts nothing.';
+
+
+SET default_table_access_method = heap;
 
 -- TABLE: ai_tasks
 CREATE TABLE public.ai_tasks (
@@ -643,6 +650,85 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agentworker_create_event_partition(date)
+CREATE FUNCTION public.agentworker_create_event_partition(p_day date) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_name text := 'agent_events_p' || to_char(p_day, 'YYYYMMDD');
+    v_from timestamptz := p_day::timestamp AT TIME ZONE 'UTC';
+    v_to   timestamptz := (p_day + 1)::timestamp AT TIME ZONE 'UTC';
+BEGIN
+    IF to_regclass(quote_ident(v_name)) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('CREATE TABLE %I (LIKE agent_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES INCLUDING COMPRESSION)', v_name);
+    -- Attaching proves the range with this check instead of a scan.
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (created_at >= %L AND created_at < %L)',
+                   v_name, v_name || '_range', v_from, v_to);
+    EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', v_name);
+    EXECUTE format('REVOKE ALL ON %I FROM PUBLIC, anon, authenticated, service_role', v_name);
+    -- Supabase publishes agent_events with full row images (below).
+    IF (SELECT relreplident FROM pg_class WHERE oid = 'agent_events'::regclass) = 'f' THEN
+        EXECUTE format('ALTER TABLE %I REPLICA IDENTITY FULL', v_name);
+    END IF;
+    EXECUTE format('WITH moved AS (DELETE FROM agent_events_default WHERE created_at >= %L AND created_at < %L RETURNING *)
+                    INSERT INTO %I SELECT * FROM moved', v_from, v_to, v_name);
+    EXECUTE format('ALTER TABLE agent_events ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', v_name, v_from, v_to);
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', v_name, v_name || '_range');
+    INSERT INTO agent_event_days (partition, day) VALUES (v_name, p_day);
+    RETURN true;
+END
+$$;
+
+-- FUNCTION: agentworker_delete_finished_tasks(timestamp with time zone, integer)
+CREATE FUNCTION public.agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM ai_tasks WHERE id IN (
+            SELECT id FROM ai_tasks
+            WHERE status IN ('succeeded', 'failed', 'blocked', 'cancelled')
+              AND coalesce(finished_at, updated_at) < p_before
+            ORDER BY coalesce(finished_at, updated_at)
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+
+-- FUNCTION: agentworker_drop_event_partition(text, uuid[], interval)
+CREATE FUNCTION public.agentworker_drop_event_partition(p_name text, p_tasks uuid[], p_lock_timeout interval) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM agentworker_event_partitions() p WHERE p.name = p_name) THEN
+        RAISE EXCEPTION 'no event partition %', p_name USING ERRCODE = 'undefined_table';
+    END IF;
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    EXECUTE format('ALTER TABLE agent_events DETACH PARTITION %I', p_name);
+    -- The detached table is still locked: no writer reaches it now.
+    IF EXISTS (SELECT 1 FROM ai_tasks WHERE id = ANY (p_tasks)
+               AND status NOT IN ('succeeded', 'failed', 'blocked', 'cancelled'))
+       OR EXISTS (SELECT 1 FROM agentworker_event_partition_tasks_detached(p_name, p_tasks)) THEN
+        RAISE EXCEPTION 'keep %', p_name USING ERRCODE = 'object_in_use';
+    END IF;
+    EXECUTE format('DROP TABLE %I', p_name);
+    DELETE FROM agent_event_days WHERE partition = p_name;
+    RETURN true;
+EXCEPTION WHEN object_in_use THEN
+    RETURN false;
+END
+$$;
+
 -- FUNCTION: agentworker_enqueue_task(uuid)
 CREATE FUNCTION public.agentworker_enqueue_task(p_task_id uuid) RETURNS bigint
     LANGUAGE plpgsql
@@ -659,6 +745,72 @@ BEGIN
     RETURN v_job_id;
 END
 $$;
+
+-- FUNCTION: agentworker_event_floor(xid8, bigint)
+CREATE FUNCTION public.agentworker_event_floor(p_xid xid8, p_id bigint) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    SELECT coalesce(least(
+        (coalesce((SELECT min(day) FROM agent_event_days
+                   WHERE xid_below IS NULL OR xid_below > p_xid OR id_below > p_id),
+                  (SELECT max(day) + 1 FROM agent_event_days))::timestamp AT TIME ZONE 'UTC'),
+        (SELECT min(created_at) FROM agent_events_default)), '-infinity')
+$$;
+
+-- FUNCTION: agentworker_event_partition_tasks(text)
+CREATE FUNCTION public.agentworker_event_partition_tasks(p_name text) RETURNS TABLE(task_id uuid, finished boolean)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM agentworker_event_partitions() p WHERE p.name = p_name) THEN
+        RAISE EXCEPTION 'no event partition %', p_name USING ERRCODE = 'undefined_table';
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT t.id, t.status IN (''succeeded'', ''failed'', ''blocked'', ''cancelled'')
+         FROM (SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL) e
+         JOIN ai_tasks t ON t.id = e.task_id', p_name);
+END
+$$;
+
+-- FUNCTION: agentworker_event_partition_tasks_detached(text, uuid[])
+CREATE FUNCTION public.agentworker_event_partition_tasks_detached(p_name text, p_tasks uuid[]) RETURNS SETOF uuid
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'SELECT e.task_id FROM (SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL) e
+         WHERE NOT EXISTS (SELECT 1 FROM unnest($1::uuid[]) k(id) WHERE k.id = e.task_id) LIMIT 1', p_name)
+        USING p_tasks;
+END
+$_$;
+
+-- FUNCTION: agentworker_event_partitions()
+CREATE FUNCTION public.agentworker_event_partitions() RETURNS TABLE(name text, day date)
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+    SELECT c.relname::text, to_date(substr(c.relname, 15), 'YYYYMMDD')
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'agent_events'::regclass AND c.relname ~ '^agent_events_p[0-9]{8}$'
+    ORDER BY 2
+$_$;
+
+-- FUNCTION: agentworker_events_since(bigint)
+CREATE FUNCTION public.agentworker_events_since(p_after bigint) RETURNS TABLE(task_id uuid, project_id uuid, top bigint)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+BEGIN
+    RETURN QUERY EXECUTE
+        'SELECT task_id, project_id, max(id) FROM agent_events
+         WHERE id > $1 AND created_at >= $2 GROUP BY task_id, project_id'
+        USING p_after, agentworker_event_floor(NULL, p_after + 1);
+END
+$_$;
 
 -- FUNCTION: agentworker_expand_plan(uuid, bigint, jsonb)
 CREATE FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb) RETURNS integer
@@ -767,6 +919,31 @@ CREATE FUNCTION public.agentworker_pause_task(task_id uuid, expected_version int
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'pause', expected_version, actor) $$;
 
+-- FUNCTION: agentworker_prepare_event_partitions(integer)
+CREATE FUNCTION public.agentworker_prepare_event_partitions(p_days_ahead integer) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_today date := (now() AT TIME ZONE 'UTC')::date;
+    v_day   date;
+    v_made  integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('agentworker_event_partitions'));
+    FOR v_day IN
+        SELECT d::date FROM generate_series(v_today, v_today + greatest(p_days_ahead, 0), interval '1 day') AS d
+        UNION
+        SELECT DISTINCT (created_at AT TIME ZONE 'UTC')::date FROM agent_events_default
+    LOOP
+        IF agentworker_create_event_partition(v_day) THEN
+            v_made := v_made + 1;
+        END IF;
+    END LOOP;
+    PERFORM agentworker_seal_event_partitions();
+    RETURN v_made;
+END
+$$;
+
 -- FUNCTION: agentworker_reject_task(uuid, text, integer, text)
 CREATE FUNCTION public.agentworker_reject_task(task_id uuid, feedback text DEFAULT NULL::text, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE sql SECURITY DEFINER
@@ -784,6 +961,64 @@ CREATE FUNCTION public.agentworker_retry_task(task_id uuid, expected_version int
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'retry', expected_version, actor) $$;
+
+-- FUNCTION: agentworker_roll_up_runs(uuid[], uuid[])
+CREATE FUNCTION public.agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    INSERT INTO usage_rollup AS u (project_id, day, usage_day, model, stopped, runs, tokens_in, tokens_out, cost)
+    SELECT t.project_id,
+           (coalesce(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC')::date,
+           (coalesce(r.finished_at, r.created_at) AT TIME ZONE 'UTC')::date,
+           coalesce(t.model, 'unknown'),
+           r.status NOT IN ('queued', 'running'),
+           count(*), sum(r.tokens_in), sum(r.tokens_out), sum(r.cost)
+    FROM task_runs r
+    JOIN ai_tasks t ON t.id = r.task_id
+    WHERE r.task_id = ANY (p_tasks) AND (p_runs IS NULL OR r.id = ANY (p_runs))
+    GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (project_id, day, usage_day, model, stopped) DO UPDATE
+    SET runs = u.runs + excluded.runs, tokens_in = u.tokens_in + excluded.tokens_in,
+        tokens_out = u.tokens_out + excluded.tokens_out, cost = u.cost + excluded.cost
+$$;
+
+-- FUNCTION: agentworker_seal_event_partitions()
+CREATE FUNCTION public.agentworker_seal_event_partitions() RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_name   text;
+    v_day    date;
+    v_below  xid8;
+    v_id     bigint;
+    v_sealed integer := 0;
+    v_lock   text := current_setting('lock_timeout');
+BEGIN
+    FOR v_name, v_day IN
+        SELECT d.partition, d.day FROM agent_event_days d
+        WHERE d.xid_below IS NULL
+          AND (d.day + 1)::timestamp AT TIME ZONE 'UTC' + interval '1 hour' <= clock_timestamp()
+        ORDER BY d.day
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', v_name);
+            v_below := pg_snapshot_xmax(pg_current_snapshot());
+            SELECT last_value + 1 INTO v_id FROM agent_events_id_seq;
+            EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (xid < %L::xid8 AND id < %s) NOT VALID',
+                           v_name, v_name || '_sealed', v_below, v_id);
+            UPDATE agent_event_days SET xid_below = v_below, id_below = v_id WHERE partition = v_name;
+            v_sealed := v_sealed + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_lock, true);
+    RETURN v_sealed;
+END
+$$;
 
 -- FUNCTION: agentworker_seal_internal()
 CREATE FUNCTION public.agentworker_seal_internal() RETURNS void
@@ -956,7 +1191,7 @@ CREATE FUNCTION public.ai_tasks_delete_events() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
-    DELETE FROM agent_events e USING old_rows o WHERE e.task_id = o.id;
+    DELETE FROM agent_events WHERE task_id = ANY (ARRAY(SELECT id FROM old_rows));
     RETURN NULL;
 END
 $$;
@@ -1220,6 +1455,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_roll_up_usage()
+CREATE FUNCTION public.ai_tasks_roll_up_usage() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM agentworker_roll_up_runs(ARRAY[OLD.id], NULL);
+    RETURN OLD;
+END
+$$;
+
 -- FUNCTION: ai_tasks_truncate_events()
 CREATE FUNCTION public.ai_tasks_truncate_events() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1227,6 +1473,22 @@ CREATE FUNCTION public.ai_tasks_truncate_events() RETURNS trigger
     AS $$
 BEGIN
     DELETE FROM agent_events WHERE task_id IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION: change_sets_drop_staged()
+CREATE FUNCTION public.change_sets_drop_staged() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.status = 'discarded' THEN
+        DELETE FROM change_set_entries WHERE task_id = NEW.task_id;
+    ELSE
+        UPDATE change_set_entries SET cp = false, cp_op = NULL, cp_content = NULL, cp_from_path = NULL
+        WHERE task_id = NEW.task_id AND (cp OR cp_content IS NOT NULL);
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -1320,6 +1582,35 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: task_runs_roll_up_usage()
+CREATE FUNCTION public.task_runs_roll_up_usage() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM agentworker_roll_up_runs(ARRAY[OLD.task_id], ARRAY[OLD.id]);
+    RETURN OLD;
+END
+$$;
+
+-- TABLE: agent_event_days
+CREATE TABLE public.agent_event_days (
+    partition text NOT NULL,
+    day date NOT NULL,
+    xid_below xid8,
+    id_below bigint,
+    CONSTRAINT agent_event_days_check CHECK (((xid_below IS NULL) = (id_below IS NULL)))
+);
+
+-- COMMENT: TABLE agent_event_days
+COMMENT ON TABLE public.agent_event_days IS 'The day partitions of agent_events and their seals: a sealed day''s rows all have an xid below xid_below and an id below id_below (the partition''s CHECK constraint <partition>_sealed), so a read after an xid, or of an id, skips it.';
+
+-- COMMENT: COLUMN agent_event_days.xid_below
+COMMENT ON COLUMN public.agent_event_days.xid_below IS 'NULL until sealed; then the xmax of a snapshot taken under the partition''s exclusive lock once its day ended.';
+
+-- COMMENT: COLUMN agent_event_days.id_below
+COMMENT ON COLUMN public.agent_event_days.id_below IS 'NULL until sealed; then the id sequence''s next value, taken under the same lock.';
+
 -- SEQUENCE: agent_events_id_seq
 CREATE SEQUENCE public.agent_events_id_seq
     START WITH 1
@@ -1330,6 +1621,25 @@ CREATE SEQUENCE public.agent_events_id_seq
 
 -- SEQUENCE OWNED BY: agent_events_id_seq
 ALTER SEQUENCE public.agent_events_id_seq OWNED BY public.agent_events.id;
+
+-- TABLE: agent_events_default
+CREATE TABLE public.agent_events_default (
+    id bigint DEFAULT nextval('public.agent_events_id_seq'::regclass) NOT NULL,
+    task_id uuid,
+    project_id uuid NOT NULL,
+    seq integer,
+    type text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    batch uuid,
+    CONSTRAINT agent_events_check CHECK (((task_id IS NULL) OR (seq IS NOT NULL))),
+    CONSTRAINT agent_events_type_check CHECK ((type = ANY (ARRAY['agent_phase'::text, 'tool_call'::text, 'file_update'::text, 'self_repair'::text, 'log'::text, 'error'::text, 'progress'::text])))
+);
+ALTER TABLE ONLY public.agent_events_default ALTER COLUMN payload SET COMPRESSION lz4;
+
+-- COMMENT: TABLE agent_events_default
+COMMENT ON TABLE public.agent_events_default IS 'Events of a time no day partition covers; the leader moves them into their day''s partition.';
 
 -- TABLE: agents
 CREATE TABLE public.agents (
@@ -1657,21 +1967,62 @@ COMMENT ON COLUMN public.task_runs.next_retry_at IS 'When a retry_scheduled run 
 -- COMMENT: COLUMN task_runs.rate_limit_wait_ms
 COMMENT ON COLUMN public.task_runs.rate_limit_wait_ms IS 'Milliseconds the run''s model calls waited for the provider''s rate limit.';
 
+-- TABLE: usage_rollup
+CREATE TABLE public.usage_rollup (
+    project_id uuid NOT NULL,
+    day date NOT NULL,
+    usage_day date NOT NULL,
+    model text NOT NULL,
+    stopped boolean NOT NULL,
+    runs bigint DEFAULT 0 NOT NULL,
+    tokens_in bigint DEFAULT 0 NOT NULL,
+    tokens_out bigint DEFAULT 0 NOT NULL,
+    cost numeric DEFAULT 0 NOT NULL
+);
+
+-- COMMENT: TABLE usage_rollup
+COMMENT ON TABLE public.usage_rollup IS 'What deleted runs spent, by project, day and model: added in the transaction that deletes them, read by the usage views with the live runs.';
+
+-- COMMENT: COLUMN usage_rollup.day
+COMMENT ON COLUMN public.usage_rollup.day IS 'UTC day of the run''s finish, else start, else creation (project_usage_daily''s day).';
+
+-- COMMENT: COLUMN usage_rollup.usage_day
+COMMENT ON COLUMN public.usage_rollup.usage_day IS 'UTC day of the run''s finish, else creation (usage_daily''s day).';
+
+-- COMMENT: COLUMN usage_rollup.stopped
+COMMENT ON COLUMN public.usage_rollup.stopped IS 'The runs had stopped running (usage_daily counts only those).';
+
 -- VIEW: project_usage_daily
 CREATE VIEW public.project_usage_daily WITH (security_invoker='true') AS
- SELECT t.project_id,
-    ((COALESCE(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC'::text))::date AS day,
-    COALESCE(t.model, 'unknown'::text) AS model,
-    count(*) AS runs,
-    (sum(r.tokens_in))::bigint AS tokens_in,
-    (sum(r.tokens_out))::bigint AS tokens_out,
-    sum(r.cost) AS cost
-   FROM (public.task_runs r
-     JOIN public.ai_tasks t ON ((t.id = r.task_id)))
-  GROUP BY t.project_id, (((COALESCE(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC'::text))::date), COALESCE(t.model, 'unknown'::text);
+ SELECT u.project_id,
+    u.day,
+    u.model,
+    (sum(u.runs))::bigint AS runs,
+    (sum(u.tokens_in))::bigint AS tokens_in,
+    (sum(u.tokens_out))::bigint AS tokens_out,
+    sum(u.cost) AS cost
+   FROM ( SELECT t.project_id,
+            ((COALESCE(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC'::text))::date AS day,
+            COALESCE(t.model, 'unknown'::text) AS model,
+            1 AS runs,
+            r.tokens_in,
+            r.tokens_out,
+            r.cost
+           FROM (public.task_runs r
+             JOIN public.ai_tasks t ON ((t.id = r.task_id)))
+        UNION ALL
+         SELECT usage_rollup.project_id,
+            usage_rollup.day,
+            usage_rollup.model,
+            usage_rollup.runs,
+            usage_rollup.tokens_in,
+            usage_rollup.tokens_out,
+            usage_rollup.cost
+           FROM public.usage_rollup) u
+  GROUP BY u.project_id, u.day, u.model;
 
 -- COMMENT: VIEW project_usage_daily
-COMMENT ON VIEW public.project_usage_daily IS 'Tokens and cost by project, UTC day and model, read with the caller''s rights.';
+COMMENT ON VIEW public.project_usage_daily IS 'Tokens and cost by project, UTC day and model, read with the caller''s rights: live runs and the rollup of deleted ones.';
 
 -- TABLE: task_checkpoints
 CREATE TABLE public.task_checkpoints (
@@ -1741,30 +2092,64 @@ COMMENT ON TABLE public.tasks_md_cursor IS 'How far the tasks.md renderer has re
 
 -- VIEW: usage_daily
 CREATE VIEW public.usage_daily WITH (security_invoker='true') AS
- SELECT ((COALESCE(r.finished_at, r.created_at) AT TIME ZONE 'UTC'::text))::date AS day,
-    COALESCE(t.model, 'unknown'::text) AS model,
-    count(*) AS runs,
-    (sum(r.tokens_in))::bigint AS tokens_in,
-    (sum(r.tokens_out))::bigint AS tokens_out,
-    (sum(r.cost))::numeric(14,6) AS cost
-   FROM (public.task_runs r
-     JOIN public.ai_tasks t ON ((t.id = r.task_id)))
-  WHERE (r.status <> ALL (ARRAY['queued'::text, 'running'::text]))
-  GROUP BY (((COALESCE(r.finished_at, r.created_at) AT TIME ZONE 'UTC'::text))::date), COALESCE(t.model, 'unknown'::text);
+ SELECT u.day,
+    u.model,
+    (sum(u.runs))::bigint AS runs,
+    (sum(u.tokens_in))::bigint AS tokens_in,
+    (sum(u.tokens_out))::bigint AS tokens_out,
+    (sum(u.cost))::numeric(14,6) AS cost
+   FROM ( SELECT ((COALESCE(r.finished_at, r.created_at) AT TIME ZONE 'UTC'::text))::date AS day,
+            COALESCE(t.model, 'unknown'::text) AS model,
+            1 AS runs,
+            r.tokens_in,
+            r.tokens_out,
+            r.cost
+           FROM (public.task_runs r
+             JOIN public.ai_tasks t ON ((t.id = r.task_id)))
+          WHERE (r.status <> ALL (ARRAY['queued'::text, 'running'::text]))
+        UNION ALL
+         SELECT usage_rollup.usage_day,
+            usage_rollup.model,
+            usage_rollup.runs,
+            usage_rollup.tokens_in,
+            usage_rollup.tokens_out,
+            usage_rollup.cost
+           FROM public.usage_rollup
+          WHERE usage_rollup.stopped) u
+  GROUP BY u.day, u.model;
 
 -- COMMENT: VIEW usage_daily
-COMMENT ON VIEW public.usage_daily IS 'Tokens and cost by UTC day and model, every project together, summed on read from finished runs.';
+COMMENT ON VIEW public.usage_daily IS 'Tokens and cost by UTC day and model, every project together, summed on read from finished runs and the rollup of deleted ones.';
+
+-- TABLE ATTACH: agent_events_default
+ALTER TABLE ONLY public.agent_events ATTACH PARTITION public.agent_events_default DEFAULT;
 
 -- DEFAULT: agent_events id
 ALTER TABLE ONLY public.agent_events ALTER COLUMN id SET DEFAULT nextval('public.agent_events_id_seq'::regclass);
 
+-- CONSTRAINT: agent_event_days agent_event_days_day_key
+ALTER TABLE ONLY public.agent_event_days
+    ADD CONSTRAINT agent_event_days_day_key UNIQUE (day);
+
+-- CONSTRAINT: agent_event_days agent_event_days_pkey
+ALTER TABLE ONLY public.agent_event_days
+    ADD CONSTRAINT agent_event_days_pkey PRIMARY KEY (partition);
+
 -- CONSTRAINT: agent_events agent_events_pkey
 ALTER TABLE ONLY public.agent_events
-    ADD CONSTRAINT agent_events_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT agent_events_pkey PRIMARY KEY (id, created_at);
+
+-- CONSTRAINT: agent_events_default agent_events_default_pkey
+ALTER TABLE ONLY public.agent_events_default
+    ADD CONSTRAINT agent_events_default_pkey PRIMARY KEY (id, created_at);
 
 -- CONSTRAINT: agent_events agent_events_task_id_seq_key
 ALTER TABLE ONLY public.agent_events
-    ADD CONSTRAINT agent_events_task_id_seq_key UNIQUE (task_id, seq);
+    ADD CONSTRAINT agent_events_task_id_seq_key UNIQUE (task_id, seq, created_at);
+
+-- CONSTRAINT: agent_events_default agent_events_default_task_id_seq_created_at_key
+ALTER TABLE ONLY public.agent_events_default
+    ADD CONSTRAINT agent_events_default_task_id_seq_created_at_key UNIQUE (task_id, seq, created_at);
 
 -- CONSTRAINT: agents agents_pkey
 ALTER TABLE ONLY public.agents
@@ -1850,20 +2235,42 @@ ALTER TABLE ONLY public.task_runs
 ALTER TABLE ONLY public.tasks_md_cursor
     ADD CONSTRAINT tasks_md_cursor_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT: usage_rollup usage_rollup_pkey
+ALTER TABLE ONLY public.usage_rollup
+    ADD CONSTRAINT usage_rollup_pkey PRIMARY KEY (project_id, day, usage_day, model, stopped);
+
 -- INDEX: agent_events_batch_idx
-CREATE UNIQUE INDEX agent_events_batch_idx ON public.agent_events USING btree (task_id, batch) WHERE (batch IS NOT NULL);
+CREATE UNIQUE INDEX agent_events_batch_idx ON ONLY public.agent_events USING btree (task_id, batch, created_at) WHERE (batch IS NOT NULL);
+
+-- INDEX: agent_events_default_created_idx
+CREATE INDEX agent_events_default_created_idx ON public.agent_events_default USING btree (created_at);
 
 -- INDEX: agent_events_log_idx
-CREATE INDEX agent_events_log_idx ON public.agent_events USING btree (project_id, id) WHERE (type = 'log'::text);
+CREATE INDEX agent_events_log_idx ON ONLY public.agent_events USING btree (project_id, id) WHERE (type = 'log'::text);
 
--- INDEX: agent_events_phase_xid_idx
-CREATE INDEX agent_events_phase_xid_idx ON public.agent_events USING btree (xid) WHERE (type = 'agent_phase'::text);
+-- INDEX: agent_events_default_project_id_id_idx
+CREATE INDEX agent_events_default_project_id_id_idx ON public.agent_events_default USING btree (project_id, id) WHERE (type = 'log'::text);
 
 -- INDEX: agent_events_project_xid_idx
-CREATE INDEX agent_events_project_xid_idx ON public.agent_events USING btree (project_id, xid, id);
+CREATE INDEX agent_events_project_xid_idx ON ONLY public.agent_events USING btree (project_id, xid, id);
+
+-- INDEX: agent_events_default_project_id_xid_id_idx
+CREATE INDEX agent_events_default_project_id_xid_id_idx ON public.agent_events_default USING btree (project_id, xid, id);
+
+-- INDEX: agent_events_default_task_id_batch_created_at_idx
+CREATE UNIQUE INDEX agent_events_default_task_id_batch_created_at_idx ON public.agent_events_default USING btree (task_id, batch, created_at) WHERE (batch IS NOT NULL);
+
+-- INDEX: agent_events_phase_xid_idx
+CREATE INDEX agent_events_phase_xid_idx ON ONLY public.agent_events USING btree (xid) WHERE (type = 'agent_phase'::text);
+
+-- INDEX: agent_events_default_xid_idx
+CREATE INDEX agent_events_default_xid_idx ON public.agent_events_default USING btree (xid) WHERE (type = 'agent_phase'::text);
 
 -- INDEX: ai_tasks_agent_idx
 CREATE INDEX ai_tasks_agent_idx ON public.ai_tasks USING btree (agent_id) WHERE (agent_id IS NOT NULL);
+
+-- INDEX: ai_tasks_finished_idx
+CREATE INDEX ai_tasks_finished_idx ON public.ai_tasks USING btree (COALESCE(finished_at, updated_at)) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text]));
 
 -- INDEX: ai_tasks_lease_idx
 CREATE INDEX ai_tasks_lease_idx ON public.ai_tasks USING btree (lease_expires_at) WHERE (status = 'running'::text);
@@ -1886,6 +2293,12 @@ CREATE UNIQUE INDEX inbox_items_open_per_run_idx ON public.inbox_items USING btr
 -- INDEX: inbox_items_project_idx
 CREATE INDEX inbox_items_project_idx ON public.inbox_items USING btree (project_id, created_at DESC) WHERE (status = 'open'::text);
 
+-- INDEX: inbox_items_run_idx
+CREATE INDEX inbox_items_run_idx ON public.inbox_items USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+-- INDEX: inbox_items_task_idx
+CREATE INDEX inbox_items_task_idx ON public.inbox_items USING btree (task_id);
+
 -- INDEX: river_job_ai_task_idx
 CREATE INDEX river_job_ai_task_idx ON public.river_job USING btree (((args ->> 'task_id'::text))) WHERE (kind = 'ai_task'::text);
 
@@ -1897,6 +2310,24 @@ CREATE INDEX task_dependencies_depends_on_idx ON public.task_dependencies USING 
 
 -- INDEX: task_runs_finished_at_idx
 CREATE INDEX task_runs_finished_at_idx ON public.task_runs USING btree (finished_at);
+
+-- INDEX ATTACH: agent_events_default_pkey
+ALTER INDEX public.agent_events_pkey ATTACH PARTITION public.agent_events_default_pkey;
+
+-- INDEX ATTACH: agent_events_default_project_id_id_idx
+ALTER INDEX public.agent_events_log_idx ATTACH PARTITION public.agent_events_default_project_id_id_idx;
+
+-- INDEX ATTACH: agent_events_default_project_id_xid_id_idx
+ALTER INDEX public.agent_events_project_xid_idx ATTACH PARTITION public.agent_events_default_project_id_xid_id_idx;
+
+-- INDEX ATTACH: agent_events_default_task_id_batch_created_at_idx
+ALTER INDEX public.agent_events_batch_idx ATTACH PARTITION public.agent_events_default_task_id_batch_created_at_idx;
+
+-- INDEX ATTACH: agent_events_default_task_id_seq_created_at_key
+ALTER INDEX public.agent_events_task_id_seq_key ATTACH PARTITION public.agent_events_default_task_id_seq_created_at_key;
+
+-- INDEX ATTACH: agent_events_default_xid_idx
+ALTER INDEX public.agent_events_phase_xid_idx ATTACH PARTITION public.agent_events_default_xid_idx;
 
 -- TRIGGER: agent_events agent_events_announce
 CREATE TRIGGER agent_events_announce AFTER INSERT ON public.agent_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.agent_events_announce();
@@ -1961,14 +2392,23 @@ CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_t
 -- TRIGGER: ai_tasks ai_tasks_requeue
 CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.ai_tasks_requeue();
 
+-- TRIGGER: ai_tasks ai_tasks_roll_up_usage
+CREATE TRIGGER ai_tasks_roll_up_usage BEFORE DELETE ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_roll_up_usage();
+
 -- TRIGGER: ai_tasks ai_tasks_truncate_events
 CREATE TRIGGER ai_tasks_truncate_events AFTER TRUNCATE ON public.ai_tasks FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_truncate_events();
+
+-- TRIGGER: change_sets change_sets_drop_staged
+CREATE TRIGGER change_sets_drop_staged AFTER UPDATE OF status ON public.change_sets FOR EACH ROW WHEN (((new.status = ANY (ARRAY['applied'::text, 'discarded'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.change_sets_drop_staged();
 
 -- TRIGGER: task_dependencies task_dependencies_check
 CREATE TRIGGER task_dependencies_check BEFORE INSERT ON public.task_dependencies FOR EACH ROW EXECUTE FUNCTION public.task_dependencies_check();
 
 -- TRIGGER: task_runs task_runs_guard_status
 CREATE TRIGGER task_runs_guard_status BEFORE INSERT OR UPDATE OF status ON public.task_runs FOR EACH ROW EXECUTE FUNCTION public.task_runs_guard_status();
+
+-- TRIGGER: task_runs task_runs_roll_up_usage
+CREATE TRIGGER task_runs_roll_up_usage BEFORE DELETE ON public.task_runs FOR EACH ROW EXECUTE FUNCTION public.task_runs_roll_up_usage();
 
 -- FK CONSTRAINT: ai_tasks ai_tasks_agent_id_fkey
 ALTER TABLE ONLY public.ai_tasks
@@ -2014,8 +2454,14 @@ ALTER TABLE ONLY public.task_dependencies
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
 
+-- ROW SECURITY: agent_event_days
+ALTER TABLE public.agent_event_days ENABLE ROW LEVEL SECURITY;
+
 -- ROW SECURITY: agent_events
 ALTER TABLE public.agent_events ENABLE ROW LEVEL SECURITY;
+
+-- ROW SECURITY: agent_events_default
+ALTER TABLE public.agent_events_default ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: agent_events agent_events_read_own
 CREATE POLICY agent_events_read_own ON public.agent_events FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
@@ -2129,6 +2575,15 @@ CREATE POLICY task_runs_service ON public.task_runs TO service_role USING (true)
 
 -- ROW SECURITY: tasks_md_cursor
 ALTER TABLE public.tasks_md_cursor ENABLE ROW LEVEL SECURITY;
+
+-- ROW SECURITY: usage_rollup
+ALTER TABLE public.usage_rollup ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: usage_rollup usage_rollup_read_own
+CREATE POLICY usage_rollup_read_own ON public.usage_rollup FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: usage_rollup usage_rollup_service
+CREATE POLICY usage_rollup_service ON public.usage_rollup TO service_role USING (true);
 
 -- ACL: SCHEMA public
 GRANT USAGE ON SCHEMA public TO authenticated;
@@ -2274,8 +2729,32 @@ REVOKE ALL ON FUNCTION public.agentworker_control_for_caller(p_task_id uuid, p_a
 -- ACL: FUNCTION agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text)
 REVOKE ALL ON FUNCTION public.agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text) FROM PUBLIC;
 
+-- ACL: FUNCTION agentworker_create_event_partition(p_day date)
+REVOKE ALL ON FUNCTION public.agentworker_create_event_partition(p_day date) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer)
+REVOKE ALL ON FUNCTION public.agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_drop_event_partition(p_name text, p_tasks uuid[], p_lock_timeout interval)
+REVOKE ALL ON FUNCTION public.agentworker_drop_event_partition(p_name text, p_tasks uuid[], p_lock_timeout interval) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_enqueue_task(p_task_id uuid)
 REVOKE ALL ON FUNCTION public.agentworker_enqueue_task(p_task_id uuid) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_event_floor(p_xid xid8, p_id bigint)
+REVOKE ALL ON FUNCTION public.agentworker_event_floor(p_xid xid8, p_id bigint) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_event_partition_tasks(p_name text)
+REVOKE ALL ON FUNCTION public.agentworker_event_partition_tasks(p_name text) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_event_partition_tasks_detached(p_name text, p_tasks uuid[])
+REVOKE ALL ON FUNCTION public.agentworker_event_partition_tasks_detached(p_name text, p_tasks uuid[]) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_event_partitions()
+REVOKE ALL ON FUNCTION public.agentworker_event_partitions() FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_events_since(p_after bigint)
+REVOKE ALL ON FUNCTION public.agentworker_events_since(p_after bigint) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb)
 REVOKE ALL ON FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb) FROM PUBLIC;
@@ -2293,6 +2772,9 @@ REVOKE ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_vers
 GRANT ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_prepare_event_partitions(p_days_ahead integer)
+REVOKE ALL ON FUNCTION public.agentworker_prepare_event_partitions(p_days_ahead integer) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text)
 REVOKE ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) TO authenticated;
@@ -2307,6 +2789,12 @@ GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_vers
 REVOKE ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text) TO service_role;
+
+-- ACL: FUNCTION agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[])
+REVOKE ALL ON FUNCTION public.agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_seal_event_partitions()
+REVOKE ALL ON FUNCTION public.agentworker_seal_event_partitions() FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_seal_internal()
 REVOKE ALL ON FUNCTION public.agentworker_seal_internal() FROM PUBLIC;
@@ -2367,14 +2855,23 @@ REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_requeue()
 REVOKE ALL ON FUNCTION public.ai_tasks_requeue() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_roll_up_usage()
+REVOKE ALL ON FUNCTION public.ai_tasks_roll_up_usage() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_truncate_events()
 REVOKE ALL ON FUNCTION public.ai_tasks_truncate_events() FROM PUBLIC;
+
+-- ACL: FUNCTION change_sets_drop_staged()
+REVOKE ALL ON FUNCTION public.change_sets_drop_staged() FROM PUBLIC;
 
 -- ACL: FUNCTION task_dependencies_check()
 REVOKE ALL ON FUNCTION public.task_dependencies_check() FROM PUBLIC;
 
 -- ACL: FUNCTION task_runs_guard_status()
 REVOKE ALL ON FUNCTION public.task_runs_guard_status() FROM PUBLIC;
+
+-- ACL: FUNCTION task_runs_roll_up_usage()
+REVOKE ALL ON FUNCTION public.task_runs_roll_up_usage() FROM PUBLIC;
 
 -- ACL: TABLE agents
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO authenticated;
@@ -2394,6 +2891,10 @@ GRANT SELECT ON TABLE public.inbox_items TO service_role;
 -- ACL: TABLE task_runs
 GRANT SELECT ON TABLE public.task_runs TO authenticated;
 GRANT SELECT ON TABLE public.task_runs TO service_role;
+
+-- ACL: TABLE usage_rollup
+GRANT SELECT ON TABLE public.usage_rollup TO authenticated;
+GRANT SELECT ON TABLE public.usage_rollup TO service_role;
 
 -- ACL: TABLE project_usage_daily
 GRANT SELECT ON TABLE public.project_usage_daily TO authenticated;

@@ -1,7 +1,8 @@
 // Package worker holds the River side of agentworker: the River client, the
 // ai_tasks → River job bridge (pickup trigger, Submit, and a reconciler
 // backstop run on River's leader), the idempotent claim, dispatch by task
-// type, and graceful shutdown.
+// type, graceful shutdown, and the leader's retention pass (agent_events'
+// day partitions made ahead and dropped, old finished tasks deleted).
 package worker
 
 import (
@@ -104,6 +105,10 @@ type Config struct {
 	// TasksMDInterval is how often the leader renders the changed projects'
 	// task lists. Defaults to 1 second.
 	TasksMDInterval time.Duration
+	// Retention is what River's leader keeps of finished work, and how it
+	// makes agent_events' partitions ahead of time. Defaults to keeping
+	// everything (RetentionConfig).
+	Retention RetentionConfig
 	// ID names this worker in task_runs and logs. Defaults to host-pid.
 	ID string
 	// Logger defaults to discarding.
@@ -190,6 +195,7 @@ func (c Config) withDefaults() Config {
 	if c.StuckIdleTimeout <= 0 {
 		c.StuckIdleTimeout = 10 * time.Minute
 	}
+	c.Retention = c.Retention.withDefaults()
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -231,6 +237,14 @@ func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Conf
 			func() (river.JobArgs, *river.InsertOpts) { return reconcileArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}),
 	}
+	if err := river.AddWorkerSafely(workers, &retentionWorker{svc: s}); err != nil {
+		return nil, fmt.Errorf("register retention worker: %w", err)
+	}
+	// The partitions ahead of time are made by the leader, never on a
+	// task's path; RunOnStart makes them as soon as a leader is elected.
+	periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.Retention.Interval),
+		func() (river.JobArgs, *river.InsertOpts) { return retentionArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true}))
 	if cfg.TasksMD.Store != nil && cfg.TasksMD.Path != "" {
 		if err := river.AddWorkerSafely(workers, &tasksMDWorker{svc: s}); err != nil {
 			return nil, fmt.Errorf("register tasks.md worker: %w", err)

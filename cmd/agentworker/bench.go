@@ -22,8 +22,9 @@ import (
 func runBench(ctx context.Context, cfg config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "reduced sizes, under two minutes")
+	retentionEvents := fs.Int("retention-events", 0, "events in the retention scenario's full table (0: 10 million, 100,000 with -quick)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
-	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, graph, memory); all by default")
+	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, graph, retention, memory); all by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -32,6 +33,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	}
 	log := cfg.logger()
 	opts := bench.Options{Quick: *quick, Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Logger: log}
+	opts.RetentionEvents = *retentionEvents
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
 	}

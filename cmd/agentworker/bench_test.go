@@ -55,6 +55,10 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
 		"graph.handoff_ms.p50": r.Graph.HandoffMS.P50, "graph.pickup_ms.p50": r.Graph.PickupMS.P50, "graph.handoff_ratio": r.Graph.HandoffRatio,
 		"graph.tasks_per_s": r.Graph.TasksPerS, "graph.flat_tasks_per_s": r.Graph.FlatTasksPerS,
+		"retention.full.insert_ms.p50": r.Retention.Full.InsertMS.P50, "retention.full.stream_read_ms.p50": r.Retention.Full.StreamReadMS.P50,
+		"retention.full.task_list_ms.p50": r.Retention.Full.TaskListMS.P50, "retention.empty.stream_read_ms.p50": r.Retention.Empty.StreamReadMS.P50,
+		"retention.unpartitioned_full.stream_read_ms.p50": r.Retention.UnpartitionedFull.StreamReadMS.P50,
+		"retention.drop_day_ms":                           r.Retention.DropDayMS,
 	} {
 		if v <= 0 {
 			t.Errorf("%s = %v, want a measured figure", name, v)
@@ -93,7 +97,7 @@ func TestBenchQuickSmoke(t *testing.T) {
 		}
 	}
 	md := r.Markdown()
-	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider"} {
+	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider", "drop a day"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the markdown table shows no %q:\n%s", want, md)
 		}

@@ -101,12 +101,29 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (store, error)
 // openArchive is the events archive in the S3 store st, or nil when
 // project files are in a local directory (no archive: retention must keep
 // the rows).
-func openArchive(cfg config, log *slog.Logger, pool *pgxpool.Pool, st store) (*archive.Archiver, error) {
+func openArchive(cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store) (*archive.Archiver, error) {
 	s3, ok := st.(*storage.S3)
 	if !ok {
 		return nil, nil
 	}
 	return archive.New(pool, s3, archive.Config{Prefix: cfg.ArchivePrefix, Logger: log})
+}
+
+// archivedRetention is r with the archive in front of every drop and
+// delete: a day of events is archived before it is dropped, a task's
+// archive deleted before the task. Without an archive (project files in a
+// local directory) events are kept whatever EVENTS_RETENTION says, so
+// none is lost.
+func archivedRetention(r worker.RetentionConfig, arch *archive.Archiver, log *slog.Logger) worker.RetentionConfig {
+	if arch == nil {
+		if r.Events > 0 {
+			log.Warn("EVENTS_RETENTION is ignored: events are archived before they are dropped, and the archive needs S3 storage")
+			r.Events = 0
+		}
+		return r
+	}
+	r.BeforeDrop, r.BeforeDelete = arch.ArchiveTasks, arch.DeleteArchives
+	return r
 }
 
 // readsArchive is a as what the event readers take: none when a is nil.
@@ -143,7 +160,13 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
-		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath}}
+		TasksMD:   worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
+		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention)}}
+	arch, err := openArchive(cfg, log, pool, st)
+	if err != nil {
+		return nil, err
+	}
+	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log)
 	var reserved []string
 	if cfg.TasksMDPath != "" {
 		reserved = []string{cfg.TasksMDPath}

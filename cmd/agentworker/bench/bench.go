@@ -43,6 +43,9 @@ type Options struct {
 	Quick bool
 	// Only names the scenarios to run. Defaults to all.
 	Only []string
+	// RetentionEvents is the size of the retention scenario's full table.
+	// Defaults to 10 million (100,000 with Quick).
+	RetentionEvents int
 	// Concurrency is the worker's WORKER_CONCURRENCY. Defaults to 10.
 	Concurrency int
 	// ActiveLimit is the worker's WORKER_ACTIVE_LIMIT (zero: its default).
@@ -103,6 +106,7 @@ type Report struct {
 	Graph    Graph    `json:"graph"`
 
 	ProviderLimit ProviderLimit `json:"provider_limit"`
+	Retention     Retention     `json:"retention"`
 
 	RSSMB struct {
 		Tasks1   float64 `json:"tasks_1"`
@@ -157,6 +161,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"replicas", runReplicas},
 		{"provider-limit", runProviderLimit},
 		{"graph", runGraph},
+		{"retention", runRetention},
 		{"memory", runMemory},
 	}
 	for _, s := range steps {
@@ -206,6 +211,12 @@ func newWorkerDatabase(ctx context.Context, adminURL string, concurrency int, tr
 // newDatabaseTraced is newDatabase whose pool is sized by size and reports
 // its statements to tracer, when not nil.
 func newDatabaseTraced(ctx context.Context, adminURL string, size func(*pgxpool.Config), tracer pgx.QueryTracer) (*database, error) {
+	return newDatabaseWith(ctx, adminURL, size, tracer, agentsql.Migrate)
+}
+
+// newDatabaseWith is newDatabaseTraced migrated by migrate.
+func newDatabaseWith(ctx context.Context, adminURL string, size func(*pgxpool.Config), tracer pgx.QueryTracer,
+	migrate func(context.Context, *pgxpool.Pool) error) (*database, error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redact.String(adminURL), err)
@@ -239,7 +250,7 @@ func newDatabaseTraced(ctx context.Context, adminURL string, size func(*pgxpool.
 		drop()
 		return nil, err
 	}
-	if err := agentsql.Migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
 		drop()
 		return nil, err

@@ -76,6 +76,7 @@ func (r Report) Markdown() string {
 			fmt.Sprintf("%d; %d/%d (%.0f %%); %.1f s ÷ %.0f s = %.2f×", run.Failed, run.Refused, run.Answered, 100*run.RefusedRatio, run.WallS, run.IdealS, run.WallRatio),
 			"", "0; ≤ 10 %; ≤ 1.3×")
 	}
+	r.Retention.rows(row)
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range r.Notes {

@@ -1,0 +1,412 @@
+package sql_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
+)
+
+// TestEventsAcrossPartitions: a task's events written on days with a
+// partition and on a day with none (the default partition) keep one
+// per-task order, seq 1…n without a gap or a repeat; reading the timeline,
+// the project stream and PostgREST's computed relationship see them all;
+// the leader's pass later moves the default partition's rows into their
+// day's partition, ids and seqs unchanged.
+func TestEventsAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task := insertTaskIn(t, pool, agentsql.StatusQueued)
+	var project uuid.UUID
+	if err := pool.QueryRow(ctx, `SELECT project_id FROM ai_tasks WHERE id = $1`, task).Scan(&project); err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	far := today.AddDate(0, 0, 40) // no partition is made this far ahead
+	var where []string
+	for _, at := range []time.Time{today.Add(time.Hour), far.Add(time.Hour), today.AddDate(0, 0, 1).Add(time.Hour), far.Add(2 * time.Hour)} {
+		var part string
+		if err := pool.QueryRow(ctx, `INSERT INTO agent_events (task_id, project_id, type, payload, created_at)
+			VALUES ($1, $2, 'log', '{"message": "x"}', $3) RETURNING tableoid::regclass::text`, task, project, at).Scan(&part); err != nil {
+			t.Fatalf("insert an event at %s: %v", at, err)
+		}
+		where = append(where, part)
+	}
+	want := []string{"agent_events_p" + today.Format("20060102"), "agent_events_default",
+		"agent_events_p" + today.AddDate(0, 0, 1).Format("20060102"), "agent_events_default"}
+	if !slices.Equal(where, want) {
+		t.Errorf("events landed in %v, want %v", where, want)
+	}
+
+	type key struct {
+		ID  int64
+		Seq int
+	}
+	read := func() []key {
+		t.Helper()
+		evs, err := agentsql.TaskEventsAfter(ctx, pool, task, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks []key
+		for _, e := range evs {
+			ks = append(ks, key{e.ID, *e.Seq})
+		}
+		return ks
+	}
+	before := read()
+	if len(before) != 4 {
+		t.Fatalf("timeline = %v, want 4 events", before)
+	}
+	for i, k := range before {
+		if k.Seq != i+1 {
+			t.Errorf("timeline = %v, want seqs 1…4 in order", before)
+			break
+		}
+	}
+	var lastSeq int
+	if err := pool.QueryRow(ctx, `SELECT last_seq FROM ai_tasks WHERE id = $1`, task).Scan(&lastSeq); err != nil || lastSeq != 4 {
+		t.Errorf("ai_tasks.last_seq = %d (%v), want 4", lastSeq, err)
+	}
+	// The project stream delivers below the cluster's xmin: another
+	// database's open transaction may hold it back a moment.
+	poll.Until(t, "the project stream reads the 4 events", 30*time.Second, func() bool {
+		rows, _, err := agentsql.ProjectEventsAfter(ctx, pool, project, agentsql.ProjectCursor{}, 100)
+		return err == nil && len(rows) == 4
+	})
+	var embedded int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM agent_events((SELECT t FROM ai_tasks t WHERE id = $1))`, task).Scan(&embedded); err != nil || embedded != 4 {
+		t.Errorf("agent_events(ai_tasks) = %d (%v), want 4", embedded, err)
+	}
+
+	made, err := agentsql.PrepareEventPartitions(ctx, pool, 3)
+	if err != nil || made != 1 {
+		t.Fatalf("PrepareEventPartitions = %d, %v; want the far day's partition made", made, err)
+	}
+	var inDefault int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM agent_events_default`).Scan(&inDefault); err != nil || inDefault != 0 {
+		t.Errorf("agent_events_default holds %d rows (%v) after the pass, want 0", inDefault, err)
+	}
+	if after := read(); !slices.Equal(after, before) {
+		t.Errorf("after the move the timeline is %v, want %v", after, before)
+	}
+	// The seq stays unique per task across partitions: the next event
+	// takes 5 whatever day it lands on.
+	evs, err := agentsql.InsertEvents(ctx, pool, task, project, []agentsql.NewEvent{{Type: "log", Payload: json.RawMessage(`{"message":"y"}`)}})
+	if err != nil || *evs[0].Seq != 5 {
+		t.Errorf("next event: %+v, %v; want seq 5", evs, err)
+	}
+}
+
+// TestEventInsertAnnouncedFromPartitionedTable: a plain SQL insert into the
+// partitioned table is still announced by the statement trigger, once, with
+// its task and project.
+func TestEventInsertAnnouncedFromPartitionedTable(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task := insertTaskIn(t, pool, agentsql.StatusQueued)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+agentsql.EventsChannel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, type, created_at)
+		SELECT id, project_id, 'log', now() + g * interval '1 day' FROM ai_tasks, generate_series(0, 1) g WHERE id = $1`, task); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(wctx)
+	if err != nil {
+		t.Fatalf("no announcement: %v", err)
+	}
+	var a agentsql.Announcement
+	if err := json.Unmarshal([]byte(n.Payload), &a); err != nil || !slices.Equal(a.Tasks, []uuid.UUID{task}) {
+		t.Errorf("announcement %s (%v), want task %s", n.Payload, err, task)
+	}
+}
+
+// TestFinishedChangeSetKeepsOnlyTheDiff: once a build's change set is
+// applied, its entries keep what the diff shows (content and prior) and
+// lose the checkpoint's copy; once discarded (a paused build cancelled),
+// nothing stays.
+func TestFinishedChangeSetKeepsOnlyTheDiff(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	staged := func(status string) uuid.UUID {
+		var id uuid.UUID
+		withoutPickup(t, pool, func(tx pgx.Tx) {
+			f := dbtest.HeldBuild(t, tx, uuid.New(), "p")
+			id = f.TaskID
+			if _, _, err := agentsql.OpenChangeSet(ctx, tx, f, uuid.New()); err != nil {
+				t.Fatal(err)
+			}
+			if err := agentsql.PutChangeEntry(ctx, tx, f, agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("after\n")}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE change_set_entries SET cp = true, cp_op = 'write', cp_content = 'checkpoint', prior = 'before', prior_exists = true
+				WHERE task_id = $1`, id); err != nil {
+				t.Fatal(err)
+			}
+			if status == agentsql.ChangeSetApplied {
+				if _, err := tx.Exec(ctx, `UPDATE change_sets SET status = 'applied' WHERE task_id = $1`, id); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			// A task that ends with its set open discards it.
+			if _, err := tx.Exec(ctx, `UPDATE ai_tasks SET status = 'cancelled' WHERE id = $1`, id); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return id
+	}
+	applied, discarded := staged(agentsql.ChangeSetApplied), staged(agentsql.ChangeSetDiscarded)
+
+	var content, prior, cpContent []byte
+	var cp bool
+	if err := pool.QueryRow(ctx, `SELECT content, prior, cp, cp_content FROM change_set_entries WHERE task_id = $1`, applied).
+		Scan(&content, &prior, &cp, &cpContent); err != nil {
+		t.Fatal(err)
+	}
+	if string(content) != "after\n" || string(prior) != "before" || cp || cpContent != nil {
+		t.Errorf("applied entry: content %q prior %q cp %v cp_content %q; want content and prior kept, the checkpoint's copy gone",
+			content, prior, cp, cpContent)
+	}
+	status, changes, err := agentsql.BuildChanges(ctx, pool, applied)
+	if err != nil || status != agentsql.ChangeSetApplied || len(changes) != 1 || string(changes[0].Content) != "after\n" {
+		t.Errorf("the applied build's diff: %q, %+v, %v", status, changes, err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM change_set_entries WHERE task_id = $1`, discarded).Scan(&left); err != nil || left != 0 {
+		t.Errorf("the discarded set kept %d entries (%v), want none", left, err)
+	}
+}
+
+// TestDropEventPartitionRefusals: a day is not dropped when it holds a task
+// the caller did not read (events written into it since), when one of its
+// tasks went back to work, or when agent_events' lock does not come within
+// the timeout (a long reader); each time the day and its events stay.
+func TestDropEventPartitionRefusals(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -50)
+	part := "agent_events_p" + day.Format("20060102")
+	if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, day); err != nil {
+		t.Fatal(err)
+	}
+	finished := func() uuid.UUID {
+		id := insertTaskIn(t, pool, agentsql.StatusCancelled)
+		if _, err := pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, type, created_at)
+			SELECT id, project_id, 'log', $2 FROM ai_tasks WHERE id = $1`, id, day.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a, b := finished(), finished()
+	events := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM agent_events WHERE created_at < $1`, day.Add(24*time.Hour)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	t.Run("UnknownTask", func(t *testing.T) {
+		dropped, err := agentsql.DropEventPartition(ctx, pool, part, []uuid.UUID{a}, time.Second)
+		if err != nil || dropped || events() != 2 {
+			t.Fatalf("drop knowing only %s: dropped %v, %v, %d events left; want kept", a, dropped, err, events())
+		}
+	})
+	t.Run("TaskBackToWork", func(t *testing.T) {
+		if _, err := pool.Exec(ctx, `UPDATE ai_tasks SET status = 'queued' WHERE id = $1`, b); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if _, err := pool.Exec(context.WithoutCancel(ctx), `UPDATE ai_tasks SET status = 'cancelled' WHERE id = $1`, b); err != nil {
+				t.Error(err)
+			}
+		})
+		dropped, err := agentsql.DropEventPartition(ctx, pool, part, []uuid.UUID{a, b}, time.Second)
+		if err != nil || dropped || events() != 2 {
+			t.Fatalf("drop with %s queued again: dropped %v, %v, %d events left; want kept", b, dropped, err, events())
+		}
+	})
+	t.Run("LockTimeout", func(t *testing.T) {
+		reader, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reader.Rollback(context.WithoutCancel(ctx))
+		if _, err := reader.Exec(ctx, `SELECT count(*) FROM agent_events`); err != nil {
+			t.Fatal(err)
+		}
+		dropped, err := agentsql.DropEventPartition(ctx, pool, part, []uuid.UUID{a, b}, 100*time.Millisecond)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || dropped {
+			t.Fatalf("drop behind a reader: dropped %v, %v; want lock_not_available", dropped, err)
+		}
+		if err := reader.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if events() != 2 {
+			t.Fatalf("%d events left after the refused drop, want 2", events())
+		}
+	})
+	dropped, err := agentsql.DropEventPartition(ctx, pool, part, []uuid.UUID{a, b}, time.Second)
+	if err != nil || !dropped || events() != 0 {
+		t.Fatalf("drop knowing both finished tasks: dropped %v, %v, %d events left", dropped, err, events())
+	}
+}
+
+// TestSealedDaysSkipped: once the leader's pass sealed the past days, a
+// project stream's read after a cursor, the event cursor of a new event,
+// the task list's head and the tasks with events after a new id plan and
+// lock only the days not sealed (today, the days ahead, the default
+// partition), and still return every row; a read from the start, the
+// cursor of an old event, the head of a project whose newest event is in a
+// sealed day and the tasks with events since id 0 read the old days. A
+// row written into a sealed day afterwards (an explicit old created_at and
+// a new xid) is refused, so a seal is never wrong.
+func TestSealedDaysSkipped(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	task := insertTaskIn(t, pool, agentsql.StatusQueued)
+	idle := insertTaskIn(t, pool, agentsql.StatusQueued)
+	var project, idleProject uuid.UUID
+	if err := pool.QueryRow(ctx, `SELECT (SELECT project_id FROM ai_tasks WHERE id = $1), (SELECT project_id FROM ai_tasks WHERE id = $2)`,
+		task, idle).Scan(&project, &idleProject); err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	old := today.AddDate(0, 0, -5).Add(time.Hour)
+	var oldIDs []int64
+	for i := 1; i <= 10; i++ {
+		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []uuid.UUID{task, idle} {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO agent_events (task_id, project_id, type, payload, created_at)
+			SELECT id, project_id, 'log', '{"message": "old"}', $2 FROM ai_tasks WHERE id = $1 RETURNING id`, k, old).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		oldIDs = append(oldIDs, id)
+	}
+	if _, err := agentsql.PrepareEventPartitions(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	var sealed, open int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE xid_below IS NOT NULL), count(*) FILTER (WHERE xid_below IS NULL) FROM agent_event_days`).Scan(&sealed, &open); err != nil {
+		t.Fatal(err)
+	}
+	if sealed != 10 || open != 4 {
+		t.Fatalf("%d days sealed and %d open, want the 10 past days sealed, today and 3 ahead open", sealed, open)
+	}
+
+	rows, err := agentsql.InsertEvents(ctx, pool, task, project, []agentsql.NewEvent{
+		{Type: "log", Payload: []byte(`{"message": "new 1"}`)}, {Type: "log", Payload: []byte(`{"message": "new 2"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A project stream delivers below the cluster's xmin: wait until
+	// every event is deliverable, reading from the start (every day).
+	var all []agentsql.ProjectEventRow
+	poll.Until(t, "the project stream reads the old event and the 2 new", 30*time.Second, func() bool {
+		all, _, err = agentsql.ProjectEventsAfter(ctx, pool, project, agentsql.ProjectCursor{}, 100)
+		return err == nil && len(all) == 3
+	})
+	if all[0].ID != oldIDs[0] || all[2].ID != rows[1].ID {
+		t.Errorf("stream from the start read %d, %d, %d; want %d, %d, %d", all[0].ID, all[1].ID, all[2].ID, oldIDs[0], rows[0].ID, rows[1].ID)
+	}
+
+	// lockedSealed runs read in a transaction and returns the sealed
+	// partitions it locked.
+	lockedSealed := func(read func(tx pgx.Tx) error) []string {
+		t.Helper()
+		var got []string
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := read(tx); err != nil {
+				return err
+			}
+			r, err := tx.Query(ctx, `SELECT d.partition FROM pg_locks l JOIN agent_event_days d ON d.partition = l.relation::regclass::text
+				WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND d.xid_below IS NOT NULL`)
+			if err != nil {
+				return err
+			}
+			got, err = pgx.CollectRows(r, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	var cur agentsql.ProjectCursor
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		cur, err = agentsql.EventCursor(ctx, tx, project, rows[0].ID)
+		return err
+	}); len(locked) > 0 || cur.ID != rows[0].ID {
+		t.Errorf("EventCursor of a new event = %+v, locked sealed days %v", cur, locked)
+	}
+	var got []agentsql.ProjectEventRow
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		got, _, err = agentsql.ProjectEventsAfter(ctx, tx, project, cur, 100)
+		return err
+	}); len(locked) > 0 || len(got) != 1 || got[0].ID != rows[1].ID {
+		t.Errorf("stream after the first new event read %d events, locked sealed days %v; want the second new event alone", len(got), locked)
+	}
+	var page agentsql.TaskPage
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		page, err = agentsql.ListProjectTasks(ctx, tx, project, agentsql.TaskQuery{Limit: 50})
+		return err
+	}); len(locked) > 0 || page.Head.ID != rows[1].ID {
+		t.Errorf("task list's head = %+v, locked sealed days %v; want the newest event %d", page.Head, locked, rows[1].ID)
+	}
+
+	var keys []agentsql.EventKey
+	var top int64
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		keys, top, err = agentsql.EventsSince(ctx, tx, rows[0].ID-1)
+		return err
+	}); len(locked) > 0 || len(keys) != 1 || keys[0].Task != task || top != rows[1].ID {
+		t.Errorf("EventsSince(%d) = %v, %d, locked sealed days %v; want the task up to %d", rows[0].ID-1, keys, top, locked, rows[1].ID)
+	}
+
+	// Of an old event, of a project idle since the seal, since the start.
+	if keys, top, err := agentsql.EventsSince(ctx, pool, 0); err != nil || len(keys) != 2 || top != rows[1].ID {
+		t.Errorf("EventsSince(0) = %v, %d, %v; want both tasks up to %d", keys, top, err, rows[1].ID)
+	}
+	if c, err := agentsql.EventCursor(ctx, pool, project, oldIDs[0]); err != nil || c.ID != oldIDs[0] || c.Xid == 0 {
+		t.Errorf("EventCursor of an old event = %+v, %v", c, err)
+	}
+	if p, err := agentsql.ListProjectTasks(ctx, pool, idleProject, agentsql.TaskQuery{Limit: 50}); err != nil || p.Head.ID != oldIDs[1] {
+		t.Errorf("idle project's head = %+v, %v; want its old event %d", p.Head, err, oldIDs[1])
+	}
+
+	_, err = pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, type, created_at) VALUES ($1, $2, 'log', $3)`, task, project, old)
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Errorf("a late row into a sealed day: %v, want a check violation", err)
+	}
+}
