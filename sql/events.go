@@ -295,8 +295,13 @@ func eventBatchOutcome(ctx context.Context, db DBTX, b EventBatch, out []EventRo
 // Per-task seq order is commit order (seq is taken under the task row lock),
 // so a reader that advances its cursor to the last seq it saw never skips one.
 func TaskEventsAfter(ctx context.Context, db DBTX, taskID uuid.UUID, afterSeq, limit int) ([]EventRow, error) {
+	floor, err := taskEventFloor(ctx, db, []uuid.UUID{taskID})
+	if err != nil {
+		return nil, fmt.Errorf("read events of task %s after seq %d: %w", taskID, afterSeq, err)
+	}
 	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM agent_events
-		WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, taskID, afterSeq, limit)
+		WHERE task_id = $1 AND seq > $2 AND created_at >= $4 ORDER BY seq LIMIT $3`,
+		pgx.QueryExecModeCacheDescribe, taskID, afterSeq, limit, floor)
 	if err != nil {
 		return nil, fmt.Errorf("read events of task %s after seq %d: %w", taskID, afterSeq, err)
 	}
@@ -325,11 +330,15 @@ func TasksEventsAfter(ctx context.Context, db DBTX, cursors []TaskCursor, limit 
 	for i, c := range cursors {
 		ids[i], after[i] = c.Task, int32(c.AfterSeq)
 	}
+	floor, err := taskEventFloor(ctx, db, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
+	}
 	rows, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at
 		FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS c(task_id, after_seq, n)
 		CROSS JOIN LATERAL (SELECT `+eventColumns+` FROM agent_events
-			WHERE task_id = c.task_id AND seq > c.after_seq ORDER BY seq LIMIT $3) e
-		ORDER BY c.n, e.seq`, ids, after, limit)
+			WHERE task_id = c.task_id AND seq > c.after_seq AND created_at >= $4 ORDER BY seq LIMIT $3) e
+		ORDER BY c.n, e.seq`, pgx.QueryExecModeCacheDescribe, ids, after, limit, floor)
 	if err != nil {
 		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
 	}
@@ -437,6 +446,20 @@ func eventFloor(ctx context.Context, db DBTX, xid, id *int64) (pgtype.Timestampt
 			after = fmt.Sprintf("id %d", *id)
 		}
 		return floor, fmt.Errorf("floor of events after %s: %w", after, err)
+	}
+	return floor, nil
+}
+
+// taskEventFloor is the earliest created_at an event of the tasks can
+// have: the floor (eventFloor) of the lowest id their events are above
+// (ai_tasks.events_id_floor, set on insert), or -infinity when a task has
+// none or is not found. A separate statement for the reason eventFloor is.
+func taskEventFloor(ctx context.Context, db DBTX, tasks []uuid.UUID) (pgtype.Timestamptz, error) {
+	var floor pgtype.Timestamptz
+	if err := db.QueryRow(ctx, `SELECT CASE WHEN bool_or(t.events_id_floor IS NULL) THEN '-infinity'::timestamptz
+			ELSE agentworker_event_floor(NULL, min(t.events_id_floor) + 1) END
+		FROM unnest($1::uuid[]) AS c(id) LEFT JOIN ai_tasks t ON t.id = c.id`, tasks).Scan(&floor); err != nil {
+		return floor, fmt.Errorf("floor of the events of %d tasks: %w", len(tasks), err)
 	}
 	return floor, nil
 }

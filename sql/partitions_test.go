@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -340,27 +341,9 @@ func TestSealedDaysSkipped(t *testing.T) {
 		t.Errorf("stream from the start read %d, %d, %d; want %d, %d, %d", all[0].ID, all[1].ID, all[2].ID, oldIDs[0], rows[0].ID, rows[1].ID)
 	}
 
-	// lockedSealed runs read in a transaction and returns the sealed
-	// partitions it locked.
 	lockedSealed := func(read func(tx pgx.Tx) error) []string {
 		t.Helper()
-		var got []string
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := read(tx); err != nil {
-				return err
-			}
-			r, err := tx.Query(ctx, `SELECT d.partition FROM pg_locks l JOIN agent_event_days d ON d.partition = l.relation::regclass::text
-				WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND d.xid_below IS NOT NULL`)
-			if err != nil {
-				return err
-			}
-			got, err = pgx.CollectRows(r, pgx.RowTo[string])
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
+		return lockedSealedDays(t, pool, read)
 	}
 
 	var cur agentsql.ProjectCursor
@@ -409,4 +392,176 @@ func TestSealedDaysSkipped(t *testing.T) {
 	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
 		t.Errorf("a late row into a sealed day: %v, want a check violation", err)
 	}
+}
+
+// TestTaskReadsSkipSealedDays: a task inserted after days were sealed
+// reads its events (TaskEventsAfter, TasksEventsAfter) without planning or
+// locking a sealed day, and gets every one; a task from before the seal,
+// or with no floor (NULL: rows from before migration 012), still reads its
+// events in the sealed days. The floor is the database's: an inserter's
+// value is replaced, and no writer changes it.
+func TestTaskReadsSkipSealedDays(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	before := insertTaskIn(t, pool, agentsql.StatusQueued)
+	unbounded := insertTaskIn(t, pool, agentsql.StatusQueued)
+	// A task from before the column: no floor (the replica role skips the
+	// guard, as only a superuser can).
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE ai_tasks SET events_id_floor = NULL WHERE id = $1`, unbounded)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	old := today.AddDate(0, 0, -5).Add(time.Hour)
+	for i := 1; i <= 10; i++ {
+		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldIDs := map[uuid.UUID]int64{}
+	for _, k := range []uuid.UUID{before, unbounded} {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO agent_events (task_id, project_id, seq, type, payload, created_at)
+			SELECT id, project_id, 1, 'log', '{"message": "old"}', $2 FROM ai_tasks WHERE id = $1 RETURNING id`, k, old).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		oldIDs[k] = id
+	}
+	if _, err := agentsql.PrepareEventPartitions(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	var sealed int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM agent_event_days WHERE xid_below IS NOT NULL`).Scan(&sealed); err != nil || sealed != 10 {
+		t.Fatalf("%d days sealed (%v), want the 10 past days", sealed, err)
+	}
+
+	// Inserted after the seal, as the owner, naming a floor of its own.
+	var task, project uuid.UUID
+	var floor int64
+	if err := pool.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, status, events_id_floor)
+		VALUES ($1, 'chat', 'x', 'paused', 0) RETURNING id, project_id, events_id_floor`, uuid.New()).Scan(&task, &project, &floor); err != nil {
+		t.Fatal(err)
+	}
+	if floor < oldIDs[unbounded] {
+		t.Errorf("events_id_floor = %d after an inserter gave 0, want the sequence's position (at least %d)", floor, oldIDs[unbounded])
+	}
+	rows, err := agentsql.InsertEvents(ctx, pool, task, project, []agentsql.NewEvent{
+		{Type: "log", Payload: []byte(`{"message": "new 1"}`)}, {Type: "log", Payload: []byte(`{"message": "new 2"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0].ID <= floor {
+		t.Errorf("the task's first event has id %d, not above its floor %d", rows[0].ID, floor)
+	}
+
+	lockedSealed := func(read func(tx pgx.Tx) error) []string {
+		t.Helper()
+		return lockedSealedDays(t, pool, read)
+	}
+	ids := func(evs []agentsql.EventRow) []int64 {
+		out := make([]int64, len(evs))
+		for i, e := range evs {
+			out[i] = e.ID
+		}
+		return out
+	}
+	var got []agentsql.EventRow
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		got, err = agentsql.TaskEventsAfter(ctx, tx, task, 0, 100)
+		return err
+	}); len(locked) > 0 || !slices.Equal(ids(got), []int64{rows[0].ID, rows[1].ID}) {
+		t.Errorf("TaskEventsAfter of a new task read %v, locked sealed days %v; want %d, %d and none", ids(got), locked, rows[0].ID, rows[1].ID)
+	}
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		got, err = agentsql.TasksEventsAfter(ctx, tx, []agentsql.TaskCursor{{Task: task, AfterSeq: 1}}, 100)
+		return err
+	}); len(locked) > 0 || !slices.Equal(ids(got), []int64{rows[1].ID}) {
+		t.Errorf("TasksEventsAfter of a new task read %v, locked sealed days %v; want %d and none", ids(got), locked, rows[1].ID)
+	}
+
+	// Tasks whose events lie in sealed days read them.
+	for _, k := range []uuid.UUID{before, unbounded} {
+		if got, err := agentsql.TaskEventsAfter(ctx, pool, k, 0, 100); err != nil || !slices.Equal(ids(got), []int64{oldIDs[k]}) {
+			t.Errorf("TaskEventsAfter of task %s = %v, %v; want its old event %d", k, ids(got), err, oldIDs[k])
+		}
+	}
+	got, err = agentsql.TasksEventsAfter(ctx, pool, []agentsql.TaskCursor{{Task: task}, {Task: unbounded}, {Task: before}}, 100)
+	if want := []int64{rows[0].ID, rows[1].ID, oldIDs[unbounded], oldIDs[before]}; err != nil || !slices.Equal(ids(got), want) {
+		t.Errorf("TasksEventsAfter of new and old tasks = %v, %v; want %v", ids(got), err, want)
+	}
+
+	// No app role may name the floor; no writer may change it.
+	project2 := uuid.New()
+	for _, role := range []string{"authenticated", "service_role"} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := asRole(ctx, tx, role, claims(role, project2)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, events_id_floor) VALUES ($1, 'chat', 'x', 0)`, project2)
+			return err
+		})
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("insert naming events_id_floor as %s: %v, want permission denied", role, err)
+		}
+	}
+	for _, tc := range []struct{ name, role, setup string }{
+		{"Owner", "", ""},
+		{"Machine", "", "SELECT set_config('agentworker.machine', 'on', true)"},
+		{"Service", "service_role", ""},
+	} {
+		for _, set := range []string{"0", "NULL", "events_id_floor + 1000"} {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if tc.role != "" {
+					if err := asRole(ctx, tx, tc.role, claims(tc.role, project)); err != nil {
+						return err
+					}
+				}
+				if tc.setup != "" {
+					if _, err := tx.Exec(ctx, tc.setup); err != nil {
+						return err
+					}
+				}
+				_, err := tx.Exec(ctx, `UPDATE ai_tasks SET events_id_floor = `+set+` WHERE id = $1`, task)
+				return err
+			})
+			if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) ||
+				(pgErr.ConstraintName != "ai_tasks_events_id_floor_immutable" && pgErr.Code != "42501") {
+				t.Errorf("%s: events_id_floor = %s: %v, want it refused", tc.name, set, err)
+			}
+		}
+	}
+	var still int64
+	if err := pool.QueryRow(ctx, `SELECT events_id_floor FROM ai_tasks WHERE id = $1`, task).Scan(&still); err != nil || still != floor {
+		t.Errorf("events_id_floor = %d, %v after the refused updates; want %d", still, err, floor)
+	}
+}
+
+// lockedSealedDays runs read in a transaction and returns the sealed
+// partitions it locked.
+func lockedSealedDays(t *testing.T, pool *pgxpool.Pool, read func(tx pgx.Tx) error) []string {
+	t.Helper()
+	ctx := t.Context()
+	var got []string
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := read(tx); err != nil {
+			return err
+		}
+		r, err := tx.Query(ctx, `SELECT d.partition FROM pg_locks l JOIN agent_event_days d ON d.partition = l.relation::regclass::text
+			WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND d.xid_below IS NOT NULL`)
+		if err != nil {
+			return err
+		}
+		got, err = pgx.CollectRows(r, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -79,6 +79,7 @@ CREATE TABLE public.ai_tasks (
     events_archive_key text,
     events_archived_seq integer DEFAULT 0 NOT NULL,
     events_archived_at timestamp with time zone,
+    events_id_floor bigint,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
@@ -159,6 +160,9 @@ COMMENT ON COLUMN public.ai_tasks.events_archived_seq IS 'The last seq the archi
 
 -- COMMENT: COLUMN ai_tasks.events_archived_at
 COMMENT ON COLUMN public.ai_tasks.events_archived_at IS 'When the archive was last written and marked. The worker''s.';
+
+-- COMMENT: COLUMN ai_tasks.events_id_floor
+COMMENT ON COLUMN public.ai_tasks.events_id_floor IS 'Every event of the task has an id above this (the event id sequence''s position when the task was inserted), or NULL: no bound. Set by the database on insert, whatever the inserter gave; never changed.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -1300,6 +1304,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_guard_events_id_floor()
+CREATE FUNCTION public.ai_tasks_guard_events_id_floor() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'ai_tasks.events_id_floor is set by the database when a task is inserted and never changed (task %)', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_events_id_floor_immutable';
+END
+$$;
+
 -- FUNCTION: ai_tasks_guard_status()
 CREATE FUNCTION public.ai_tasks_guard_status() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1463,6 +1478,18 @@ CREATE FUNCTION public.ai_tasks_roll_up_usage() RETURNS trigger
 BEGIN
     PERFORM agentworker_roll_up_runs(ARRAY[OLD.id], NULL);
     RETURN OLD;
+END
+$$;
+
+-- FUNCTION: ai_tasks_set_events_id_floor()
+CREATE FUNCTION public.ai_tasks_set_events_id_floor() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END
+        INTO NEW.events_id_floor FROM agent_events_id_seq s;
+    RETURN NEW;
 END
 $$;
 
@@ -2368,6 +2395,9 @@ CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns_insert
 CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL) OR (new.events_archive_key IS NOT NULL) OR (new.events_archived_seq <> 0) OR (new.events_archived_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
+-- TRIGGER: ai_tasks ai_tasks_guard_events_id_floor
+CREATE TRIGGER ai_tasks_guard_events_id_floor BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN ((new.events_id_floor IS DISTINCT FROM old.events_id_floor)) EXECUTE FUNCTION public.ai_tasks_guard_events_id_floor();
+
 -- TRIGGER: ai_tasks ai_tasks_guard_insert
 CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_guard_status();
 
@@ -2394,6 +2424,9 @@ CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON public.ai_tasks FOR EA
 
 -- TRIGGER: ai_tasks ai_tasks_roll_up_usage
 CREATE TRIGGER ai_tasks_roll_up_usage BEFORE DELETE ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_roll_up_usage();
+
+-- TRIGGER: ai_tasks ai_tasks_set_events_id_floor
+CREATE TRIGGER ai_tasks_set_events_id_floor BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_set_events_id_floor();
 
 -- TRIGGER: ai_tasks ai_tasks_truncate_events
 CREATE TRIGGER ai_tasks_truncate_events AFTER TRUNCATE ON public.ai_tasks FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_truncate_events();
@@ -2834,6 +2867,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_enter_review() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_guard_columns()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_columns() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_guard_events_id_floor()
+REVOKE ALL ON FUNCTION public.ai_tasks_guard_events_id_floor() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_guard_status()
 REVOKE ALL ON FUNCTION public.ai_tasks_guard_status() FROM PUBLIC;
 
@@ -2857,6 +2893,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_requeue() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_roll_up_usage()
 REVOKE ALL ON FUNCTION public.ai_tasks_roll_up_usage() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_set_events_id_floor()
+REVOKE ALL ON FUNCTION public.ai_tasks_set_events_id_floor() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_truncate_events()
 REVOKE ALL ON FUNCTION public.ai_tasks_truncate_events() FROM PUBLIC;
