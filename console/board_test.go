@@ -96,35 +96,9 @@ func TestBoardInChromium(t *testing.T) {
 	card := func(column, id string) string {
 		return fmt.Sprintf(`#board .board-col[data-column="%s"] li.card[data-id="%s"]`, column, id)
 	}
-	// submit creates a task from the page and returns its id (the page
-	// selects the task it created).
 	submit := func(prompt, agent, priority string, deps ...string) string {
 		t.Helper()
-		var before string
-		eval(t, ctx, `document.body.dataset.task || ""`, &before)
-		actions := []chromedp.Action[chromedp.Void]{
-			setValue(`#type`, "build"),
-			keys(`#prompt`, prompt),
-			choose(`#agent`, agent),
-			choose(`#priority`, priority),
-		}
-		for _, d := range deps {
-			actions = append(actions, visible(fmt.Sprintf(`#depends-on input[value="%s"]`, d)), click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
-		}
-		// Bound by the test's browser, not the poll's 30 s: a loaded
-		// machine took longer once. A refusal ends the wait at once.
-		eval(t, ctx, `document.getElementById("message").textContent = ""`, new(string))
-		actions = append(actions, click(`#submit`),
-			chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.body.dataset.task && document.body.dataset.task !== %q) || document.getElementById("message").textContent`, before),
-				chromedp.WithPollingTimeout(0)))
-		run(t, ctx, "submit "+prompt, actions...)
-		var id, refused string
-		eval(t, ctx, `document.getElementById("message").textContent`, &refused)
-		eval(t, ctx, `document.body.dataset.task`, &id)
-		if refused != "" || id == before {
-			t.Fatalf("submit %s: the page says %q", prompt, refused)
-		}
-		return id
+		return submitBuild(t, ctx, prompt, append([]chromedp.Action[chromedp.Void]{choose(`#agent`, agent), choose(`#priority`, priority)}, dependOn(deps...)...)...)
 	}
 
 	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`),
@@ -373,26 +347,7 @@ func TestBoardBlockedInChromium(t *testing.T) {
 	}
 	submit := func(prompt string, deps ...string) string {
 		t.Helper()
-		var before string
-		eval(t, ctx, `document.body.dataset.task || ""`, &before)
-		actions := []chromedp.Action[chromedp.Void]{setValue(`#type`, "build"), keys(`#prompt`, prompt)}
-		for _, d := range deps {
-			actions = append(actions, click(fmt.Sprintf(`#depends-on input[value="%s"]`, d)))
-		}
-		// Bound by the test's browser, not the poll's 30 s: a loaded
-		// machine took longer once. A refusal ends the wait at once.
-		eval(t, ctx, `document.getElementById("message").textContent = ""`, new(string))
-		actions = append(actions, click(`#submit`),
-			chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.body.dataset.task && document.body.dataset.task !== %q) || document.getElementById("message").textContent`, before),
-				chromedp.WithPollingTimeout(0)))
-		run(t, ctx, "submit "+prompt, actions...)
-		var id, refused string
-		eval(t, ctx, `document.getElementById("message").textContent`, &refused)
-		eval(t, ctx, `document.body.dataset.task`, &id)
-		if refused != "" || id == before {
-			t.Fatalf("submit %s: the page says %q", prompt, refused)
-		}
-		return id
+		return submitBuild(t, ctx, prompt, dependOn(deps...)...)
 	}
 
 	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`), click(`#deps summary`))

@@ -293,6 +293,40 @@ func setValue(sel, v string) chromedp.Action[chromedp.Void] {
 	return chromedp.SetValue(chromedp.CSS(sel), v)
 }
 
+// submitBuild creates a build task from the page's form, with the form
+// actions given (agent, priority, dependencies), and returns its id: the
+// page selects the task it created. The wait is bounded by the test's
+// browser, not the poll's 30 s (a loaded machine took longer once); a
+// refusal the page shows ends it, with its text.
+func submitBuild(t *testing.T, ctx context.Context, prompt string, form ...chromedp.Action[chromedp.Void]) string {
+	t.Helper()
+	var before string
+	eval(t, ctx, `document.body.dataset.task || ""`, &before)
+	eval(t, ctx, `document.getElementById("message").textContent = ""`, new(string))
+	actions := append([]chromedp.Action[chromedp.Void]{setValue(`#type`, "build"), keys(`#prompt`, prompt)}, form...)
+	actions = append(actions, click(`#submit`),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.body.dataset.task && document.body.dataset.task !== %q) || document.getElementById("message").textContent`, before),
+			chromedp.WithPollingTimeout(0)))
+	run(t, ctx, "submit "+prompt, actions...)
+	var id, refused string
+	eval(t, ctx, `document.getElementById("message").textContent`, &refused)
+	eval(t, ctx, `document.body.dataset.task`, &id)
+	if refused != "" || id == before {
+		t.Fatalf("submit %s: the page says %q", prompt, refused)
+	}
+	return id
+}
+
+// dependOn ticks tasks in the form's dependencies, once each is listed.
+func dependOn(ids ...string) []chromedp.Action[chromedp.Void] {
+	var actions []chromedp.Action[chromedp.Void]
+	for _, id := range ids {
+		sel := fmt.Sprintf(`#depends-on input[value="%s"]`, id)
+		actions = append(actions, visible(sel), click(sel))
+	}
+	return actions
+}
+
 // until waits until a JavaScript expression is truthy.
 func until(expr string) chromedp.Action[chromedp.Void] { return chromedp.Poll[chromedp.Void](expr) }
 
@@ -504,17 +538,7 @@ func TestConsoleInChromium(t *testing.T) {
 	// selects the task it created).
 	submit := func(prompt string) string {
 		t.Helper()
-		var before string
-		eval(t, ctx, `document.body.dataset.task || ""`, &before)
-		run(t, ctx, "submit "+prompt,
-			setValue(`#type`, "build"),
-			keys(`#prompt`, prompt),
-			click(`#submit`),
-			until(fmt.Sprintf(`document.body.dataset.task && document.body.dataset.task !== %q`, before)),
-		)
-		var id string
-		eval(t, ctx, `document.body.dataset.task`, &id)
-		return id
+		return submitBuild(t, ctx, prompt)
 	}
 
 	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`))

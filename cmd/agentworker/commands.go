@@ -155,17 +155,15 @@ func newLLM(cfg config, log *slog.Logger, pool *pgxpool.Pool, m *metrics.Metrics
 // startWorker wires the runner and the River service and starts it.
 // m, when not nil, receives the loop's events and the runs' durations.
 // sb, when not nil, runs run_command and the checks before finish.
-func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, model *llm.Client, m *metrics.Metrics, sb *sandbox.Sandbox) (*worker.Service, error) {
+// arch, when not nil, takes each finished task's events before retention
+// drops or deletes them.
+func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, arch *archive.Archiver, model *llm.Client, m *metrics.Metrics, sb *sandbox.Sandbox) (*worker.Service, error) {
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
 		TasksMD:   worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention)}}
-	arch, err := openArchive(cfg, log, pool, st)
-	if err != nil {
-		return nil, err
-	}
 	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log)
 	var reserved []string
 	if cfg.TasksMDPath != "" {
@@ -225,11 +223,11 @@ func serve(ctx context.Context, cfg config) error {
 		return err
 	}
 	sb, commands := cfg.sandbox(ctx, log)
-	svc, err := startWorker(ctx, cfg, log, pool, st, model, m, sb)
+	arch, err := openArchive(cfg, log, pool, st)
 	if err != nil {
 		return err
 	}
-	arch, err := openArchive(cfg, log, pool, st)
+	svc, err := startWorker(ctx, cfg, log, pool, st, arch, model, m, sb)
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,11 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	sb, _ := cfg.sandbox(ctx, log)
-	svc, err := startWorker(ctx, cfg, log, pool, st, model, nil, sb)
+	arch, err := openArchive(cfg, log, pool, st)
+	if err != nil {
+		return err
+	}
+	svc, err := startWorker(ctx, cfg, log, pool, st, arch, model, nil, sb)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, client, nil, nil)
+	svc, err := startWorker(ctx, cfg, log, pool, st, nil, client, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
