@@ -139,27 +139,43 @@ func TestAFreshInstallReachesTheRegistryThroughItsProxy(t *testing.T) {
 // its npm cache is not kept.
 func TestDiskLimits(t *testing.T) {
 	t.Parallel()
-	t.Run("Workspace", func(t *testing.T) {
-		t.Parallel()
-		f := setup(t, map[string]string{"fill": "for i in 1 2 3 4 5 6 7 8 9 10; do head -c 16M /dev/zero > fill$i; done; echo filled"}, nil)
-		sb := sandboxtest.New(t, sandbox.Config{MaxWorkspaceBytes: 64 << 20})
-		ws := sb.Workspace(t.Name(), f.store, project)
-		t.Cleanup(func() { ws.Close() })
-		out, err := ws.Run(t.Context(), "fill", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out.OverLimit == "" || out.ExitCode != -1 || out.Passed() || strings.Contains(out.Output.Full(), "\nfilled\n") ||
-			!strings.Contains(out.Summary(), "npm run fill was stopped after") || !strings.Contains(out.Summary(), "it wrote more than 64 MiB in the workspace") {
-			t.Fatalf("%s\n%s", out.Summary(), out.Output.Full())
-		}
-		if ws.Dir() != "" {
-			t.Errorf("the workspace over its limit was kept at %s", ws.Dir())
-		}
-		if again, err := ws.Run(t.Context(), "typecheck", 0); err != nil || !again.Passed() || again.Sync.Written != len(sandboxtest.Fixture()) {
-			t.Fatalf("the run after: %v, %s, %+v", err, again.Summary(), again.Sync)
-		}
-	})
+	// The workspace is measured every quotaInterval while a command runs,
+	// and once more when it ends: a writer that pauses between files is
+	// stopped part way, one that writes faster than a measure is caught at
+	// its end. Either way its writes are removed.
+	for _, tc := range []struct {
+		name, fill     string
+		stoppedPartWay bool
+	}{
+		// 16 MiB a second: the limit is passed after about 4 s of a 10 s run.
+		{"Workspace", "for i in 1 2 3 4 5 6 7 8 9 10; do head -c 16M /dev/zero > fill$i; sleep 1; done; echo filled", true},
+		{"WorkspaceAtOnce", "head -c 80M /dev/zero > fill; echo filled", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, map[string]string{"fill": tc.fill}, nil)
+			sb := sandboxtest.New(t, sandbox.Config{MaxWorkspaceBytes: 64 << 20})
+			ws := sb.Workspace(t.Name(), f.store, project)
+			t.Cleanup(func() { ws.Close() })
+			out, err := ws.Run(t.Context(), "fill", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.OverLimit == "" || out.ExitCode != -1 || out.Passed() ||
+				!strings.Contains(out.Summary(), "npm run fill was stopped after") || !strings.Contains(out.Summary(), "it wrote more than 64 MiB in the workspace") {
+				t.Fatalf("%s\n%s", out.Summary(), out.Output.Full())
+			}
+			if tc.stoppedPartWay && strings.Contains(out.Output.Full(), "\nfilled\n") {
+				t.Errorf("the command ran to its end over the limit:\n%s", out.Output.Full())
+			}
+			if ws.Dir() != "" {
+				t.Errorf("the workspace over its limit was kept at %s", ws.Dir())
+			}
+			if again, err := ws.Run(t.Context(), "typecheck", 0); err != nil || !again.Passed() || again.Sync.Written != len(sandboxtest.Fixture()) {
+				t.Fatalf("the run after: %v, %s, %+v", err, again.Summary(), again.Sync)
+			}
+		})
+	}
 	t.Run("Install", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, nil, nil)
