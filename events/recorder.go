@@ -30,7 +30,8 @@ type Recorder struct {
 
 	observer  Observer
 	announcer *Announcer
-	fence     *int64 // the holder's fence epoch; nil: unfenced
+	fence     *int64    // the holder's fence epoch; nil: unfenced
+	since     time.Time // no event of the task is older (sql.Claim.EventsSince)
 
 	// writeMu is held while a statement is in flight, so writes happen one
 	// at a time in the order they were asked for (seq follows that order).
@@ -88,6 +89,13 @@ func WithAnnouncer(a *Announcer) RecorderOption {
 // too, without asking the database again.
 func WithFence(epoch int64) RecorderOption {
 	return func(r *Recorder) { r.fence = &epoch }
+}
+
+// WithEventsSince tells the Recorder that no event of its task is older
+// than since (sql.Claim.EventsSince): a write's idempotency check then
+// reads only the days from there, not every day the table keeps.
+func WithEventsSince(since time.Time) RecorderOption {
+	return func(r *Recorder) { r.since = since }
 }
 
 // batch is one write of events with its idempotency key.
@@ -254,7 +262,7 @@ func (r *Recorder) eventBatch(b batch) (agentsql.EventBatch, error) {
 		evs[i] = agentsql.NewEvent{Type: string(p.EventType()), Payload: redact.JSON(body)}
 	}
 	return agentsql.EventBatch{TaskID: r.taskID, ProjectID: r.projectID, Fence: r.fence, Key: b.key, Events: evs,
-		AfterCommit: r.announcer != nil}, nil
+		Since: r.since, AfterCommit: r.announcer != nil}, nil
 }
 
 // write writes one batch.

@@ -218,6 +218,9 @@ type Attempt struct {
 	// ChangeSet is the build's change set as the claim opened it; nil: the
 	// attempt opens it.
 	ChangeSet *agentsql.OpenedChangeSet
+	// EventsSince is the claim's lower bound of the task's events
+	// (sql.Claim.EventsSince); zero: none.
+	EventsSince time.Time
 }
 
 // fence is the attempt's hold on its task.
@@ -661,7 +664,8 @@ func (r *taskRun) resumeApply(ctx context.Context, cs *changeset.Set) error {
 // recorder returns a Recorder of task's events writing through db, fenced
 // by the attempt's claim and announced by the process's Announcer.
 func (r *Runner) recorder(db agentsql.DBTX, task agentsql.Task, at Attempt) *events.Recorder {
-	return events.NewRecorder(db, task.ID, task.ProjectID, events.WithFence(at.Fence), events.WithAnnouncer(r.deps.Announcer))
+	return events.NewRecorder(db, task.ID, task.ProjectID, events.WithFence(at.Fence), events.WithAnnouncer(r.deps.Announcer),
+		events.WithEventsSince(at.EventsSince))
 }
 
 // finishSucceeded moves the task to succeeded with its closing events, in

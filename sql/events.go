@@ -76,6 +76,10 @@ type EventBatch struct {
 	// and returns no rows.
 	Key    uuid.UUID
 	Events []NewEvent
+	// Since bounds the task's events from below (Claim.EventsSince): a
+	// keyed batch looks for its key only in the days from there. Zero: in
+	// every day.
+	Since time.Time
 	// UnlessPaused: a holder's batch (Fence set) is written only while no
 	// pause is requested of the task; otherwise it writes nothing, which
 	// its outcome reports as ErrFenced, so the caller reads the request
@@ -173,10 +177,14 @@ func eventBatchStatement(b EventBatch) (string, []any) {
 	// event its seq under the task row lock. Without a key the statement
 	// names no read of agent_events: a cached generic plan locks every
 	// partition a subquery names, even one a NULL key never runs (at 61
-	// day partitions an insert took 2.4× an empty table's).
-	dedup := `($5::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5))`
-	if b.Key == uuid.Nil {
-		dedup = `$5::uuid IS NULL`
+	// day partitions an insert took 2.4× an empty table's). With a key,
+	// the read is bounded by b.Since's UTC day, written into the statement
+	// as a constant: a parameter prunes only in custom plans, and Postgres
+	// moves a prepared statement to a generic plan after five runs, which
+	// locks every day. One statement per day of floors, cached like any.
+	dedup := `$5::uuid IS NULL`
+	if b.Key != uuid.Nil {
+		dedup = `NOT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $5` + sinceClause(b.Since) + `)`
 	}
 	query := `INSERT INTO agent_events (task_id, project_id, type, payload, batch)
 		SELECT $1, $2, e.type, e.payload::jsonb, CASE WHEN e.ord = 1 THEN $5::uuid END
@@ -223,6 +231,15 @@ func keyArg(key uuid.UUID) any {
 		return nil
 	}
 	return key
+}
+
+// sinceClause bounds created_at from below by since's UTC day (partitions
+// are UTC days, so nothing prunes finer), as a constant: "" for no bound.
+func sinceClause(since time.Time) string {
+	if since.IsZero() {
+		return ""
+	}
+	return ` AND created_at >= '` + since.UTC().Truncate(24*time.Hour).Format(time.RFC3339) + `'::timestamptz`
 }
 
 // withNext is the batch's events, then its Next's, as one statement
@@ -281,7 +298,8 @@ func eventBatchOutcome(ctx context.Context, db DBTX, b EventBatch, out []EventRo
 	// Nothing written: the batch was written before, or the fence is stale.
 	if b.Key != uuid.Nil {
 		var dup bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $2)`, b.TaskID, b.Key).Scan(&dup); err != nil {
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_events WHERE task_id = $1 AND batch = $2`+sinceClause(b.Since)+`)`,
+			b.TaskID, b.Key).Scan(&dup); err != nil {
 			return nil, fmt.Errorf("insert %d events for task %s: %w", len(b.Events), b.TaskID, err)
 		}
 		if dup {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // LogQuery filters a project's log events. Zero fields do not filter.
@@ -40,8 +41,23 @@ type LogEntry struct {
 // read through agent_events_log_idx. next is the cursor of the page after
 // this one (0: none).
 func ProjectLogs(ctx context.Context, db DBTX, projectID uuid.UUID, q LogQuery) (entries []LogEntry, next int64, err error) {
-	query, args := projectLogsStatement(projectID, q)
-	rows, err := db.Query(ctx, query, args...)
+	// A task's (or a run's) logs lie in the days from its floor; a project's
+	// in every day kept.
+	floor := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	task := q.TaskID
+	if task == uuid.Nil && q.RunID != uuid.Nil {
+		if err := db.QueryRow(ctx, `SELECT coalesce((SELECT task_id FROM task_runs WHERE id = $1), '00000000-0000-0000-0000-000000000000'::uuid)`,
+			q.RunID).Scan(&task); err != nil {
+			return nil, 0, fmt.Errorf("read logs of run %s in project %s: %w", q.RunID, projectID, err)
+		}
+	}
+	if task != uuid.Nil {
+		if floor, err = taskEventFloor(ctx, db, []uuid.UUID{task}); err != nil {
+			return nil, 0, fmt.Errorf("read logs of project %s: %w", projectID, err)
+		}
+	}
+	query, args := projectLogsStatement(projectID, q, floor)
+	rows, err := db.Query(ctx, query, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read logs of project %s: %w", projectID, err)
 	}
@@ -65,7 +81,9 @@ func ProjectLogs(ctx context.Context, db DBTX, projectID uuid.UUID, q LogQuery) 
 
 // projectLogsStatement is ProjectLogs's query. Its WHERE repeats the
 // index's predicate (type = 'log') so the planner can use the index.
-func projectLogsStatement(projectID uuid.UUID, q LogQuery) (string, []any) {
+// The read runs unprepared: floor prunes the days only in a plan made with
+// its value.
+func projectLogsStatement(projectID uuid.UUID, q LogQuery, floor pgtype.Timestamptz) (string, []any) {
 	like := ""
 	if q.Text != "" {
 		like = "%" + strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(q.Text) + "%"
@@ -82,9 +100,10 @@ func projectLogsStatement(projectID uuid.UUID, q LogQuery) (string, []any) {
 		  AND ($4 = '' OR e.payload ->> 'level' = $4)
 		  AND ($5 = '' OR e.payload ->> 'message' ILIKE $5)
 		  AND ($6::bigint = 0 OR e.id < $6::bigint)
+		  AND e.created_at >= $8
 		ORDER BY e.id DESC
 		LIMIT $7::integer`,
-		[]any{projectID, nullUUID(q.TaskID), nullUUID(q.RunID), q.Level, like, q.Before, q.Limit}
+		[]any{projectID, nullUUID(q.TaskID), nullUUID(q.RunID), q.Level, like, q.Before, q.Limit, floor}
 }
 
 func nullUUID(id uuid.UUID) *uuid.UUID {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
@@ -147,7 +148,7 @@ func TestProjectLogsUseTheIndex(t *testing.T) {
 		"Text":  {Text: "event 49", Before: 1 << 40, Limit: 50},
 	} {
 		t.Run(name, func(t *testing.T) {
-			query, args := agentsql.ProjectLogsStatement(project, q)
+			query, args := agentsql.ProjectLogsStatement(project, q, pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true})
 			rows, err := pool.Query(t.Context(), "EXPLAIN (COSTS OFF) "+query, args...)
 			if err != nil {
 				t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -388,6 +387,22 @@ func TestSealedDaysSkipped(t *testing.T) {
 		t.Errorf("idle project's head = %+v, %v; want its old event %d", p.Head, err, oldIDs[1])
 	}
 
+	// The tasks.md sweep after a status change made since the seal.
+	phase, err := agentsql.InsertEvents(ctx, pool, task, project, []agentsql.NewEvent{{Type: "agent_phase", Payload: []byte(`{"phase": "started"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tasks_md_cursor SET xid = (SELECT xid FROM agent_events WHERE id = $1)`, phase[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	var changed []uuid.UUID
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		changed, _, err = agentsql.ChangedTaskBoards(ctx, tx)
+		return err
+	}); len(locked) > 0 || !slices.Equal(changed, []uuid.UUID{project}) {
+		t.Errorf("ChangedTaskBoards = %v, locked sealed days %v; want the project", changed, locked)
+	}
+
 	_, err = pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, type, created_at) VALUES ($1, $2, 'log', $3)`, task, project, old)
 	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
 		t.Errorf("a late row into a sealed day: %v, want a check violation", err)
@@ -485,10 +500,27 @@ func TestTaskReadsSkipSealedDays(t *testing.T) {
 		t.Errorf("TasksEventsAfter of a new task read %v, locked sealed days %v; want %d and none", ids(got), locked, rows[1].ID)
 	}
 
+	var logs []agentsql.LogEntry
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		logs, _, err = agentsql.ProjectLogs(ctx, tx, project, agentsql.LogQuery{TaskID: task, Limit: 50})
+		return err
+	}); len(locked) > 0 || len(logs) != 2 || logs[0].ID != rows[1].ID {
+		t.Errorf("ProjectLogs of a new task read %d entries, locked sealed days %v; want its 2 and none", len(logs), locked)
+	}
+
 	// Tasks whose events lie in sealed days read them.
 	for _, k := range []uuid.UUID{before, unbounded} {
 		if got, err := agentsql.TaskEventsAfter(ctx, pool, k, 0, 100); err != nil || !slices.Equal(ids(got), []int64{oldIDs[k]}) {
 			t.Errorf("TaskEventsAfter of task %s = %v, %v; want its old event %d", k, ids(got), err, oldIDs[k])
+		}
+	}
+	for _, k := range []uuid.UUID{before, unbounded} {
+		var p uuid.UUID
+		if err := pool.QueryRow(ctx, `SELECT project_id FROM ai_tasks WHERE id = $1`, k).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		if logs, _, err := agentsql.ProjectLogs(ctx, pool, p, agentsql.LogQuery{TaskID: k, Limit: 50}); err != nil || len(logs) != 1 || logs[0].ID != oldIDs[k] {
+			t.Errorf("ProjectLogs of task %s = %v, %v; want its old event %d", k, logs, err, oldIDs[k])
 		}
 	}
 	got, err = agentsql.TasksEventsAfter(ctx, pool, []agentsql.TaskCursor{{Task: task}, {Task: unbounded}, {Task: before}}, 100)
@@ -542,13 +574,101 @@ func TestTaskReadsSkipSealedDays(t *testing.T) {
 	}
 }
 
+// TestHolderBatchesSkipSealedDays: a holder's keyed batch looks for its
+// key only in the days from the claim's floor (Claim.EventsSince), so it
+// locks no sealed day, on its first writes (custom plans) as on later ones
+// of a prepared statement; a batch sent again is still found in a sealed
+// day when the task's events reach into it; without a floor every day is
+// read.
+func TestHolderBatchesSkipSealedDays(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	old := insertTaskIn(t, pool, agentsql.StatusQueued)
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	for i := 1; i <= 10; i++ {
+		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The old task wrote a keyed batch five days ago (a seq far above what
+	// its claim writes).
+	oldKey := uuid.New()
+	if _, err := pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, seq, type, payload, batch, created_at)
+		SELECT id, project_id, 1000, 'log', '{"message": "old"}', $2, $3 FROM ai_tasks WHERE id = $1`,
+		old, oldKey, today.AddDate(0, 0, -5).Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.PrepareEventPartitions(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	fresh := insertTaskIn(t, pool, agentsql.StatusQueued)
+	claim := func(id uuid.UUID) agentsql.Claim {
+		t.Helper()
+		c, err := agentsql.ClaimAndStart(ctx, pool, id, 1, "test", time.Minute, false)
+		if err != nil || !c.Claimed {
+			t.Fatalf("claim %s: %+v, %v", id, c, err)
+		}
+		return c
+	}
+	cf, co := claim(fresh), claim(old)
+	if cf.EventsSince.Before(today.AddDate(0, 0, -1)) {
+		t.Errorf("a task inserted after the seal has EventsSince %s, want no earlier than yesterday", cf.EventsSince)
+	}
+	if !co.EventsSince.Before(today.AddDate(0, 0, -5).Add(time.Hour)) {
+		t.Errorf("a task with an event five days ago has EventsSince %s, want before it", co.EventsSince)
+	}
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	write := func(c agentsql.Claim, key uuid.UUID, since time.Time) ([]agentsql.EventRow, []string) {
+		t.Helper()
+		var rows []agentsql.EventRow
+		locked := lockedSealedDays(t, conn, func(tx pgx.Tx) error {
+			var err error
+			rows, err = agentsql.InsertEventBatch(ctx, tx, agentsql.EventBatch{TaskID: c.Task.ID, ProjectID: c.Task.ProjectID,
+				Fence: &c.Task.Fence, Key: key, Since: since, Events: []agentsql.NewEvent{{Type: "log", Payload: []byte(`{"message": "m"}`)}}})
+			return err
+		})
+		return rows, locked
+	}
+	// More writes than Postgres plans custom before it weighs a generic plan.
+	for i := range 8 {
+		if rows, locked := write(cf, uuid.New(), cf.EventsSince); len(rows) != 1 || len(locked) > 0 {
+			t.Fatalf("write %d of a new task: %d rows, locked sealed days %v; want 1 row and none", i+1, len(rows), locked)
+		}
+	}
+	key := uuid.New()
+	if rows, _ := write(cf, key, cf.EventsSince); len(rows) != 1 {
+		t.Fatalf("a keyed write wrote %d rows", len(rows))
+	}
+	if rows, locked := write(cf, key, cf.EventsSince); len(rows) != 0 || len(locked) > 0 {
+		t.Errorf("the same batch sent again: %d rows, locked sealed days %v; want none and none", len(rows), locked)
+	}
+	if rows, _ := write(co, oldKey, co.EventsSince); len(rows) != 0 {
+		t.Errorf("a batch written five days ago, sent again, wrote %d rows; want none", len(rows))
+	}
+	if _, locked := write(cf, uuid.New(), time.Time{}); len(locked) < 10 {
+		t.Errorf("a write without a floor locked the sealed days %v; want all 10 read", locked)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM agent_events WHERE task_id = $1 AND batch = $2`, old, oldKey).Scan(&n); err != nil || n != 1 {
+		t.Errorf("the old batch is there %d times (%v), want once", n, err)
+	}
+}
+
 // lockedSealedDays runs read in a transaction and returns the sealed
 // partitions it locked.
-func lockedSealedDays(t *testing.T, pool *pgxpool.Pool, read func(tx pgx.Tx) error) []string {
+func lockedSealedDays(t *testing.T, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, read func(tx pgx.Tx) error) []string {
 	t.Helper()
 	ctx := t.Context()
 	var got []string
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := read(tx); err != nil {
 			return err
 		}

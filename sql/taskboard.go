@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -88,8 +89,17 @@ func ChangedTaskBoards(ctx context.Context, tx pgx.Tx) (projects []uuid.UUID, ok
 	if err != nil {
 		return nil, false, fmt.Errorf("read the tasks.md cursor: %w", err)
 	}
+	// Only the days not sealed below the cursor can hold a change after it.
+	xid, err := strconv.ParseInt(cursor, 10, 64)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the tasks.md cursor %q: %w", cursor, err)
+	}
+	floor, err := eventFloor(ctx, tx, &xid, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the projects changed since %s: %w", cursor, err)
+	}
 	rows, err := tx.Query(ctx, `SELECT DISTINCT project_id FROM agent_events
-		WHERE type = 'agent_phase' AND xid >= $1::xid8`, cursor)
+		WHERE type = 'agent_phase' AND xid >= $1::xid8 AND created_at >= $2`, pgx.QueryExecModeCacheDescribe, cursor, floor)
 	if err != nil {
 		return nil, false, fmt.Errorf("read the projects changed since %s: %w", cursor, err)
 	}

@@ -283,6 +283,12 @@ type Claim struct {
 	// ChangeSet is the change set ClaimAndStart opened for a claimed build
 	// task; nil otherwise.
 	ChangeSet *OpenedChangeSet
+	// EventsSince bounds the task's events from below: none is older
+	// (agentworker_event_floor of the task's event id floor, read at the
+	// claim; seals only add up, so it stays true). The holder's batches
+	// pass it on (EventBatch.Since) so that their key check reads only
+	// those days. Zero: no bound (a task older than the floor column).
+	EventsSince time.Time
 }
 
 // OpenedChangeSet is what opening a build's change set found: its status
@@ -328,10 +334,12 @@ func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 		csStatus  *string
 		csCreated *bool
 	)
-	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, c.change_set_status, c.change_set_created, k.pause_requested, `+taskColumns+`
+	var since *time.Time
+	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, c.change_set_status, c.change_set_created, k.pause_requested,
+			CASE WHEN k.events_id_floor IS NOT NULL THEN nullif(agentworker_event_floor(NULL, k.events_id_floor + 1), '-infinity') END, `+taskColumns+`
 		FROM agentworker_claim_task($1, $2, $3, $4, $5, $6) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
 		id, jobID, workerID, lease, startEvents, startEvents != nil).
-		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested}, taskDest(&c.Task)...)...)
+		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested, &since}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}
@@ -340,6 +348,9 @@ func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 	}
 	if csStatus != nil {
 		c.ChangeSet = &OpenedChangeSet{Status: *csStatus, Created: csCreated != nil && *csCreated}
+	}
+	if since != nil {
+		c.EventsSince = *since
 	}
 	return c, nil
 }

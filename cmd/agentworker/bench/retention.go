@@ -43,6 +43,10 @@ type RetentionMeasures struct {
 	// InsertMS: one event appended to a task by a writer that does not
 	// hold it (agentsql.InsertEvents: the seq trigger, the announce).
 	InsertMS Percentiles `json:"insert_ms"`
+	// BatchMS: a holder's keyed batch of 3 events, as the worker writes
+	// them (the fence, the key's check from the claim's floor, the seqs;
+	// agentsql.InsertEventBatch).
+	BatchMS Percentiles `json:"batch_ms"`
 	// StreamReadMS: a project stream's resume, 100 events after a cursor
 	// (agentsql.ProjectEventsAfter).
 	StreamReadMS Percentiles `json:"stream_read_ms"`
@@ -78,10 +82,12 @@ func runRetention(ctx context.Context, opts Options, r *Report) error {
 		if _, err = agentsql.MigrateList(ctx, pool, nil, keep); err != nil {
 			return err
 		}
-		// The reads bound created_at by migration 010's floor; an
-		// unpartitioned table has no day to skip.
+		// The reads bound created_at by migration 010's floor, a claim
+		// reads the task's from migration 012's column; an unpartitioned
+		// table has no day to skip.
 		_, err = pool.Exec(ctx, `CREATE FUNCTION agentworker_event_floor(xid8, bigint) RETURNS timestamptz
-			LANGUAGE sql STABLE AS $$ SELECT '-infinity'::timestamptz $$`)
+			LANGUAGE sql STABLE AS $$ SELECT '-infinity'::timestamptz $$;
+			ALTER TABLE ai_tasks ADD COLUMN events_id_floor bigint`)
 		return err
 	}
 	for _, v := range []struct {
@@ -203,6 +209,7 @@ func measureRetention(ctx context.Context, pool *pgxpool.Pool, project uuid.UUID
 	}
 	var first int64
 	var took []time.Duration
+	var err error
 	for i := range retentionSamples {
 		start := time.Now()
 		rows, err := agentsql.InsertEvents(ctx, pool, tasks[i%len(tasks)], project,
@@ -216,6 +223,31 @@ func measureRetention(ctx context.Context, pool *pgxpool.Pool, project uuid.UUID
 		}
 	}
 	m.InsertMS = percentiles(took)
+	claims := make([]agentsql.Claim, len(tasks))
+	for i, id := range tasks {
+		if claims[i], err = agentsql.ClaimAndStart(ctx, pool, id, int64(i+1), "bench", time.Hour, true); err != nil {
+			return m, err
+		}
+		if !claims[i].Claimed {
+			return m, fmt.Errorf("claim measured task %s: not claimable", id)
+		}
+	}
+	took = took[:0]
+	batch := []agentsql.NewEvent{
+		{Type: "progress", Payload: []byte(`{"kind":"tool_start","tool":"read_file"}`)},
+		{Type: "progress", Payload: []byte(`{"kind":"tool_complete","tool":"read_file"}`)},
+		{Type: "log", Payload: []byte(`{"level":"info","message":"measured"}`)}}
+	for i := range retentionSamples {
+		c := claims[i%len(claims)]
+		start := time.Now()
+		_, err := agentsql.InsertEventBatch(ctx, pool, agentsql.EventBatch{TaskID: c.Task.ID, ProjectID: project, Fence: &c.Task.Fence,
+			Key: uuid.New(), Since: c.EventsSince, Events: batch, AfterCommit: true})
+		took = append(took, time.Since(start))
+		if err != nil {
+			return m, err
+		}
+	}
+	m.BatchMS = percentiles(took)
 	cur, err := agentsql.EventCursor(ctx, pool, project, first)
 	if err != nil {
 		return m, err
@@ -305,6 +337,7 @@ func (rt Retention) rows(row func(name, ours, river, target string)) {
 				ratio(get(rt.UnpartitionedFull).P50, get(rt.Unpartitioned).P50)))
 	}
 	within("insert of an event", func(m RetentionMeasures) Percentiles { return m.InsertMS })
+	within("worker's keyed batch, 3 events", func(m RetentionMeasures) Percentiles { return m.BatchMS })
 	within("project stream read, 100 events", func(m RetentionMeasures) Percentiles { return m.StreamReadMS })
 	within("console task list, 50 tasks", func(m RetentionMeasures) Percentiles { return m.TaskListMS })
 	row(fmt.Sprintf("drop a day (%s events): detach + drop (ms)", thousands(rt.DayEvents)), fmt.Sprintf("%.1f", rt.DropDayMS), "", "< 1,000")
