@@ -55,3 +55,14 @@ func AuditLog(ctx context.Context, db DBTX, actor string) ([]AuditRecord, error)
 	}
 	return out, nil
 }
+
+// DeleteAuditBefore deletes up to limit audit_log rows recorded before
+// before, oldest first (through audit_log_at_idx), and returns how many.
+func DeleteAuditBefore(ctx context.Context, db DBTX, before time.Time, limit int) (int, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM audit_log WHERE id IN (
+		SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete up to %d audit records before %s: %w", limit, before.Format(time.RFC3339), err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -574,6 +574,19 @@ func TestTaskReadsSkipSealedDays(t *testing.T) {
 	}
 }
 
+// TestEventIDsAreDrawnOneAtATime: the seals and the tasks' event floors
+// rest on an event's id being drawn when it is inserted; a sequence cache
+// would hand a backend ids drawn earlier, below a seal's id_below or a
+// task's floor.
+func TestEventIDsAreDrawnOneAtATime(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	var cache int64
+	if err := pool.QueryRow(t.Context(), `SELECT seqcache FROM pg_sequence WHERE seqrelid = 'agent_events_id_seq'::regclass`).Scan(&cache); err != nil || cache != 1 {
+		t.Errorf("agent_events_id_seq caches %d ids (%v), want 1", cache, err)
+	}
+}
+
 // TestHolderBatchesSkipSealedDays: a holder's keyed batch looks for its
 // key only in the days from the claim's floor (Claim.EventsSince), so it
 // locks no sealed day, on its first writes (custom plans) as on later ones

@@ -31,6 +31,10 @@ type RetentionConfig struct {
 	// with their runs, events, change sets and checkpoints; what they spent
 	// stays in the usage views (usage_rollup). Defaults to 0: keep.
 	Tasks time.Duration
+	// Audit: audit_log rows recorded longer ago than this are deleted, in
+	// batches of DeleteBatch. Defaults to 0: keep (serve sets
+	// AUDIT_RETENTION, 90 days).
+	Audit time.Duration
 	// BeforeDrop, if set, is called with the finished tasks that have
 	// events in a partition about to be dropped (not called when it holds
 	// none): the archive. If it fails, the partition is not dropped this
@@ -89,6 +93,8 @@ type RetentionReport struct {
 	Kept []string
 	// TasksDeleted counts the finished tasks deleted.
 	TasksDeleted int
+	// AuditDeleted counts the audit_log rows deleted.
+	AuditDeleted int
 }
 
 // Retain runs one partition and retention pass: partitions ahead of time,
@@ -109,19 +115,33 @@ func (s *Service) Retain(ctx context.Context) (RetentionReport, error) {
 	}
 	if cfg.Tasks > 0 {
 		before := time.Now().Add(-cfg.Tasks)
-		for range cfg.MaxDeleteBatches {
-			n, err := s.deleteFinishedTasks(ctx, before, cfg.DeleteBatch)
-			rep.TasksDeleted += n
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-			if n < cfg.DeleteBatch {
-				break
-			}
-		}
+		n, err := s.inBatches(func(limit int) (int, error) { return s.deleteFinishedTasks(ctx, before, limit) })
+		rep.TasksDeleted = n
+		errs = append(errs, err)
+	}
+	if cfg.Audit > 0 {
+		before := time.Now().Add(-cfg.Audit)
+		n, err := s.inBatches(func(limit int) (int, error) { return agentsql.DeleteAuditBefore(ctx, s.pool, before, limit) })
+		rep.AuditDeleted = n
+		errs = append(errs, err)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// inBatches runs del (a transaction deleting up to its limit) until a
+// batch comes short, it fails, or the pass's MaxDeleteBatches are done,
+// and returns how many rows it deleted.
+func (s *Service) inBatches(del func(limit int) (int, error)) (int, error) {
+	cfg := s.cfg.Retention
+	total := 0
+	for range cfg.MaxDeleteBatches {
+		n, err := del(cfg.DeleteBatch)
+		total += n
+		if err != nil || n < cfg.DeleteBatch {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // dropEventPartitions drops the day partitions that ended before cutoff and
@@ -189,10 +209,10 @@ type retentionWorker struct {
 
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[retentionArgs]) error {
 	rep, err := w.svc.Retain(ctx)
-	if rep.PartitionsCreated > 0 || len(rep.Dropped) > 0 || rep.TasksDeleted > 0 {
+	if rep.PartitionsCreated > 0 || len(rep.Dropped) > 0 || rep.TasksDeleted > 0 || rep.AuditDeleted > 0 {
 		w.svc.cfg.Logger.InfoContext(ctx, "retention pass", slog.Int("partitions_created", rep.PartitionsCreated),
 			slog.Int("partitions_dropped", len(rep.Dropped)), slog.Int("partitions_kept", len(rep.Kept)),
-			slog.Int("tasks_deleted", rep.TasksDeleted))
+			slog.Int("tasks_deleted", rep.TasksDeleted), slog.Int("audit_records_deleted", rep.AuditDeleted))
 	}
 	return err
 }

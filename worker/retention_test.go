@@ -340,3 +340,42 @@ func TestRetentionKeepsEverythingByDefault(t *testing.T) {
 		t.Errorf("report %+v: want nothing dropped or deleted, %s and its events kept", rep, part)
 	}
 }
+
+// TestRetentionDeletesOldAuditRecords: audit_log rows older than the audit
+// retention are deleted in batches, at most MaxDeleteBatches a pass, the
+// rest on the next; newer rows stay; without a retention none goes.
+func TestRetentionDeletesOldAuditRecords(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO audit_log (at, actor, action, resource, reason)
+		SELECT now() - make_interval(days => d), 'user:' || d, 'POST /v1/tasks', '/v1/tasks', 'forbidden'
+		FROM unnest(ARRAY[100, 120, 200, 300, 365, 89, 1]) d`); err != nil {
+		t.Fatal(err)
+	}
+	actors := func() []string {
+		t.Helper()
+		recs, err := agentsql.AuditLog(ctx, pool, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range recs {
+			out = append(out, r.Actor)
+		}
+		return out
+	}
+	if rep, err := retentionService(t, pool, worker.RetentionConfig{}).Retain(ctx); err != nil || rep.AuditDeleted != 0 || len(actors()) != 7 {
+		t.Fatalf("without an audit retention: %+v, %v, %v left; want all 7", rep, err, actors())
+	}
+	svc := retentionService(t, pool, worker.RetentionConfig{Audit: 90 * 24 * time.Hour, DeleteBatch: 2, MaxDeleteBatches: 2})
+	for pass, want := range []struct {
+		deleted int
+		left    []string
+	}{{4, []string{"user:100", "user:89", "user:1"}}, {1, []string{"user:89", "user:1"}}, {0, []string{"user:89", "user:1"}}} {
+		rep, err := svc.Retain(ctx)
+		if err != nil || rep.AuditDeleted != want.deleted || !slices.Equal(actors(), want.left) {
+			t.Errorf("pass %d: deleted %d (%v), left %v; want %d deleted (oldest first), %v left", pass+1, rep.AuditDeleted, err, actors(), want.deleted, want.left)
+		}
+	}
+}
