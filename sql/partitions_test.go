@@ -300,7 +300,9 @@ func TestSealedDaysSkipped(t *testing.T) {
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	old := today.AddDate(0, 0, -5).Add(time.Hour)
 	var oldIDs []int64
-	for i := 1; i <= 10; i++ {
+	// Ten past days from two days back: a day is sealed an hour after it
+	// ends, so yesterday is not before 01:00 UTC.
+	for i := 2; i <= 11; i++ {
 		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +436,9 @@ func TestTaskReadsSkipSealedDays(t *testing.T) {
 	}
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	old := today.AddDate(0, 0, -5).Add(time.Hour)
-	for i := 1; i <= 10; i++ {
+	// Ten past days from two days back: a day is sealed an hour after it
+	// ends, so yesterday is not before 01:00 UTC.
+	for i := 2; i <= 11; i++ {
 		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
 			t.Fatal(err)
 		}
@@ -599,7 +603,9 @@ func TestHolderBatchesSkipSealedDays(t *testing.T) {
 	ctx := t.Context()
 	old := insertTaskIn(t, pool, agentsql.StatusQueued)
 	today := time.Now().UTC().Truncate(24 * time.Hour)
-	for i := 1; i <= 10; i++ {
+	// Ten past days from two days back: a day is sealed an hour after it
+	// ends, so yesterday is not before 01:00 UTC.
+	for i := 2; i <= 11; i++ {
 		if _, err := pool.Exec(ctx, `SELECT agentworker_create_event_partition($1::date)`, today.AddDate(0, 0, -i)); err != nil {
 			t.Fatal(err)
 		}
