@@ -87,7 +87,7 @@ func runRetention(ctx context.Context, opts Options, r *Report) error {
 		if _, err = agentsql.MigrateList(ctx, pool, nil, keep); err != nil {
 			return err
 		}
-		// The reads bound created_at by migration 010's floor, a claim
+		// The reads bound created_at by migration 013's floor, a claim
 		// reads the task's from migration 012's column; an unpartitioned
 		// table has no day to skip.
 		_, err = pool.Exec(ctx, `CREATE FUNCTION agentworker_event_floor(xid8, bigint) RETURNS timestamptz
