@@ -463,7 +463,7 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		if tr.agent != nil && tr.agent.Tools != nil {
 			registry = registry.Only(tr.agent.Tools)
 		}
-		pol, err := r.policyOf(task)
+		pol, err := r.policyOf(ctx, task)
 		if err != nil {
 			return err
 		}
