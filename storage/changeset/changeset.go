@@ -644,6 +644,69 @@ func (s *Set) precheck(ctx context.Context, entries []agentsql.ChangeEntry) ([]a
 	return pending, priors, nil
 }
 
+// Dropped is a staged change that DropConflicts removed, with what its
+// file holds in storage now.
+type Dropped struct {
+	Staged  agentsql.ChangeEntry
+	Exists  bool
+	Current []byte
+}
+
+// DropConflicts removes the staged changes whose files changed in storage
+// since the build read them, with the other half of a move, so that a
+// revision sees those files as they are now and what it writes is based
+// on their current version (kept, such a change would conflict at every
+// approve). It returns what it removed, in staged order.
+func (s *Set) DropConflicts(ctx context.Context) ([]Dropped, error) {
+	staged, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	drop := map[string]bool{}
+	for _, e := range staged {
+		_, conflict, err := check(ctx, s.base, s.projectID, e)
+		if err != nil {
+			return nil, err
+		}
+		if conflict && !e.Applied {
+			drop[e.Path] = true
+		}
+	}
+	if len(drop) == 0 {
+		return nil, nil
+	}
+	for _, e := range staged { // a move is its target and its source, or neither
+		if e.FromPath != "" && (drop[e.Path] || drop[e.FromPath]) {
+			drop[e.Path], drop[e.FromPath] = true, true
+		}
+	}
+	var out []Dropped
+	var paths []string
+	for _, e := range staged {
+		if !drop[e.Path] {
+			continue
+		}
+		content, _, err := s.base.Read(ctx, s.projectID, e.Path)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return nil, fmt.Errorf("read %q to drop its staged change: %w", e.Path, err)
+		}
+		out = append(out, Dropped{Staged: e, Exists: err == nil, Current: content})
+		paths = append(paths, e.Path)
+	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	s.changed()
+	if err := agentsql.DropChangeEntries(ctx, s.pool, s.fence, paths); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	for _, p := range paths {
+		delete(s.seen, p)
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
 // Conflicts returns the paths of the entries not yet applied that an apply
 // would refuse: their files changed in base since the build read them. It
 // is the rule Apply checks, for a caller that must answer before a worker
