@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -329,7 +330,7 @@ func (s *Sandbox) prepareDirs() error {
 	}
 	for _, e := range entries {
 		if stale(e) {
-			if err := os.RemoveAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
+			if err := removeAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
 				s.cfg.Logger.Warn("remove stale sandbox workspaces", slog.String("dir", e.Name()), slog.String("err", err.Error()))
 			}
 		}
@@ -378,29 +379,35 @@ func (s *Sandbox) own(p string) error {
 	return nil
 }
 
-// probe runs one sandboxed process the way commands run.
+// probe runs one sandboxed process the way commands run: in a copy of a
+// workspace, taken back when it ends.
 func (s *Sandbox) probe(ctx context.Context) error {
 	dir, err := os.MkdirTemp(s.runDir, "probe-")
 	if err != nil {
 		return fmt.Errorf("create probe workspace: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer removeAll(dir)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("probe workspace: %w", err)
 	}
-	if err := s.own(dir); err != nil {
-		return err
+	if err := os.WriteFile(filepath.Join(dir, "in"), []byte("in\n"), 0o644); err != nil {
+		return fmt.Errorf("probe workspace: %w", err)
 	}
+	out := &copyOut{dir: dir + ".next", maxBytes: 1 << 20, maxEntries: 10}
+	defer removeAll(out.dir)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := s.exec(ctx, spec{workspace: dir, argv: []string{"sh", "-c", "echo ok > probe"}, timeout: 20 * time.Second})
+	res, err := s.exec(ctx, spec{workspace: dir, workBytes: 1 << 20, collect: out.collect, argv: []string{"sh", "-c", "cat in > probe"}, timeout: 20 * time.Second})
 	if err != nil {
 		return err
 	}
 	if res.exitCode != 0 {
 		return fmt.Errorf("a sandboxed process exited with %d: %s", res.exitCode, strings.TrimSpace(res.output.Full()))
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "probe")); err != nil || string(b) != "ok\n" {
+	if res.collected != nil {
+		return fmt.Errorf("the workspace of a sandboxed process could not be taken back: %w", res.collected)
+	}
+	if b, err := os.ReadFile(filepath.Join(out.dir, "probe")); err != nil || string(b) != "in\n" {
 		return fmt.Errorf("a sandboxed process could not write its workspace (%q, %v)", b, err)
 	}
 	return nil
@@ -430,7 +437,12 @@ func (s *Sandbox) acquire(ctx context.Context) (release func(), err error) {
 
 // spec is one sandboxed process.
 type spec struct {
-	workspace   string            // bound read-write at /work
+	// workspace is bound read-write at /work; with workBytes, read-only
+	// at workspaceSource, and /work is a tmpfs of workBytes holding a copy
+	// of it, which the supervisor streams to collect when argv ends.
+	workspace   string
+	workBytes   int64
+	collect     func(io.Reader) error
 	nodeModules string            // bound read-only at /work/node_modules, if set
 	npmCache    string            // bound read-write at /cache, if set
 	registry    string            // the registry proxy's socket, bound at registrySocket (installs only)
@@ -445,6 +457,7 @@ type execResult struct {
 	exitCode  int // -1 when killed on timeout or over its quota
 	timedOut  bool
 	overQuota string // how it exceeded its quota, when it did
+	collected error  // what went wrong taking the workspace out, if anything
 	duration  time.Duration
 	output    Output
 }
@@ -458,8 +471,9 @@ var (
 	rootAliases = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32"}
 )
 
-// args builds bwrap's command line for sp.
-func (s *Sandbox) args(sp spec) []string {
+// args builds bwrap's command line for sp; resultFD is the descriptor
+// of collect's stream, when sp has one.
+func (s *Sandbox) args(sp spec, resultFD int) []string {
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
 		"--hostname", "sandbox", "--info-fd", "3", "--seccomp", "4",
@@ -490,7 +504,12 @@ func (s *Sandbox) args(sp spec) []string {
 	// small tmpfs of its own.
 	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.FormatInt(s.cfg.Limits.ShmBytes, 10), "--tmpfs", "/dev/shm",
-		"--remount-ro", "/dev", "--bind", sp.workspace, "/work")
+		"--remount-ro", "/dev")
+	if sp.workBytes > 0 {
+		a = append(a, "--size", strconv.FormatInt(sp.workBytes, 10), "--tmpfs", "/work", "--ro-bind", sp.workspace, workspaceSource)
+	} else {
+		a = append(a, "--bind", sp.workspace, "/work")
+	}
 	if sp.nodeModules != "" {
 		a = append(a, "--ro-bind", sp.nodeModules, "/work/node_modules")
 	}
@@ -518,7 +537,11 @@ func (s *Sandbox) args(sp spec) []string {
 		a = append(a, "--setenv", k, env[k])
 	}
 	l := s.cfg.Limits
-	a = append(a, "--", s.prlimit,
+	a = append(a, "--")
+	if sp.workBytes > 0 {
+		a = append(a, "sh", "-c", supervisor(resultFD), "sh")
+	}
+	a = append(a, s.prlimit,
 		"--cpu="+strconv.Itoa(l.CPUSeconds), "--data="+strconv.FormatInt(l.MemoryBytes, 10),
 		"--nproc="+strconv.Itoa(l.Processes), "--fsize="+strconv.FormatInt(l.FileBytes, 10), "--")
 	return append(a, sp.argv...)
@@ -530,7 +553,30 @@ func (s *Sandbox) args(sp spec) []string {
 // itself failed; a command that fails is a non-zero exitCode.
 func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	out := newCapture(s.cfg.MaxOutputBytes)
-	cmd := exec.Command(s.bwrap, s.args(sp)...)
+	var collected chan error
+	resultFD := -1
+	var resultW *os.File
+	if sp.collect != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return execResult{}, fmt.Errorf("sandbox result pipe: %w", err)
+		}
+		resultW, resultFD, collected = w, 5, make(chan error, 1)
+		go func() {
+			err := sp.collect(r)
+			// Whatever collect left unread: the sandbox must not block on it.
+			_, _ = io.Copy(io.Discard, r)
+			r.Close()
+			collected <- err
+		}()
+		defer func() {
+			if resultW != nil {
+				resultW.Close()
+				<-collected
+			}
+		}()
+	}
+	cmd := exec.Command(s.bwrap, s.args(sp, resultFD)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = []string{} // bwrap itself gets nothing either
 	cmd.Dir = "/"
@@ -549,12 +595,20 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		infoW.Close()
 		return execResult{}, err
 	}
-	// Only these descriptors reach bwrap (3 and 4); bwrap closes them.
+	// Only these descriptors reach bwrap (3 and 4, which it closes, and 5,
+	// the result's, for the supervisor).
 	cmd.ExtraFiles = []*os.File{infoW, filter}
+	if resultW != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, resultW)
+	}
 	start := time.Now()
 	err = cmd.Start()
 	infoW.Close()
 	filter.Close()
+	if resultW != nil {
+		resultW.Close()
+		resultW = nil
+	}
 	if err != nil {
 		return execResult{}, fmt.Errorf("start %s: %w", s.bwrap, err)
 	}
@@ -602,6 +656,10 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		if err != nil {
 			return res, err
 		}
+	}
+	if collected != nil {
+		// Every process of the sandbox is gone: the stream has ended.
+		res.collected = <-collected
 	}
 	if why := overQuota.Load(); why != nil {
 		res.overQuota = *why

@@ -13,7 +13,11 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,4 +94,70 @@ func Fixture() map[string]string {
 		panic("sandboxtest: read the embedded fixture: " + err.Error())
 	}
 	return files
+}
+
+// WorkerUID is the user a non-root worker runs as in these tests: the
+// runtime image's.
+const WorkerUID = 10001
+
+// nonRootEnv marks the test process Workers started as the non-root worker.
+const nonRootEnv = "AGENTWORKER_SANDBOXTEST_NONROOT"
+
+// Worker is one way the worker runs: as root (the sandbox then runs as
+// nobody) or as a user without privileges (the sandbox runs as that user).
+type Worker struct {
+	Name string // "Root" or "NonRoot"
+	root bool
+}
+
+// Workers are the ways this test process can run the worker: as root both,
+// the non-root one in a child process of WorkerUID; otherwise the non-root
+// one, in this process.
+func Workers() []Worker {
+	if os.Geteuid() == 0 && os.Getenv(nonRootEnv) == "" {
+		return []Worker{{Name: "Root", root: true}, {Name: "NonRoot"}}
+	}
+	return []Worker{{Name: "NonRoot"}}
+}
+
+// Run runs body as w: in this process when it already is w; else (root
+// running the non-root worker) it runs the current test again, this
+// subtest only, in a child test process of WorkerUID, and reports how that
+// went.
+func (w Worker) Run(t *testing.T, body func(t *testing.T)) {
+	t.Helper()
+	if w.root || os.Geteuid() != 0 {
+		body(t)
+		return
+	}
+	// The test binary, copied where WorkerUID can run it (go test builds
+	// it in a directory private to root).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(Dir(t), filepath.Base(exe))
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var pattern []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	cmd := exec.CommandContext(t.Context(), bin, "-test.run", strings.Join(pattern, "/"), "-test.count", "1", "-test.v")
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), nonRootEnv+"=1", "HOME=/nonexistent")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: WorkerUID, Gid: WorkerUID, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid %d: %v\n%s", WorkerUID, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("as uid %d, %s did not run:\n%s", WorkerUID, t.Name(), out)
+	}
+	t.Logf("as uid %d:\n%s", WorkerUID, out)
 }
