@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -30,11 +31,15 @@ type Outcome struct {
 	// Refused says why the dependencies were not installed: one comes from
 	// outside the registry. Stage is StageInstall; nothing ran.
 	Refused string
-	// OverLimit says how the command (or the install) went over a disk
-	// limit. An install over it was stopped (ExitCode -1); a command that
-	// filled its workspace had its writes past it refused, and its
-	// workspace was made anew from the project's files.
+	// OverLimit says how the command (or the install) went over a limit:
+	// disk, or the memory or processes of its sandbox as a whole. An
+	// install over its disk limit was stopped (ExitCode -1); a command that
+	// filled its workspace had its writes past it refused (and Reset is
+	// set); over the memory cap, the kernel killed a process.
 	OverLimit string
+	// Reset reports that the workspace was made anew from the project's
+	// files: what the command wrote is gone.
+	Reset bool
 }
 
 // Passed reports whether the script ran and exited 0 within its limits.
@@ -131,7 +136,8 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	}
 	if failed != nil {
 		o.Stage, o.Command, o.Timeout = StageInstall, inst.Command, w.sb.cfg.InstallTimeout
-		o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = failed.exitCode, failed.timedOut, failed.duration, failed.output, failed.overQuota
+		o.ExitCode, o.TimedOut, o.Duration, o.Output = failed.exitCode, failed.timedOut, failed.duration, failed.output
+		o.OverLimit = joinLimits(failed.overQuota, failed.overMemory)
 		return o, nil
 	}
 	out := &copyOut{dir: w.dir + ".next", maxBytes: w.sb.cfg.MaxWorkspaceBytes, maxEntries: maxQuotaEntries}
@@ -141,20 +147,25 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	if err != nil {
 		return o, err
 	}
-	o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = res.exitCode, res.timedOut, res.duration, res.output, res.overQuota
+	o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = res.exitCode, res.timedOut, res.duration, res.output, res.overMemory
 	switch {
-	case o.OverLimit != "":
 	case res.timedOut:
 		// Killed with its supervisor: the workspace stays as it was before.
 		return o, nil
 	case out.full:
-		o.OverLimit = fmt.Sprintf("it filled the workspace (%d MiB): writes past it failed with no space left on device", w.sb.cfg.MaxWorkspaceBytes>>20)
+		o.OverLimit = joinLimits(fmt.Sprintf("it filled the workspace (%d MiB): writes past it failed with no space left on device", w.sb.cfg.MaxWorkspaceBytes>>20), o.OverLimit)
 	case res.collected != nil:
-		o.OverLimit = "what it left in the workspace could not be kept: " + res.collected.Error()
+		o.OverLimit = joinLimits("what it left in the workspace could not be kept: "+res.collected.Error(), o.OverLimit)
 	default:
 		return o, w.replace(out.dir)
 	}
 	// What the command wrote does not stay: the next run starts from the
 	// project's files.
+	o.Reset = true
 	return o, w.remove()
+}
+
+// joinLimits joins the ways a process went over its limits.
+func joinLimits(why ...string) string {
+	return strings.Join(slices.DeleteFunc(why, func(s string) bool { return s == "" }), "; ")
 }

@@ -78,8 +78,14 @@ type Config struct {
 	// MaxInstalls is how many dependency installs the cache keeps; the least
 	// recently used go first. Defaults to 16.
 	MaxInstalls int
-	// Limits are the rlimits of every sandboxed process.
+	// Limits are the rlimits of every sandboxed process and the caps of
+	// each sandbox as a whole.
 	Limits Limits
+	// AllowUncapped lets commands run where no cgroup can cap a sandbox's
+	// memory and processes as a whole; only the rlimits, per process, hold
+	// then, and memory shared between processes escapes them. Defaults to
+	// false: New fails with an error wrapping ErrUncapped.
+	AllowUncapped bool
 	// UID and GID are the user a process running as root runs the sandbox
 	// as (rlimits on processes do not bind root). Default to 65534 (nobody).
 	UID, GID int
@@ -87,6 +93,11 @@ type Config struct {
 	Bwrap string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// mountinfo and selfCgroup are where this process's mounts and
+	// cgroups are read. Default to /proc/self/mountinfo and
+	// /proc/self/cgroup.
+	mountinfo, selfCgroup string
 }
 
 // Limits are rlimits, applied with prlimit(1) inside the sandbox to the
@@ -108,6 +119,11 @@ type Limits struct {
 	// ShmBytes is the size of the tmpfs at /dev/shm; the rest of /dev is
 	// read-only. Defaults to 16 MiB.
 	ShmBytes int64
+	// SandboxMemoryBytes caps the memory of a sandbox as a whole (its
+	// cgroup's): every process's, shared memory included, and what its
+	// tmpfs hold (the workspace, /tmp, /dev/shm); no swap. Processes caps
+	// its processes and threads as a whole too. Defaults to 3 GiB.
+	SandboxMemoryBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -171,6 +187,15 @@ func (c Config) withDefaults() Config {
 	if l.ShmBytes <= 0 {
 		l.ShmBytes = 16 << 20
 	}
+	if l.SandboxMemoryBytes <= 0 {
+		l.SandboxMemoryBytes = 3 << 30
+	}
+	if c.mountinfo == "" {
+		c.mountinfo = "/proc/self/mountinfo"
+	}
+	if c.selfCgroup == "" {
+		c.selfCgroup = "/proc/self/cgroup"
+	}
 	if c.UID <= 0 {
 		c.UID = 65534
 	}
@@ -201,12 +226,16 @@ type Sandbox struct {
 	deps    *installs
 	asUser  bool   // running as root: the sandbox runs as cfg.UID
 	seccomp []byte // the filter every sandboxed process runs under
+	cgroups *cgroups
+	// uncapped says why no cgroup caps a sandbox (AllowUncapped).
+	uncapped string
 }
 
 // New checks that the sandbox can start here — bubblewrap with a user
-// namespace, prlimit, node and npm under /usr — by running one sandboxed
-// process, and removes the workspaces of processes that are gone. An error
-// wrapping ErrUnavailable says what is missing.
+// namespace, prlimit, node and npm under /usr, a cgroup to cap each
+// sandbox's memory and processes as a whole (unless AllowUncapped) — by
+// running one sandboxed process, and removes the workspaces of processes
+// that are gone. An error wrapping ErrUnavailable says what is missing.
 func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
 	if err := closeInheritedOnExec(); err != nil {
@@ -234,6 +263,15 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	s.node = strings.TrimSpace(string(version))
 	if s.seccomp, err = seccompFilter(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if s.cgroups, err = findCgroups(cfg.mountinfo, cfg.selfCgroup); err != nil {
+		if !cfg.AllowUncapped {
+			return nil, fmt.Errorf("%w: %w: give this process a cgroup it may divide, with the memory and pids controllers (cgroup v2, delegated), or allow commands without that cap", ErrUnavailable, err)
+		}
+		s.uncapped = err.Error()
+		cfg.Logger.Warn("sandboxes are not capped as a whole: only the per-process limits hold", slog.String("reason", s.uncapped))
+	} else {
+		cfg.Logger.Info("each sandbox gets a cgroup capping its memory and processes", slog.String("cgroups", s.cgroups.String()))
 	}
 	if err := s.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -413,6 +451,24 @@ func (s *Sandbox) probe(ctx context.Context) error {
 	return nil
 }
 
+// Limits says which limits hold for each sandbox: for the sandbox as a
+// whole (its cgroup), per process (rlimits), and the sizes of the file
+// systems it writes.
+func (s *Sandbox) Limits() string {
+	l := s.cfg.Limits
+	var whole string
+	switch {
+	case s.cgroups == nil:
+		whole = "no memory or process cap for the sandbox as a whole (allowed uncapped: " + s.uncapped + ")"
+	case s.cgroups.pidsCapped():
+		whole = fmt.Sprintf("memory %d MiB (no swap) and %d processes for the sandbox as a whole (cgroup v%d)", l.SandboxMemoryBytes>>20, l.Processes, s.cgroups.version)
+	default:
+		whole = fmt.Sprintf("memory %d MiB (no swap) for the sandbox as a whole (cgroup v%d), no process cap for it", l.SandboxMemoryBytes>>20, s.cgroups.version)
+	}
+	return fmt.Sprintf("%s; per process: data %d MiB, CPU %d s, file size %d MiB, %d processes of its user; tmpfs: workspace %d MiB, /tmp %d MiB, /dev/shm %d MiB",
+		whole, l.MemoryBytes>>20, l.CPUSeconds, l.FileBytes>>20, l.Processes, s.cfg.MaxWorkspaceBytes>>20, l.TmpBytes>>20, l.ShmBytes>>20)
+}
+
 // Timeout returns the timeout of a call that asks for d: the default when
 // d is not positive, at most MaxTimeout.
 func (s *Sandbox) Timeout(d time.Duration) time.Duration {
@@ -458,8 +514,11 @@ type execResult struct {
 	timedOut  bool
 	overQuota string // how it exceeded its quota, when it did
 	collected error  // what went wrong taking the workspace out, if anything
-	duration  time.Duration
-	output    Output
+	// overMemory says how the sandbox reached its memory or process cap,
+	// when it did.
+	overMemory string
+	duration   time.Duration
+	output     Output
 }
 
 // etcFiles are the files of /etc a process may see; /etc as a whole holds
@@ -472,12 +531,16 @@ var (
 )
 
 // args builds bwrap's command line for sp; resultFD is the descriptor
-// of collect's stream, when sp has one.
-func (s *Sandbox) args(sp spec, resultFD int) []string {
+// of collect's stream, when sp has one, blockFD the one bwrap waits on
+// before it runs anything in the sandbox, when there is one.
+func (s *Sandbox) args(sp spec, resultFD, blockFD int) []string {
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
 		"--hostname", "sandbox", "--info-fd", "3", "--seccomp", "4",
 		"--ro-bind", "/usr", "/usr",
+	}
+	if blockFD >= 0 {
+		a = append(a, "--block-fd", strconv.Itoa(blockFD))
 	}
 	etc := etcFiles
 	if sp.registry != "" {
@@ -576,7 +639,32 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 			}
 		}()
 	}
-	cmd := exec.Command(s.bwrap, s.args(sp, resultFD)...)
+	// The sandbox's cgroup: bwrap and the sandbox's init join it while the
+	// init waits on the block pipe, before anything runs in the sandbox.
+	var group *cgroup
+	var blockR, blockW *os.File
+	blockFD := -1
+	if s.cgroups != nil {
+		l := s.cfg.Limits
+		var err error
+		if group, err = s.cgroups.leaf(l.SandboxMemoryBytes, l.Processes); err != nil {
+			return execResult{}, err
+		}
+		defer func() {
+			if err := group.remove(); err != nil {
+				s.cfg.Logger.Warn("remove a sandbox's cgroup", slog.String("err", err.Error()))
+			}
+		}()
+		if blockR, blockW, err = os.Pipe(); err != nil {
+			return execResult{}, fmt.Errorf("sandbox block pipe: %w", err)
+		}
+		defer blockW.Close()
+		blockFD = 5
+		if resultW != nil {
+			blockFD = 6
+		}
+	}
+	cmd := exec.Command(s.bwrap, s.args(sp, resultFD, blockFD)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = []string{} // bwrap itself gets nothing either
 	cmd.Dir = "/"
@@ -587,19 +675,28 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	}
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
+		if blockR != nil {
+			blockR.Close()
+		}
 		return execResult{}, fmt.Errorf("sandbox info pipe: %w", err)
 	}
 	defer infoR.Close()
 	filter, err := s.filterFile()
 	if err != nil {
 		infoW.Close()
+		if blockR != nil {
+			blockR.Close()
+		}
 		return execResult{}, err
 	}
-	// Only these descriptors reach bwrap (3 and 4, which it closes, and 5,
-	// the result's, for the supervisor).
+	// Only these descriptors reach bwrap: 3 and 4, and the block pipe's,
+	// which it closes, and 5, the result's, for the supervisor.
 	cmd.ExtraFiles = []*os.File{infoW, filter}
 	if resultW != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, resultW)
+	}
+	if blockR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, blockR)
 	}
 	start := time.Now()
 	err = cmd.Start()
@@ -609,23 +706,28 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		resultW.Close()
 		resultW = nil
 	}
+	if blockR != nil {
+		blockR.Close()
+	}
 	if err != nil {
 		return execResult{}, fmt.Errorf("start %s: %w", s.bwrap, err)
 	}
 	// bwrap reports the host pid of the sandbox's init: once it is gone, so
 	// is every process of the sandbox (its pid namespace dies with it).
-	initFD := make(chan int, 1)
+	type sandboxInit struct{ pid, fd int }
+	initCh := make(chan sandboxInit, 1)
 	go func() {
 		var info struct {
 			ChildPID int `json:"child-pid"`
 		}
-		fd := -1
+		in := sandboxInit{fd: -1}
 		if json.NewDecoder(infoR).Decode(&info) == nil && info.ChildPID > 0 {
+			in.pid = info.ChildPID
 			if f, err := unix.PidfdOpen(info.ChildPID, 0); err == nil {
-				fd = f
+				in.fd = f
 			}
 		}
-		initFD <- fd
+		initCh <- in
 	}()
 
 	var timedOut, killed atomic.Bool
@@ -633,6 +735,21 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	timer := time.AfterFunc(sp.timeout, func() { timedOut.Store(true); kill() })
 	stop := context.AfterFunc(ctx, func() { killed.Store(true); kill() })
+	var init sandboxInit
+	var capErr error
+	if group != nil {
+		// The init waits on the block pipe: nothing of the sandbox runs
+		// until both are in its cgroup, and nothing runs if they cannot be.
+		init = <-initCh
+		initCh <- init
+		if init.pid > 0 {
+			if capErr = group.add(cmd.Process.Pid, init.pid); capErr != nil {
+				kill()
+			} else {
+				_, _ = blockW.Write([]byte{0})
+			}
+		}
+	}
 	exited := make(chan struct{})
 	var watched <-chan struct{}
 	if sp.quota != nil {
@@ -650,12 +767,18 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		res.exitCode = cmd.ProcessState.ExitCode()
 	}
 	infoR.Close() // unblocks the reader if bwrap never wrote
-	if fd := <-initFD; fd >= 0 {
-		err := waitGone(fd, 10*time.Second)
-		unix.Close(fd)
+	if in := <-initCh; in.fd >= 0 {
+		err := waitGone(in.fd, 10*time.Second)
+		unix.Close(in.fd)
 		if err != nil {
 			return res, err
 		}
+	}
+	if capErr != nil {
+		return res, capErr
+	}
+	if group != nil {
+		res.overMemory = s.overMemory(group)
 	}
 	if collected != nil {
 		// Every process of the sandbox is gone: the stream has ended.
@@ -682,6 +805,19 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		return res, fmt.Errorf("run sandboxed %s: %w", sp.argv[0], waitErr)
 	}
 	return res, nil
+}
+
+// overMemory says how the sandbox of group reached its caps as a whole, or "".
+func (s *Sandbox) overMemory(group *cgroup) string {
+	ooms, forks := group.hits()
+	var why []string
+	if ooms > 0 {
+		why = append(why, fmt.Sprintf("it used more than %d MiB of memory as a whole (its processes, shared memory and files in /work, /tmp and /dev/shm): the kernel killed %d of its processes", s.cfg.Limits.SandboxMemoryBytes>>20, ooms))
+	}
+	if forks > 0 {
+		why = append(why, fmt.Sprintf("it reached %d processes and threads as a whole: %d more were refused", s.cfg.Limits.Processes, forks))
+	}
+	return strings.Join(why, "; ")
 }
 
 // filterFile returns a pipe's read end holding the seccomp filter, for
