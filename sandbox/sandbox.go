@@ -1,9 +1,10 @@
 // Package sandbox runs a project's own npm scripts (typecheck, lint, test,
 // build) the way a developer would, but never outside a bubblewrap sandbox:
-// a read-only system, the project's workspace the only writable place
-// besides a small tmpfs /tmp, no network, a cleared environment, rlimits on
-// CPU, memory, processes and file size, and the whole process tree killed
-// on timeout.
+// a read-only system, the project's workspace (a tmpfs of a fixed size) the
+// only writable place besides a small tmpfs /tmp, no network, a cleared
+// environment, rlimits on CPU, memory, processes and file size per
+// process, a cgroup capping memory and processes of the sandbox as a
+// whole, and the whole process tree killed on timeout.
 //
 // A [Workspace] is the project as one task sees it, materialised in a
 // directory of its own and synced incrementally before each command. Its
@@ -68,9 +69,10 @@ type Config struct {
 	// MaxFileBytes: project files larger than this are not put in the
 	// workspace. Defaults to 32 MiB.
 	MaxFileBytes int64
-	// MaxWorkspaceBytes caps a workspace on disk: the project's files and
-	// what commands write beside them; a command past it is stopped and
-	// the workspace made anew. Defaults to 512 MiB.
+	// MaxWorkspaceBytes caps a workspace: the project's files and what
+	// commands write beside them. A command works in a tmpfs of this size,
+	// so its writes past it fail; the workspace is then made anew.
+	// Defaults to 512 MiB.
 	MaxWorkspaceBytes int64
 	// MaxInstallBytes caps what an install writes on disk: the installed
 	// dependencies and the project's npm cache. Defaults to 2 GiB.
@@ -450,6 +452,9 @@ func (s *Sandbox) probe(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Capped reports whether a cgroup caps each sandbox's memory as a whole.
+func (s *Sandbox) Capped() bool { return s.cgroups != nil }
 
 // Limits says which limits hold for each sandbox: for the sandbox as a
 // whole (its cgroup), per process (rlimits), and the sizes of the file

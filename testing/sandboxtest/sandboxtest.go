@@ -61,6 +61,16 @@ func New(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
 	return sb
 }
 
+// RequireCapped ends the test unless a cgroup caps each of sb's sandboxes
+// as a whole: it skips, or fails when CI=true (prereq.MissingFromMachine).
+func RequireCapped(t testing.TB, sb *sandbox.Sandbox) {
+	t.Helper()
+	if !sb.Capped() {
+		prereq.MissingFromMachine(t, "a cgroup the test process may divide (memory and pids controllers)",
+			"run the tests as root, or in a delegated cgroup v2", errors.New(sb.Limits()))
+	}
+}
+
 // Dir returns a directory removed when the test ends that the sandbox's
 // user can reach (t.TempDir's are private to root).
 func Dir(t testing.TB) string {
