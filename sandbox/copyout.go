@@ -35,7 +35,7 @@ func supervisor(resultFD int) string {
 	return fmt.Sprintf(`cp -R --preserve=mode,timestamps %[2]s/. /work/ || { echo "the workspace could not be copied into the sandbox" >&2; exit 125; }
 "$@" %[1]d>&-
 rc=$?
-kill -s KILL -1 2>/dev/null
+kill -9 -1 2>/dev/null
 chmod -R u+rwX /work 2>/dev/null
 stat -f -c 'free %%a %%S' /work >&%[1]d
 tar --format=posix -C /work --anchored --exclude=./node_modules -cf - . 2>/dev/null >&%[1]d
@@ -102,8 +102,8 @@ func (c *copyOut) extract(root *os.Root, tr *tar.Reader) error {
 			return fmt.Errorf("it made more than %d files in the workspace", c.maxEntries)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if name == "." || name == "node_modules" || !fs.ValidPath(name) {
-			continue
+		if name == "." || name == "node_modules" || strings.HasPrefix(name, "node_modules/") || !fs.ValidPath(name) {
+			continue // the dependencies are mounted there
 		}
 		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 			return fmt.Errorf("copy out %s: %w", name, err)

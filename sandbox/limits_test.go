@@ -161,3 +161,24 @@ func TestStartRemovesWorkspacesItCannotRead(t *testing.T) {
 		})
 	}
 }
+
+// TestWhatACommandLeftRunningEndsWithIt: a process the command started in
+// the background ends with it: what it would write later never lands in
+// the workspace.
+func TestWhatACommandLeftRunningEndsWithIt(t *testing.T) {
+	t.Parallel()
+	store, p := scriptProject(t, map[string]string{"leave": "(sleep 3; echo late > late.txt) & echo now > now.txt"})
+	sb := sandboxtest.New(t, sandbox.Config{CacheDir: sandboxtest.Dir(t)})
+	ws := sb.Workspace(t.Name(), store, p)
+	t.Cleanup(func() { ws.Close() })
+	out, err := ws.Run(t.Context(), "leave", time.Minute)
+	if err != nil || !out.Passed() || out.Duration > 2*time.Second {
+		t.Fatalf("%v, %s\n%s", err, out.Summary(), out.Output.Full())
+	}
+	if b, err := os.ReadFile(filepath.Join(ws.Dir(), "now.txt")); err != nil || string(b) != "now\n" {
+		t.Errorf("now.txt: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws.Dir(), "late.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("late.txt: %v", err)
+	}
+}
