@@ -159,14 +159,17 @@ func unifiedCgroups(dir string) (*cgroups, error) {
 	return &cgroups{version: 2, dirs: []string{dir}}, nil
 }
 
-// try makes a cgroup and removes it, and removes the cgroups of
-// sandboxes of processes that ended without removing theirs (one still in
-// use cannot be removed).
+// try makes a cgroup and removes it, and removes the cgroups that
+// processes now gone left (a cgroup still holding a process cannot be
+// removed).
 func (c *cgroups) try() error {
 	for _, dir := range c.dirs {
 		left, _ := filepath.Glob(filepath.Join(dir, leafPrefix+"*"))
 		for _, d := range left {
-			_ = syscall.Rmdir(d)
+			pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), leafPrefix), "-")
+			if n, err := strconv.Atoi(pid); err != nil || syscall.Kill(n, 0) == syscall.ESRCH {
+				_ = syscall.Rmdir(d)
+			}
 		}
 	}
 	leaf, err := c.leaf(64<<20, 8)
@@ -187,7 +190,8 @@ func (c *cgroups) String() string {
 // pidsCapped reports whether the cgroups cap processes too.
 func (c *cgroups) pidsCapped() bool { return c.version == 2 || len(c.dirs) == 2 }
 
-// leafPrefix names the cgroups of sandboxes.
+// leafPrefix names the cgroups of sandboxes: leafPrefix, the pid of the
+// process that made it, "-", a random suffix.
 const leafPrefix = "agentworker-sandbox-"
 
 // cgroup is one sandbox's: memory (swap none) and processes capped for the
@@ -201,7 +205,7 @@ type cgroup struct {
 func (c *cgroups) leaf(memoryBytes int64, processes int) (*cgroup, error) {
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
-	name := leafPrefix + hex.EncodeToString(suffix)
+	name := leafPrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(suffix)
 	g := &cgroup{version: c.version}
 	for _, parent := range c.dirs {
 		dir := filepath.Join(parent, name)

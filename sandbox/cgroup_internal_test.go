@@ -132,3 +132,41 @@ func TestReadMountsAndOwnCgroups(t *testing.T) {
 		t.Errorf("own cgroups: %v", own)
 	}
 }
+
+// TestStartRemovesCgroupsOfGoneProcesses: a sandbox's cgroup left by a
+// process that is gone is removed when a sandbox starts; one of a live
+// process is not.
+func TestStartRemovesCgroupsOfGoneProcesses(t *testing.T) {
+	t.Parallel()
+	cg, err := findCgroups("/proc/self/mountinfo", "/proc/self/cgroup")
+	if errors.Is(err, ErrUncapped) {
+		prereq.MissingFromMachine(t, "a cgroup this process may divide (memory and pids controllers)", "run the tests as root, or in a delegated cgroup v2", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past the kernel's largest pid: no such process.
+	gone := filepath.Join(cg.dirs[0], leafPrefix+"999999999-0123456789ab")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := cg.leaf(64<<20, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := mine.remove(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := cg.try(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cgroup of a gone process: %v", err)
+		_ = os.Remove(gone)
+	}
+	if _, err := os.Stat(mine.dirs[0]); err != nil {
+		t.Errorf("the cgroup of this process: %v", err)
+	}
+}
