@@ -332,7 +332,7 @@ func migrate(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "river migrations applied: %v\nagentworker migrations applied: %v\n", res.RiverVersions, res.Applied)
+	fmt.Fprintf(out, "river migrations applied: %v\nagentworker migrations applied: %v\nfunction files applied: %v\n", res.RiverVersions, res.Applied, res.Functions)
 	return nil
 }
 

@@ -1,86 +1,21 @@
--- Review before apply: a build whose input says review = true ends, once
--- its checks passed, in review: its change set stays staged (open), its
--- checkpoint is kept, its run is finished and it holds no lease. A person
--- approves it (a worker applies the set, fenced, exactly as a build that
--- succeeds does; a file changed since the build read it sends the task
--- back to review with the conflict), or rejects it: with feedback the
--- task is queued and continues from its checkpoint with the feedback and
--- the comments since its revision as the next user message; without, it
--- is cancelled and its change set discarded. A task in review has not
--- succeeded: its dependents keep waiting.
+-- Control: every control action on a task (cancel, pause, resume, retry,
+-- answer, approve, reject) through agentworker_control_task, the functions
+-- apps call for each, and the broadcast of one action over a project's
+-- tasks.
 
-ALTER TABLE ai_tasks DROP CONSTRAINT ai_tasks_status_check;
-ALTER TABLE ai_tasks ADD CONSTRAINT ai_tasks_status_check CHECK (status IN (
-    'queued', 'running', 'succeeded', 'failed', 'blocked',
-    'cancelled', 'paused', 'awaiting_input', 'waiting', 'review'));
-
-INSERT INTO agentworker_task_transitions (from_status, to_status) VALUES
-    ('running', 'review'),    -- a build to review finished cleanly
-    ('review', 'succeeded'),
-    ('review', 'queued'),     -- approved (to apply) or rejected with feedback
-    ('review', 'cancelled');  -- rejected without feedback, or cancelled
-
--- approved: the next attempt only applies the staged change set.
-ALTER TABLE ai_tasks ADD COLUMN approved boolean NOT NULL DEFAULT false;
-COMMENT ON COLUMN ai_tasks.approved IS 'A task in review was approved: its next attempt applies its change set and nothing else.';
-
--- An approval is for the one apply that follows it: a task that stops
--- otherwise (fails, is cancelled, pauses, enters review again) drops it, so
--- a later retry builds again. A task entering review tells a person.
-CREATE FUNCTION ai_tasks_enter_review() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    NEW.approved := false;
-    IF NEW.status = 'review' THEN
-        INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
-        VALUES (NEW.project_id, NEW.id, 'review_requested', 'review',
-                NEW.type || ' task waits for review',
-                coalesce(NEW.error ->> 'message', NEW.result ->> 'summary', ''));
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status AND NEW.status NOT IN ('queued', 'running'))
-    EXECUTE FUNCTION ai_tasks_enter_review();
-
-ALTER TABLE inbox_items DROP CONSTRAINT inbox_items_kind_check;
-ALTER TABLE inbox_items ADD CONSTRAINT inbox_items_kind_check
-    CHECK (kind IN ('await_user_input', 'task_completed', 'review_requested'));
-COMMENT ON COLUMN inbox_items.kind IS 'await_user_input | task_completed | review_requested.';
-
--- task_comments: what people said about a task's change set, the feedback
--- of a reject among them; path and line name a place in its diff.
-CREATE TABLE task_comments (
-    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    task_id    uuid NOT NULL REFERENCES ai_tasks (id) ON DELETE CASCADE,
-    project_id uuid NOT NULL,
-    author     text NOT NULL,
-    body       text NOT NULL CHECK (btrim(body) <> ''),
-    path       text,
-    line       integer CHECK (line > 0),
-    created_at timestamptz NOT NULL DEFAULT now(),
-    CHECK (line IS NULL OR path IS NOT NULL)
-);
-
-CREATE INDEX task_comments_task_idx ON task_comments (task_id, created_at);
-
-COMMENT ON TABLE task_comments IS 'Comments on a task''s change set; those since its last revision go to the model with a reject''s feedback.';
-
-ALTER TABLE task_comments ENABLE ROW LEVEL SECURITY;
-REVOKE ALL ON task_comments FROM PUBLIC, anon, authenticated, service_role;
-GRANT SELECT, INSERT ON task_comments TO service_role;
-GRANT SELECT ON task_comments TO authenticated;
-CREATE POLICY task_comments_service ON task_comments TO service_role USING (true) WITH CHECK (true);
-CREATE POLICY task_comments_read_own ON task_comments FOR SELECT TO authenticated
-    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
-
-------------------------------------------------------------------------------
--- Control: approve and reject a task in review; a task in review may be
--- cancelled.
-------------------------------------------------------------------------------
-
+-- agentworker_control_task is every control action: it checks the action
+-- against the state machine and the optimistic version, applies it, writes
+-- an audit event whatever the outcome, and notifies agentworker_control.
+-- It never raises for a refused action, so the audit event commits; the
+-- returned object says what happened:
+--   {"outcome": "applied" | "rejected" | "conflict" | "invalid" | "not_found",
+--    "task_id", "action", "from", "status", "version", "error", "pending"}
+-- Pausing a running task sets pause_requested ("pending": true): its loop
+-- pauses itself at the next iteration boundary, after a checkpoint; resume
+-- before then withdraws the request. Cancel or pause of a task whose change
+-- set is being applied is refused with the reason: its files are landing,
+-- and a cancel never reports one outcome while another happens. Retry starts
+-- the task's retry budget over; resume closes its open budget items.
 CREATE OR REPLACE FUNCTION agentworker_control_task(
     p_task_id uuid, p_action text, p_expected_version integer DEFAULT NULL,
     p_actor text DEFAULT NULL, p_answer text DEFAULT NULL)
@@ -246,29 +181,157 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION agentworker_approve_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+-- The control functions apps call, checked against the caller. A task the
+-- caller may not see gets the answer a missing task gets, with no audit
+-- event either, so the two cannot be told apart.
+CREATE OR REPLACE FUNCTION agentworker_control_for_caller(
+    p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM ai_tasks WHERE id = p_task_id AND agentworker_caller_may_access(project_id)) THEN
+        RETURN jsonb_build_object('outcome', 'not_found', 'task_id', p_task_id, 'action', p_action,
+            'error', format('task %s not found', p_task_id));
+    END IF;
+    RETURN agentworker_control_task(p_task_id, p_action, p_expected_version, p_actor, p_answer);
+END
+$$;
+
+-- The per-action entry points, for PostgREST (POST /rpc/agentworker_cancel_task).
+CREATE OR REPLACE FUNCTION agentworker_cancel_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'cancel', expected_version, actor) $$;
+
+CREATE OR REPLACE FUNCTION agentworker_pause_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'pause', expected_version, actor) $$;
+
+CREATE OR REPLACE FUNCTION agentworker_resume_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'resume', expected_version, actor) $$;
+
+CREATE OR REPLACE FUNCTION agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'retry', expected_version, actor) $$;
+
+CREATE OR REPLACE FUNCTION agentworker_answer_input(task_id uuid, answer text, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'answer', expected_version, actor, answer) $$;
+
+CREATE OR REPLACE FUNCTION agentworker_approve_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
 RETURNS jsonb LANGUAGE sql SECURITY DEFINER
 AS $$ SELECT agentworker_control_for_caller(task_id, 'approve', expected_version, actor) $$;
 
-CREATE FUNCTION agentworker_reject_task(task_id uuid, feedback text DEFAULT NULL, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION agentworker_reject_task(task_id uuid, feedback text DEFAULT NULL, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
 RETURNS jsonb LANGUAGE sql SECURITY DEFINER
 AS $$ SELECT agentworker_control_for_caller(task_id, 'reject', expected_version, actor, feedback) $$;
 
-DO $$
+-- agentworker_broadcast applies one control action (pause, resume, cancel or
+-- retry) to a project's tasks, each through agentworker_control_task: the
+-- same state machine, version check, audit event and fencing as alone. It
+-- targets the tasks in p_statuses, or those of p_task_ids (a given id not in
+-- the project is answered not_found), or both; with neither, the project's
+-- running tasks. A call takes at most p_limit tasks, in id order after
+-- p_after, and returns one control result per task: a caller pages on with
+-- p_after = the last task_id while a call returned p_limit rows. Each call
+-- is its own transaction, so no call holds a lock on more than p_limit
+-- tasks. A task whose row another transaction holds (its worker finishing
+-- it, say) is not waited for: it is answered conflict, and is unchanged.
+CREATE OR REPLACE FUNCTION agentworker_broadcast(
+    p_command text, p_project_id uuid, p_statuses text[] DEFAULT NULL, p_task_ids uuid[] DEFAULT NULL,
+    p_expected_versions jsonb DEFAULT NULL, p_actor text DEFAULT NULL,
+    p_after uuid DEFAULT NULL, p_limit integer DEFAULT 500)
+RETURNS SETOF jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
-    v_fn regprocedure;
+    v_id    uuid;
+    v_found boolean;
 BEGIN
-    FOREACH v_fn IN ARRAY ARRAY[
-        'ai_tasks_enter_review()', 'agentworker_control_task(uuid, text, integer, text, text)',
-        'agentworker_approve_task(uuid, integer, text)', 'agentworker_reject_task(uuid, text, integer, text)']::regprocedure[]
+    IF p_command IS NULL OR p_command NOT IN ('pause', 'resume', 'cancel', 'retry') THEN
+        RAISE EXCEPTION 'unknown broadcast command %: want pause, resume, cancel or retry', coalesce(p_command, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 5000 THEN
+        RAISE EXCEPTION 'broadcast limit % out of range 1..5000', p_limit USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR v_id, v_found IN
+        SELECT t.id, true FROM ai_tasks t
+        WHERE t.project_id = p_project_id
+          AND (p_task_ids IS NULL OR t.id = ANY (p_task_ids))
+          AND (t.status = ANY (p_statuses) OR (p_statuses IS NULL AND p_task_ids IS NOT NULL)
+               OR (p_statuses IS NULL AND p_task_ids IS NULL AND t.status = 'running'))
+          AND (p_after IS NULL OR t.id > p_after)
+        UNION ALL
+        SELECT g.id, false FROM unnest(p_task_ids) AS g(id)
+        WHERE (p_after IS NULL OR g.id > p_after)
+          AND NOT EXISTS (SELECT 1 FROM ai_tasks t WHERE t.id = g.id AND t.project_id = p_project_id)
+        ORDER BY 1
+        LIMIT p_limit
     LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, anon, authenticated, service_role', v_fn);
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_fn, current_schema());
+        IF NOT v_found THEN
+            RETURN NEXT jsonb_build_object('outcome', 'not_found', 'task_id', v_id, 'action', p_command,
+                'error', format('task %s not found', v_id));
+            CONTINUE;
+        END IF;
+        BEGIN
+            PERFORM 1 FROM ai_tasks WHERE id = v_id FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN NEXT jsonb_build_object('outcome', 'conflict', 'task_id', v_id, 'action', p_command,
+                'error', format('task %s is being changed by another transaction: try again', v_id));
+            CONTINUE;
+        END;
+        RETURN NEXT agentworker_control_task(v_id, p_command,
+            (p_expected_versions ->> v_id::text)::integer, p_actor);
     END LOOP;
 END
 $$;
 
+-- The broadcast apps call through PostgREST (POST /rpc/agentworker_broadcast_tasks),
+-- checked against the caller: on a project the caller may not see, every
+-- given id is answered not_found and nothing else is, as for a project
+-- without such tasks.
+CREATE OR REPLACE FUNCTION agentworker_broadcast_tasks(
+    command text, project_id uuid, statuses text[] DEFAULT NULL, task_ids uuid[] DEFAULT NULL,
+    expected_versions jsonb DEFAULT NULL, actor text DEFAULT NULL,
+    after uuid DEFAULT NULL, "limit" integer DEFAULT 500)
+RETURNS SETOF jsonb
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    IF NOT agentworker_caller_may_access(project_id) THEN
+        RETURN QUERY SELECT jsonb_build_object('outcome', 'not_found', 'task_id', g.id, 'action', command,
+                'error', format('task %s not found', g.id))
+            FROM unnest(task_ids) AS g(id)
+            WHERE after IS NULL OR g.id > after
+            ORDER BY g.id
+            LIMIT "limit";
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM agentworker_broadcast(command, project_id, statuses, task_ids,
+        expected_versions, actor, after, "limit");
+END
+$$;
+
+-- Settings: the functions above are the owner's only, on this schema's
+-- search path, until granted here.
+SELECT agentworker_make_internal(VARIADIC ARRAY[
+    'agentworker_control_task(uuid, text, integer, text, text)',
+    'agentworker_control_for_caller(uuid, text, integer, text, text)',
+    'agentworker_cancel_task(uuid, integer, text)',
+    'agentworker_pause_task(uuid, integer, text)',
+    'agentworker_resume_task(uuid, integer, text)',
+    'agentworker_retry_task(uuid, integer, text)',
+    'agentworker_answer_input(uuid, text, integer, text)',
+    'agentworker_approve_task(uuid, integer, text)',
+    'agentworker_reject_task(uuid, text, integer, text)',
+    'agentworker_broadcast(text, uuid, text[], uuid[], jsonb, text, uuid, integer)',
+    'agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)']::regprocedure[]);
 GRANT EXECUTE ON FUNCTION
+    agentworker_cancel_task(uuid, integer, text),
+    agentworker_pause_task(uuid, integer, text),
+    agentworker_resume_task(uuid, integer, text),
+    agentworker_retry_task(uuid, integer, text),
+    agentworker_answer_input(uuid, text, integer, text),
     agentworker_approve_task(uuid, integer, text),
-    agentworker_reject_task(uuid, text, integer, text)
+    agentworker_reject_task(uuid, text, integer, text),
+    agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
 TO authenticated, service_role;
