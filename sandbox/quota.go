@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// quota bounds what a sandboxed process writes on the host's disk: the
-// directories bound writable into its sandbox (/tmp and /dev/shm are
-// tmpfs of a fixed size), measured while it runs. A process over it is
-// killed within quotaInterval.
+// quota bounds what an install writes on the host's disk: the
+// directories bound writable into its sandbox (a command's workspace, /tmp
+// and /dev/shm are tmpfs of a fixed size), measured while it runs. A
+// process over it is killed within quotaInterval. An install runs no code
+// of the project: npm makes what it writes.
 type quota struct {
 	what     string // "the workspace", "the install"
 	dirs     []string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -30,13 +31,21 @@ type Outcome struct {
 	// Refused says why the dependencies were not installed: one comes from
 	// outside the registry. Stage is StageInstall; nothing ran.
 	Refused string
-	// OverLimit says how the command (or the install) went over a disk
-	// limit; it was stopped. ExitCode is -1.
+	// OverLimit says how the command (or the install) went over a limit:
+	// disk, or the memory or processes of its sandbox as a whole. An
+	// install over its disk limit was stopped (ExitCode -1); a command that
+	// filled its workspace had its writes past it refused (and Reset is
+	// set); over the memory cap, the kernel killed a process.
 	OverLimit string
+	// Reset reports that the workspace was made anew from the project's
+	// files: what the command wrote is gone.
+	Reset bool
 }
 
-// Passed reports whether the script ran and exited 0.
-func (o Outcome) Passed() bool { return o.Stage == StageRun && o.ExitCode == 0 && !o.TimedOut }
+// Passed reports whether the script ran and exited 0 within its limits.
+func (o Outcome) Passed() bool {
+	return o.Stage == StageRun && o.ExitCode == 0 && !o.TimedOut && o.OverLimit == ""
+}
 
 // Summary is one line saying how the command ended.
 func (o Outcome) Summary() string {
@@ -44,8 +53,10 @@ func (o Outcome) Summary() string {
 	switch {
 	case o.Refused != "":
 		return "the dependencies were not installed: " + o.Refused
-	case o.OverLimit != "":
+	case o.OverLimit != "" && o.ExitCode == -1:
 		return fmt.Sprintf("%s was stopped after %s: %s", o.Command, d, o.OverLimit)
+	case o.OverLimit != "":
+		return fmt.Sprintf("%s exited with code %d after %s: %s", o.Command, o.ExitCode, d, o.OverLimit)
 	case o.TimedOut:
 		return fmt.Sprintf("%s was killed after its %s timeout", o.Command, o.Timeout)
 	case o.Stage == StageInstall:
@@ -125,21 +136,36 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	}
 	if failed != nil {
 		o.Stage, o.Command, o.Timeout = StageInstall, inst.Command, w.sb.cfg.InstallTimeout
-		o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = failed.exitCode, failed.timedOut, failed.duration, failed.output, failed.overQuota
+		o.ExitCode, o.TimedOut, o.Duration, o.Output = failed.exitCode, failed.timedOut, failed.duration, failed.output
+		o.OverLimit = joinLimits(failed.overQuota, failed.overMemory)
 		return o, nil
 	}
-	q := &quota{what: "the workspace", dirs: []string{w.dir}, maxBytes: w.sb.cfg.MaxWorkspaceBytes}
-	res, err := w.sb.exec(ctx, spec{workspace: w.dir, nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout, quota: q})
+	out := &copyOut{dir: w.dir + ".next", maxBytes: w.sb.cfg.MaxWorkspaceBytes, maxEntries: maxQuotaEntries}
+	defer func() { _ = removeAll(out.dir) }()
+	res, err := w.sb.exec(ctx, spec{workspace: w.dir, workBytes: w.sb.cfg.MaxWorkspaceBytes, collect: out.collect,
+		nodeModules: modules, argv: []string{"npm", "run", script}, timeout: o.Timeout})
 	if err != nil {
 		return o, err
 	}
-	o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = res.exitCode, res.timedOut, res.duration, res.output, res.overQuota
-	if o.OverLimit != "" {
-		// What the command wrote does not stay: the next run starts from
-		// the project's files.
-		if err := w.remove(); err != nil {
-			return o, err
-		}
+	o.ExitCode, o.TimedOut, o.Duration, o.Output, o.OverLimit = res.exitCode, res.timedOut, res.duration, res.output, res.overMemory
+	switch {
+	case res.timedOut:
+		// Killed with its supervisor: the workspace stays as it was before.
+		return o, nil
+	case out.full:
+		o.OverLimit = joinLimits(fmt.Sprintf("it filled the workspace (%d MiB): writes past it failed with no space left on device", w.sb.cfg.MaxWorkspaceBytes>>20), o.OverLimit)
+	case res.collected != nil:
+		o.OverLimit = joinLimits("what it left in the workspace could not be kept: "+res.collected.Error(), o.OverLimit)
+	default:
+		return o, w.replace(out.dir)
 	}
-	return o, nil
+	// What the command wrote does not stay: the next run starts from the
+	// project's files.
+	o.Reset = true
+	return o, w.remove()
+}
+
+// joinLimits joins the ways a process went over its limits.
+func joinLimits(why ...string) string {
+	return strings.Join(slices.DeleteFunc(why, func(s string) bool { return s == "" }), "; ")
 }

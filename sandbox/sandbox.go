@@ -1,9 +1,10 @@
 // Package sandbox runs a project's own npm scripts (typecheck, lint, test,
 // build) the way a developer would, but never outside a bubblewrap sandbox:
-// a read-only system, the project's workspace the only writable place
-// besides a small tmpfs /tmp, no network, a cleared environment, rlimits on
-// CPU, memory, processes and file size, and the whole process tree killed
-// on timeout.
+// a read-only system, the project's workspace (a tmpfs of a fixed size) the
+// only writable place besides a small tmpfs /tmp, no network, a cleared
+// environment, rlimits on CPU, memory, processes and file size per
+// process, a cgroup capping memory and processes of the sandbox as a
+// whole, and the whole process tree killed on timeout.
 //
 // A [Workspace] is the project as one task sees it, materialised in a
 // directory of its own and synced incrementally before each command. Its
@@ -21,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -67,9 +69,10 @@ type Config struct {
 	// MaxFileBytes: project files larger than this are not put in the
 	// workspace. Defaults to 32 MiB.
 	MaxFileBytes int64
-	// MaxWorkspaceBytes caps a workspace on disk: the project's files and
-	// what commands write beside them; a command past it is stopped and
-	// the workspace made anew. Defaults to 512 MiB.
+	// MaxWorkspaceBytes caps a workspace: the project's files and what
+	// commands write beside them. A command works in a tmpfs of this size,
+	// so its writes past it fail; the workspace is then made anew.
+	// Defaults to 512 MiB.
 	MaxWorkspaceBytes int64
 	// MaxInstallBytes caps what an install writes on disk: the installed
 	// dependencies and the project's npm cache. Defaults to 2 GiB.
@@ -77,8 +80,14 @@ type Config struct {
 	// MaxInstalls is how many dependency installs the cache keeps; the least
 	// recently used go first. Defaults to 16.
 	MaxInstalls int
-	// Limits are the rlimits of every sandboxed process.
+	// Limits are the rlimits of every sandboxed process and the caps of
+	// each sandbox as a whole.
 	Limits Limits
+	// AllowUncapped lets commands run where no cgroup can cap a sandbox's
+	// memory and processes as a whole; only the rlimits, per process, hold
+	// then, and memory shared between processes escapes them. Defaults to
+	// false: New fails with an error wrapping ErrUncapped.
+	AllowUncapped bool
 	// UID and GID are the user a process running as root runs the sandbox
 	// as (rlimits on processes do not bind root). Default to 65534 (nobody).
 	UID, GID int
@@ -86,6 +95,11 @@ type Config struct {
 	Bwrap string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// mountinfo and selfCgroup are where this process's mounts and
+	// cgroups are read. Default to /proc/self/mountinfo and
+	// /proc/self/cgroup.
+	mountinfo, selfCgroup string
 }
 
 // Limits are rlimits, applied with prlimit(1) inside the sandbox to the
@@ -107,6 +121,11 @@ type Limits struct {
 	// ShmBytes is the size of the tmpfs at /dev/shm; the rest of /dev is
 	// read-only. Defaults to 16 MiB.
 	ShmBytes int64
+	// SandboxMemoryBytes caps the memory of a sandbox as a whole (its
+	// cgroup's): every process's, shared memory included, and what its
+	// tmpfs hold (the workspace, /tmp, /dev/shm); no swap. Processes caps
+	// its processes and threads as a whole too. Defaults to 3 GiB.
+	SandboxMemoryBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -170,6 +189,15 @@ func (c Config) withDefaults() Config {
 	if l.ShmBytes <= 0 {
 		l.ShmBytes = 16 << 20
 	}
+	if l.SandboxMemoryBytes <= 0 {
+		l.SandboxMemoryBytes = 3 << 30
+	}
+	if c.mountinfo == "" {
+		c.mountinfo = "/proc/self/mountinfo"
+	}
+	if c.selfCgroup == "" {
+		c.selfCgroup = "/proc/self/cgroup"
+	}
 	if c.UID <= 0 {
 		c.UID = 65534
 	}
@@ -200,12 +228,16 @@ type Sandbox struct {
 	deps    *installs
 	asUser  bool   // running as root: the sandbox runs as cfg.UID
 	seccomp []byte // the filter every sandboxed process runs under
+	cgroups *cgroups
+	// uncapped says why no cgroup caps a sandbox (AllowUncapped).
+	uncapped string
 }
 
 // New checks that the sandbox can start here — bubblewrap with a user
-// namespace, prlimit, node and npm under /usr — by running one sandboxed
-// process, and removes the workspaces of processes that are gone. An error
-// wrapping ErrUnavailable says what is missing.
+// namespace, prlimit, node and npm under /usr, a cgroup to cap each
+// sandbox's memory and processes as a whole (unless AllowUncapped) — by
+// running one sandboxed process, and removes the workspaces of processes
+// that are gone. An error wrapping ErrUnavailable says what is missing.
 func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
 	if err := closeInheritedOnExec(); err != nil {
@@ -233,6 +265,15 @@ func New(ctx context.Context, cfg Config) (*Sandbox, error) {
 	s.node = strings.TrimSpace(string(version))
 	if s.seccomp, err = seccompFilter(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if s.cgroups, err = findCgroups(cfg.mountinfo, cfg.selfCgroup); err != nil {
+		if !cfg.AllowUncapped {
+			return nil, fmt.Errorf("%w: %w: give this process a cgroup it may divide, with the memory and pids controllers (cgroup v2, delegated), or allow commands without that cap", ErrUnavailable, err)
+		}
+		s.uncapped = err.Error()
+		cfg.Logger.Warn("sandboxes are not capped as a whole: only the per-process limits hold", slog.String("reason", s.uncapped))
+	} else {
+		cfg.Logger.Info("each sandbox gets a cgroup capping its memory and processes", slog.String("cgroups", s.cgroups.String()))
 	}
 	if err := s.prepareDirs(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -329,7 +370,7 @@ func (s *Sandbox) prepareDirs() error {
 	}
 	for _, e := range entries {
 		if stale(e) {
-			if err := os.RemoveAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
+			if err := removeAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
 				s.cfg.Logger.Warn("remove stale sandbox workspaces", slog.String("dir", e.Name()), slog.String("err", err.Error()))
 			}
 		}
@@ -378,32 +419,59 @@ func (s *Sandbox) own(p string) error {
 	return nil
 }
 
-// probe runs one sandboxed process the way commands run.
+// probe runs one sandboxed process the way commands run: in a copy of a
+// workspace, taken back when it ends.
 func (s *Sandbox) probe(ctx context.Context) error {
 	dir, err := os.MkdirTemp(s.runDir, "probe-")
 	if err != nil {
 		return fmt.Errorf("create probe workspace: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer removeAll(dir)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("probe workspace: %w", err)
 	}
-	if err := s.own(dir); err != nil {
-		return err
+	if err := os.WriteFile(filepath.Join(dir, "in"), []byte("in\n"), 0o644); err != nil {
+		return fmt.Errorf("probe workspace: %w", err)
 	}
+	out := &copyOut{dir: dir + ".next", maxBytes: 1 << 20, maxEntries: 10}
+	defer removeAll(out.dir)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := s.exec(ctx, spec{workspace: dir, argv: []string{"sh", "-c", "echo ok > probe"}, timeout: 20 * time.Second})
+	res, err := s.exec(ctx, spec{workspace: dir, workBytes: 1 << 20, collect: out.collect, argv: []string{"sh", "-c", "cat in > probe"}, timeout: 20 * time.Second})
 	if err != nil {
 		return err
 	}
 	if res.exitCode != 0 {
 		return fmt.Errorf("a sandboxed process exited with %d: %s", res.exitCode, strings.TrimSpace(res.output.Full()))
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "probe")); err != nil || string(b) != "ok\n" {
+	if res.collected != nil {
+		return fmt.Errorf("the workspace of a sandboxed process could not be taken back: %w", res.collected)
+	}
+	if b, err := os.ReadFile(filepath.Join(out.dir, "probe")); err != nil || string(b) != "in\n" {
 		return fmt.Errorf("a sandboxed process could not write its workspace (%q, %v)", b, err)
 	}
 	return nil
+}
+
+// Capped reports whether a cgroup caps each sandbox's memory as a whole.
+func (s *Sandbox) Capped() bool { return s.cgroups != nil }
+
+// Limits says which limits hold for each sandbox: for the sandbox as a
+// whole (its cgroup), per process (rlimits), and the sizes of the file
+// systems it writes.
+func (s *Sandbox) Limits() string {
+	l := s.cfg.Limits
+	var whole string
+	switch {
+	case s.cgroups == nil:
+		whole = "no memory or process cap for the sandbox as a whole (allowed uncapped: " + s.uncapped + ")"
+	case s.cgroups.pidsCapped():
+		whole = fmt.Sprintf("memory %d MiB (no swap) and %d processes for the sandbox as a whole (cgroup v%d)", l.SandboxMemoryBytes>>20, l.Processes, s.cgroups.version)
+	default:
+		whole = fmt.Sprintf("memory %d MiB (no swap) for the sandbox as a whole (cgroup v%d), no process cap for it", l.SandboxMemoryBytes>>20, s.cgroups.version)
+	}
+	return fmt.Sprintf("%s; per process: data %d MiB, CPU %d s, file size %d MiB, %d processes of its user; tmpfs: workspace %d MiB, /tmp %d MiB, /dev/shm %d MiB",
+		whole, l.MemoryBytes>>20, l.CPUSeconds, l.FileBytes>>20, l.Processes, s.cfg.MaxWorkspaceBytes>>20, l.TmpBytes>>20, l.ShmBytes>>20)
 }
 
 // Timeout returns the timeout of a call that asks for d: the default when
@@ -430,7 +498,12 @@ func (s *Sandbox) acquire(ctx context.Context) (release func(), err error) {
 
 // spec is one sandboxed process.
 type spec struct {
-	workspace   string            // bound read-write at /work
+	// workspace is bound read-write at /work; with workBytes, read-only
+	// at workspaceSource, and /work is a tmpfs of workBytes holding a copy
+	// of it, which the supervisor streams to collect when argv ends.
+	workspace   string
+	workBytes   int64
+	collect     func(io.Reader) error
 	nodeModules string            // bound read-only at /work/node_modules, if set
 	npmCache    string            // bound read-write at /cache, if set
 	registry    string            // the registry proxy's socket, bound at registrySocket (installs only)
@@ -445,8 +518,12 @@ type execResult struct {
 	exitCode  int // -1 when killed on timeout or over its quota
 	timedOut  bool
 	overQuota string // how it exceeded its quota, when it did
-	duration  time.Duration
-	output    Output
+	collected error  // what went wrong taking the workspace out, if anything
+	// overMemory says how the sandbox reached its memory or process cap,
+	// when it did.
+	overMemory string
+	duration   time.Duration
+	output     Output
 }
 
 // etcFiles are the files of /etc a process may see; /etc as a whole holds
@@ -458,12 +535,17 @@ var (
 	rootAliases = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32"}
 )
 
-// args builds bwrap's command line for sp.
-func (s *Sandbox) args(sp spec) []string {
+// args builds bwrap's command line for sp; resultFD is the descriptor
+// of collect's stream, when sp has one, blockFD the one bwrap waits on
+// before it runs anything in the sandbox, when there is one.
+func (s *Sandbox) args(sp spec, resultFD, blockFD int) []string {
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
 		"--hostname", "sandbox", "--info-fd", "3", "--seccomp", "4",
 		"--ro-bind", "/usr", "/usr",
+	}
+	if blockFD >= 0 {
+		a = append(a, "--block-fd", strconv.Itoa(blockFD))
 	}
 	etc := etcFiles
 	if sp.registry != "" {
@@ -490,7 +572,12 @@ func (s *Sandbox) args(sp spec) []string {
 	// small tmpfs of its own.
 	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.FormatInt(s.cfg.Limits.ShmBytes, 10), "--tmpfs", "/dev/shm",
-		"--remount-ro", "/dev", "--bind", sp.workspace, "/work")
+		"--remount-ro", "/dev")
+	if sp.workBytes > 0 {
+		a = append(a, "--size", strconv.FormatInt(sp.workBytes, 10), "--tmpfs", "/work", "--ro-bind", sp.workspace, workspaceSource)
+	} else {
+		a = append(a, "--bind", sp.workspace, "/work")
+	}
 	if sp.nodeModules != "" {
 		a = append(a, "--ro-bind", sp.nodeModules, "/work/node_modules")
 	}
@@ -518,7 +605,11 @@ func (s *Sandbox) args(sp spec) []string {
 		a = append(a, "--setenv", k, env[k])
 	}
 	l := s.cfg.Limits
-	a = append(a, "--", s.prlimit,
+	a = append(a, "--")
+	if sp.workBytes > 0 {
+		a = append(a, "sh", "-c", supervisor(resultFD), "sh")
+	}
+	a = append(a, s.prlimit,
 		"--cpu="+strconv.Itoa(l.CPUSeconds), "--data="+strconv.FormatInt(l.MemoryBytes, 10),
 		"--nproc="+strconv.Itoa(l.Processes), "--fsize="+strconv.FormatInt(l.FileBytes, 10), "--")
 	return append(a, sp.argv...)
@@ -530,7 +621,55 @@ func (s *Sandbox) args(sp spec) []string {
 // itself failed; a command that fails is a non-zero exitCode.
 func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	out := newCapture(s.cfg.MaxOutputBytes)
-	cmd := exec.Command(s.bwrap, s.args(sp)...)
+	var collected chan error
+	resultFD := -1
+	var resultW *os.File
+	if sp.collect != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return execResult{}, fmt.Errorf("sandbox result pipe: %w", err)
+		}
+		resultW, resultFD, collected = w, 5, make(chan error, 1)
+		go func() {
+			err := sp.collect(r)
+			// Whatever collect left unread: the sandbox must not block on it.
+			_, _ = io.Copy(io.Discard, r)
+			r.Close()
+			collected <- err
+		}()
+		defer func() {
+			if resultW != nil {
+				resultW.Close()
+				<-collected
+			}
+		}()
+	}
+	// The sandbox's cgroup: bwrap and the sandbox's init join it while the
+	// init waits on the block pipe, before anything runs in the sandbox.
+	var group *cgroup
+	var blockR, blockW *os.File
+	blockFD := -1
+	if s.cgroups != nil {
+		l := s.cfg.Limits
+		var err error
+		if group, err = s.cgroups.leaf(l.SandboxMemoryBytes, l.Processes); err != nil {
+			return execResult{}, err
+		}
+		defer func() {
+			if err := group.remove(); err != nil {
+				s.cfg.Logger.Warn("remove a sandbox's cgroup", slog.String("err", err.Error()))
+			}
+		}()
+		if blockR, blockW, err = os.Pipe(); err != nil {
+			return execResult{}, fmt.Errorf("sandbox block pipe: %w", err)
+		}
+		defer blockW.Close()
+		blockFD = 5
+		if resultW != nil {
+			blockFD = 6
+		}
+	}
+	cmd := exec.Command(s.bwrap, s.args(sp, resultFD, blockFD)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = []string{} // bwrap itself gets nothing either
 	cmd.Dir = "/"
@@ -541,37 +680,59 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	}
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
+		if blockR != nil {
+			blockR.Close()
+		}
 		return execResult{}, fmt.Errorf("sandbox info pipe: %w", err)
 	}
 	defer infoR.Close()
 	filter, err := s.filterFile()
 	if err != nil {
 		infoW.Close()
+		if blockR != nil {
+			blockR.Close()
+		}
 		return execResult{}, err
 	}
-	// Only these descriptors reach bwrap (3 and 4); bwrap closes them.
+	// Only these descriptors reach bwrap: 3 and 4, and the block pipe's,
+	// which it closes, and 5, the result's, for the supervisor.
 	cmd.ExtraFiles = []*os.File{infoW, filter}
+	if resultW != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, resultW)
+	}
+	if blockR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, blockR)
+	}
 	start := time.Now()
 	err = cmd.Start()
 	infoW.Close()
 	filter.Close()
+	if resultW != nil {
+		resultW.Close()
+		resultW = nil
+	}
+	if blockR != nil {
+		blockR.Close()
+	}
 	if err != nil {
 		return execResult{}, fmt.Errorf("start %s: %w", s.bwrap, err)
 	}
 	// bwrap reports the host pid of the sandbox's init: once it is gone, so
 	// is every process of the sandbox (its pid namespace dies with it).
-	initFD := make(chan int, 1)
+	type sandboxInit struct{ pid, fd int }
+	initCh := make(chan sandboxInit, 1)
 	go func() {
 		var info struct {
 			ChildPID int `json:"child-pid"`
 		}
-		fd := -1
+		in := sandboxInit{fd: -1}
 		if json.NewDecoder(infoR).Decode(&info) == nil && info.ChildPID > 0 {
+			in.pid = info.ChildPID
 			if f, err := unix.PidfdOpen(info.ChildPID, 0); err == nil {
-				fd = f
+				in.fd = f
 			}
 		}
-		initFD <- fd
+		initCh <- in
 	}()
 
 	var timedOut, killed atomic.Bool
@@ -579,6 +740,21 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	timer := time.AfterFunc(sp.timeout, func() { timedOut.Store(true); kill() })
 	stop := context.AfterFunc(ctx, func() { killed.Store(true); kill() })
+	var init sandboxInit
+	var capErr error
+	if group != nil {
+		// The init waits on the block pipe: nothing of the sandbox runs
+		// until both are in its cgroup, and nothing runs if they cannot be.
+		init = <-initCh
+		initCh <- init
+		if init.pid > 0 {
+			if capErr = group.add(cmd.Process.Pid, init.pid); capErr != nil {
+				kill()
+			} else {
+				_, _ = blockW.Write([]byte{0})
+			}
+		}
+	}
 	exited := make(chan struct{})
 	var watched <-chan struct{}
 	if sp.quota != nil {
@@ -596,12 +772,22 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		res.exitCode = cmd.ProcessState.ExitCode()
 	}
 	infoR.Close() // unblocks the reader if bwrap never wrote
-	if fd := <-initFD; fd >= 0 {
-		err := waitGone(fd, 10*time.Second)
-		unix.Close(fd)
+	if in := <-initCh; in.fd >= 0 {
+		err := waitGone(in.fd, 10*time.Second)
+		unix.Close(in.fd)
 		if err != nil {
 			return res, err
 		}
+	}
+	if capErr != nil {
+		return res, capErr
+	}
+	if group != nil {
+		res.overMemory = s.overMemory(group)
+	}
+	if collected != nil {
+		// Every process of the sandbox is gone: the stream has ended.
+		res.collected = <-collected
 	}
 	if why := overQuota.Load(); why != nil {
 		res.overQuota = *why
@@ -624,6 +810,19 @@ func (s *Sandbox) exec(ctx context.Context, sp spec) (execResult, error) {
 		return res, fmt.Errorf("run sandboxed %s: %w", sp.argv[0], waitErr)
 	}
 	return res, nil
+}
+
+// overMemory says how the sandbox of group reached its caps as a whole, or "".
+func (s *Sandbox) overMemory(group *cgroup) string {
+	ooms, forks := group.hits()
+	var why []string
+	if ooms > 0 {
+		why = append(why, fmt.Sprintf("it used more than %d MiB of memory as a whole (its processes, shared memory and files in /work, /tmp and /dev/shm): the kernel killed %d of its processes", s.cfg.Limits.SandboxMemoryBytes>>20, ooms))
+	}
+	if forks > 0 {
+		why = append(why, fmt.Sprintf("it reached %d processes and threads as a whole: %d more were refused", s.cfg.Limits.Processes, forks))
+	}
+	return strings.Join(why, "; ")
 }
 
 // filterFile returns a pipe's read end holding the seccomp filter, for

@@ -52,9 +52,12 @@ func (e *ScriptError) Error() string {
 
 // Workspace is a project materialised in a directory for sandboxed
 // commands. Each Run first syncs it with its Files: only files whose
-// version changed (or that a command changed on disk) are rewritten, and
-// files gone from the project are removed. What commands create beside the
-// project's files (build output, caches) stays until Close.
+// version changed (or that a command changed) are rewritten, and files
+// gone from the project are removed. A command works on a copy of it in a
+// tmpfs of MaxWorkspaceBytes inside its sandbox, which this process takes
+// back when the command ends: what commands create beside the project's
+// files (build output, caches) stays until Close. The sandbox never writes
+// the directory itself.
 type Workspace struct {
 	sb        *Sandbox
 	files     Files
@@ -183,13 +186,6 @@ func (w *Workspace) open() error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("create workspace: %w", err)
 	}
-	if err := w.sb.own(dir); err != nil {
-		return err
-	}
-	// The mount point of the dependencies.
-	if err := os.Mkdir(filepath.Join(dir, "node_modules"), 0o755); err != nil {
-		return fmt.Errorf("create workspace: %w", err)
-	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("open workspace: %w", err)
@@ -235,11 +231,6 @@ func (w *Workspace) write(p string, content []byte, etag string) error {
 		_ = w.root.Remove(tmp)
 		return fmt.Errorf("sync workspace: write %s: %w", p, err)
 	}
-	if w.sb.asUser {
-		if err := w.root.Lchown(tmp, w.sb.cfg.UID, w.sb.cfg.GID); err != nil {
-			return fmt.Errorf("sync workspace: give %s to the sandbox user: %w", p, err)
-		}
-	}
 	if err := w.root.Rename(tmp, p); err != nil {
 		// A command left a directory where the file goes.
 		if rerr := w.root.RemoveAll(p); rerr != nil {
@@ -257,9 +248,8 @@ func (w *Workspace) write(p string, content []byte, etag string) error {
 	return nil
 }
 
-// mkdirs creates the directories of dir that are missing, owned by the
-// sandbox's user; whatever a command left in their place (a file, a
-// symlink) is removed first.
+// mkdirs creates the directories of dir that are missing; whatever a
+// command left in their place (a file, a symlink) is removed first.
 func (w *Workspace) mkdirs(dir string) error {
 	if dir == "." || dir == "" {
 		return nil
@@ -278,11 +268,6 @@ func (w *Workspace) mkdirs(dir string) error {
 		}
 		if err := w.root.Mkdir(cur, 0o755); err != nil {
 			return err
-		}
-		if w.sb.asUser {
-			if err := w.root.Lchown(cur, w.sb.cfg.UID, w.sb.cfg.GID); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -361,10 +346,34 @@ func (w *Workspace) remove() error {
 	w.root.Close()
 	dir := w.dir
 	w.root, w.dir, w.synced = nil, "", map[string]synced{}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove workspace %s: %w", dir, err)
+	if err := removeAll(dir); err != nil {
+		return fmt.Errorf("remove workspace: %w", err)
 	}
 	return nil
+}
+
+// replace makes next, what a command left in the workspace, the
+// workspace's directory. The files the last sync wrote keep their times:
+// the next sync rewrites only those the command changed.
+func (w *Workspace) replace(next string) error {
+	old := w.dir + ".old"
+	if err := os.Rename(w.dir, old); err != nil {
+		return fmt.Errorf("replace workspace: %w", err)
+	}
+	w.root.Close()
+	var root *os.Root
+	err := os.Rename(next, w.dir)
+	if err == nil {
+		root, err = os.OpenRoot(w.dir)
+	}
+	if err != nil {
+		// The next sync makes the workspace anew.
+		_ = removeAll(w.dir)
+		w.root, w.dir, w.synced = nil, "", map[string]synced{}
+		return errors.Join(fmt.Errorf("replace workspace: %w", err), removeAll(old))
+	}
+	w.root = root
+	return removeAll(old)
 }
 
 // Dir is the workspace's directory on the host ("" before the first sync).

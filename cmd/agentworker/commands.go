@@ -232,7 +232,7 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	handler, err := httpHandler(ctx, cfg, log, pool, st, readsArchive(arch), m, commands)
+	handler, err := httpHandler(ctx, cfg, log, pool, st, readsArchive(arch), m, readiness(sb, commands))
 	if err != nil {
 		return err
 	}
@@ -274,7 +274,7 @@ func newHTTPServer(ctx context.Context, cfg config, handler http.Handler) *http.
 // httpHandler is everything served on HTTP_ADDR: health, metrics, the /v1
 // API (event streams, whose hub runs until ctx ends, task submission and
 // control, the inbox, the console's reads) and the console page.
-// commands says whether run_command is on, for /readyz.
+// commands says whether run_command is on and with which limits, for /readyz.
 func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, arch events.Archive, m *metrics.Metrics, commands string) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
@@ -299,7 +299,8 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 }
 
 // healthMux serves /healthz and /readyz; /readyz also says whether
-// run_command is on (a replica without it is still ready).
+// run_command is on and with which limits (commands, one or more lines; a
+// replica without it is still ready).
 func healthMux(pool *pgxpool.Pool, st store, commands string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -316,7 +317,7 @@ func healthMux(pool *pgxpool.Pool, st store, commands string) *http.ServeMux {
 			http.Error(w, "storage unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintf(w, "ready\nrun_command: %s\n", commands)
+		fmt.Fprintf(w, "ready\n%s\n", commands)
 	})
 	return mux
 }

@@ -79,6 +79,7 @@ type config struct {
 	RunMaxTimeout          time.Duration `envconfig:"RUN_COMMAND_MAX_TIMEOUT" default:"2m" desc:"cap of a command's timeout (a call's own default is 30s); the whole process group is killed at the timeout"`
 	RunMaxOutput           int           `envconfig:"RUN_COMMAND_MAX_OUTPUT" default:"1048576" desc:"bytes of a command's output kept (the model sees head and tail)"`
 	RunDir                 string        `envconfig:"RUN_COMMAND_DIR" desc:"where per-task workspaces and the dependency cache live (under the temporary directory when empty); must be reachable by user nobody"`
+	RunAllowUncapped       bool          `envconfig:"RUN_COMMAND_ALLOW_UNCAPPED" default:"false" desc:"true: run commands even where no cgroup can cap each sandbox's memory (no swap) and processes as a whole (the worker needs a cgroup it may divide: root with cgroups writable, or a delegated cgroup v2 with the memory and pids controllers); only the per-process rlimits hold then, and shared memory escapes them. false: commands are off there, and /readyz says why"`
 	RunChecks              string        `envconfig:"RUN_COMMAND_CHECKS" default:"typecheck,lint,test" desc:"npm scripts a build runs before finish when the project has them (comma-separated; empty: none)"`
 	LogLevel               string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat              string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json (log/slog)"`
@@ -190,14 +191,27 @@ func (c config) sandbox(ctx context.Context, log *slog.Logger) (sb *sandbox.Sand
 		return nil, "off (RUN_COMMAND=off)"
 	}
 	sb, err := sandbox.New(ctx, sandbox.Config{Dir: c.RunDir, Concurrency: c.RunConcurrency, MaxTimeout: c.RunMaxTimeout,
-		MaxOutputBytes: c.RunMaxOutput, Logger: log})
+		MaxOutputBytes: c.RunMaxOutput, AllowUncapped: c.RunAllowUncapped, Logger: log})
 	if err != nil {
-		log.WarnContext(ctx, "run_command is off: the sandbox cannot start on this host", slog.String("reason", err.Error()))
-		return nil, "off: the sandbox cannot start on this host: " + err.Error()
+		reason := err.Error()
+		if errors.Is(err, sandbox.ErrUncapped) {
+			reason += " (RUN_COMMAND_ALLOW_UNCAPPED=true)"
+		}
+		log.WarnContext(ctx, "run_command is off: the sandbox cannot start on this host", slog.String("reason", reason))
+		return nil, "off: the sandbox cannot start on this host: " + reason
 	}
 	log.InfoContext(ctx, "run_command is on: builds run the project's npm scripts in a bubblewrap sandbox",
-		slog.Int("concurrency", c.RunConcurrency), slog.Any("checks_before_finish", c.projectChecks()))
+		slog.Int("concurrency", c.RunConcurrency), slog.Any("checks_before_finish", c.projectChecks()), slog.String("limits", sb.Limits()))
 	return sb, "on"
+}
+
+// readiness is what /readyz says of commands: whether run_command is on,
+// and the limits of its sandboxes when it is.
+func readiness(sb *sandbox.Sandbox, commands string) string {
+	if sb == nil {
+		return "run_command: " + commands
+	}
+	return "run_command: " + commands + "\nsandbox_limits: " + sb.Limits()
 }
 
 func parseLevel(s string) (slog.Level, error) {

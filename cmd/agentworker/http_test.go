@@ -12,9 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentworker/agentworker/metrics"
+	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/sandboxtest"
 )
 
 // TestMetricsToken: with METRICS_TOKEN set, /metrics wants it as a bearer
@@ -65,7 +67,8 @@ func TestMetricsToken(t *testing.T) {
 }
 
 // TestReadyzSaysWhetherCommandsAreOn: /readyz answers ready either way and
-// says whether run_command is on, and why not.
+// says whether run_command is on, and why not, and the limits of its
+// sandboxes when it is.
 func TestReadyzSaysWhetherCommandsAreOn(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -73,12 +76,24 @@ func TestReadyzSaysWhetherCommandsAreOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, commands := range []string{"on", "off: the sandbox cannot start on this host: sandbox unavailable: bubblewrap (bwrap) not found"} {
+	sb := sandboxtest.New(t, sandbox.Config{})
+	for _, tc := range []struct {
+		sb       *sandbox.Sandbox
+		commands string
+		want     string
+	}{
+		{sb, "on", "ready\nrun_command: on\nsandbox_limits: " + sb.Limits() + "\n"},
+		{nil, "off: the sandbox cannot start on this host: sandbox unavailable: bubblewrap (bwrap) not found",
+			"ready\nrun_command: off: the sandbox cannot start on this host: sandbox unavailable: bubblewrap (bwrap) not found\n"},
+	} {
 		w := httptest.NewRecorder()
-		healthMux(pool, st, commands).ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
-		if w.Code != http.StatusOK || w.Body.String() != "ready\nrun_command: "+commands+"\n" {
-			t.Errorf("/readyz: %d %q", w.Code, w.Body)
+		healthMux(pool, st, readiness(tc.sb, tc.commands)).ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+		if w.Code != http.StatusOK || w.Body.String() != tc.want {
+			t.Errorf("/readyz: %d %q, want %q", w.Code, w.Body, tc.want)
 		}
+	}
+	if !strings.Contains(sb.Limits(), "per process: data 2048 MiB") {
+		t.Errorf("limits: %s", sb.Limits())
 	}
 }
 

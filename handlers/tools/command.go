@@ -86,8 +86,10 @@ func commandResult(name string, out sandbox.Outcome, err error) Result {
 	switch {
 	case out.Refused != "":
 		r = FailWith("run_command: "+summary, "depend on packages of the npm registry by version or range (e.g. \"^1.2.0\"); git repositories, local paths and tarball URLs are never installed", body(out.Refused))
-	case out.OverLimit != "" && out.Stage == sandbox.StageRun:
+	case out.Reset && out.Stage == sandbox.StageRun:
 		r = FailWith("run_command: "+summary, "write less in the project's directory (build output, caches, logs); it was reset to the project's files", body(out.Output.ForModel()))
+	case out.OverLimit != "" && out.Stage == sandbox.StageRun:
+		r = FailWith("run_command: "+summary, "use less memory, or fewer processes and threads at once: the cap holds for all of them together", body(out.Output.ForModel()))
 	case out.Stage == sandbox.StageInstall:
 		r = FailWith("run_command: "+summary, "fix the dependencies in package.json (names, versions) and the lockfile", body(out.Output.ForModel()))
 	case out.TimedOut:

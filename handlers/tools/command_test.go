@@ -14,6 +14,13 @@ import (
 // package.json's, and a sandbox workspace over the project.
 func setupCommands(t *testing.T, scripts map[string]string) (*tools.Registry, tools.Env) {
 	t.Helper()
+	reg, env, _ := setupCommandsWith(t, scripts, sandbox.Config{MaxOutputBytes: 256 << 10})
+	return reg, env
+}
+
+// setupCommandsWith is setupCommands with a sandbox of cfg.
+func setupCommandsWith(t *testing.T, scripts map[string]string, cfg sandbox.Config) (*tools.Registry, tools.Env, *sandbox.Sandbox) {
+	t.Helper()
 	files := sandboxtest.Fixture()
 	var pkg map[string]any
 	if err := json.Unmarshal([]byte(files["package.json"]), &pkg); err != nil {
@@ -25,10 +32,35 @@ func setupCommands(t *testing.T, scripts map[string]string) (*tools.Registry, to
 	b, _ := json.Marshal(pkg)
 	files["package.json"] = string(b)
 	reg, env := setup(t, files)
-	sb := sandboxtest.New(t, sandbox.Config{MaxOutputBytes: 256 << 10})
+	sb := sandboxtest.New(t, cfg)
 	env.Workspace = sb.Workspace(t.Name(), env.Store, env.ProjectID)
 	t.Cleanup(func() { env.Workspace.Close() })
-	return reg, env
+	return reg, env, sb
+}
+
+// TestRunCommandOverItsLimits: a command that fills its workspace is told
+// to write less, and that the workspace was reset; one the kernel killed
+// for its sandbox's memory is told to use less memory.
+func TestRunCommandOverItsLimits(t *testing.T) {
+	t.Parallel()
+	cfg := sandbox.Config{MaxWorkspaceBytes: 64 << 20, Limits: sandbox.Limits{SandboxMemoryBytes: 384 << 20}}
+	reg, env, sb := setupCommandsWith(t, map[string]string{
+		"build": "head -c 80M /dev/zero > out.bin",
+		"test":  `python3 -c 'import mmap; m = mmap.mmap(-1, 1 << 30, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS); [m.__setitem__(i, 1) for i in range(0, 1 << 30, 4096)]'`,
+	}, cfg)
+	sandboxtest.RequireCapped(t, sb)
+	for _, tc := range []struct{ command, summary, hint string }{
+		{"npm_build", "it filled the workspace (64 MiB): writes past it failed with no space left on device",
+			"write less in the project's directory (build output, caches, logs); it was reset to the project's files"},
+		{"npm_test", "it used more than 384 MiB of memory as a whole",
+			"use less memory, or fewer processes and threads at once: the cap holds for all of them together"},
+	} {
+		r := reg.Call(t.Context(), env, tools.RunCommand, `{"command":"`+tc.command+`"}`)
+		out := decodeOutput(t, r.Output)
+		if r.Success || !strings.Contains(r.Summary, tc.summary) || out["hint"] != tc.hint {
+			t.Errorf("%s: success %v, summary %q\n%s", tc.command, r.Success, r.Summary, r.Output)
+		}
+	}
 }
 
 func decodeOutput(t *testing.T, s string) map[string]any {

@@ -13,7 +13,11 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +33,12 @@ func CacheDir() string { return filepath.Join(os.TempDir(), "agentworker-sandbox
 
 // New returns a sandbox for one test, with its own workspace directory and
 // the shared dependency cache; cfg's zero fields get sandbox's defaults,
-// but longer timeouts (a busy test machine is slow).
+// but longer timeouts (a busy test machine is slow). Commands run where
+// the host gives no cgroup to cap a sandbox as a whole (AllowUncapped):
+// the tests of the cap itself make their sandbox with sandbox.New.
 func New(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
 	t.Helper()
+	cfg.AllowUncapped = true
 	if cfg.Dir == "" {
 		cfg.Dir = Dir(t)
 	}
@@ -52,6 +59,16 @@ func New(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
 		t.Fatalf("sandboxtest: %v", err)
 	}
 	return sb
+}
+
+// RequireCapped ends the test unless a cgroup caps each of sb's sandboxes
+// as a whole: it skips, or fails when CI=true (prereq.MissingFromMachine).
+func RequireCapped(t testing.TB, sb *sandbox.Sandbox) {
+	t.Helper()
+	if !sb.Capped() {
+		prereq.MissingFromMachine(t, "a cgroup the test process may divide (memory and pids controllers)",
+			"run the tests as root, or in a delegated cgroup v2", errors.New(sb.Limits()))
+	}
 }
 
 // Dir returns a directory removed when the test ends that the sandbox's
@@ -90,4 +107,70 @@ func Fixture() map[string]string {
 		panic("sandboxtest: read the embedded fixture: " + err.Error())
 	}
 	return files
+}
+
+// WorkerUID is the user a non-root worker runs as in these tests: the
+// runtime image's.
+const WorkerUID = 10001
+
+// nonRootEnv marks the test process Workers started as the non-root worker.
+const nonRootEnv = "AGENTWORKER_SANDBOXTEST_NONROOT"
+
+// Worker is one way the worker runs: as root (the sandbox then runs as
+// nobody) or as a user without privileges (the sandbox runs as that user).
+type Worker struct {
+	Name string // "Root" or "NonRoot"
+	root bool
+}
+
+// Workers are the ways this test process can run the worker: as root both,
+// the non-root one in a child process of WorkerUID; otherwise the non-root
+// one, in this process.
+func Workers() []Worker {
+	if os.Geteuid() == 0 && os.Getenv(nonRootEnv) == "" {
+		return []Worker{{Name: "Root", root: true}, {Name: "NonRoot"}}
+	}
+	return []Worker{{Name: "NonRoot"}}
+}
+
+// Run runs body as w: in this process when it already is w; else (root
+// running the non-root worker) it runs the current test again, this
+// subtest only, in a child test process of WorkerUID, and reports how that
+// went.
+func (w Worker) Run(t *testing.T, body func(t *testing.T)) {
+	t.Helper()
+	if w.root || os.Geteuid() != 0 {
+		body(t)
+		return
+	}
+	// The test binary, copied where WorkerUID can run it (go test builds
+	// it in a directory private to root).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(Dir(t), filepath.Base(exe))
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var pattern []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	cmd := exec.CommandContext(t.Context(), bin, "-test.run", strings.Join(pattern, "/"), "-test.count", "1", "-test.v")
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), nonRootEnv+"=1", "HOME=/nonexistent")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: WorkerUID, Gid: WorkerUID, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid %d: %v\n%s", WorkerUID, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("as uid %d, %s did not run:\n%s", WorkerUID, t.Name(), out)
+	}
+	t.Logf("as uid %d:\n%s", WorkerUID, out)
 }
