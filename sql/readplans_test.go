@@ -178,6 +178,11 @@ func TestTaskReadsPruneInEveryPlan(t *testing.T) {
 			if n < 10 {
 				t.Errorf("the old task's read scanned sealed days %d times, want each of the 10", n)
 			}
+			// Read together, the tasks read from the older floor.
+			both, err := agentsql.TasksEventsAfter(ctx, conn, []agentsql.TaskCursor{{Task: fresh, Floor: floors[0]}, {Task: old, Floor: floors[1]}}, 100)
+			if err != nil || len(both) != 12 || both[0].ID != written[0].ID || *both[2].TaskID != old {
+				t.Errorf("the new and the old task read together: %d events (%v), want the new task's 2 then the old task's 10", len(both), err)
+			}
 
 			rows, err := conn.Query(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
 				WHERE statement LIKE '%FROM agent_events%created_at >= $4%' AND statement NOT LIKE '%pg_prepared_statements%'`)
