@@ -69,6 +69,7 @@ import (
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/handlers/projectctx"
+	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/traceid"
@@ -101,6 +102,10 @@ type Config struct {
 	// recorded in audit_log a minute; the rest are counted in its next
 	// record. Defaults to 10.
 	AuditPerActorPerMinute int
+	// Prices are the models an agent may name: one not listed is refused
+	// (MODEL_UNPRICED), as are tasks of an agent naming one. Defaults to
+	// llm.DefaultPrices().
+	Prices llm.Prices
 	// RuleFallbacks are the rules file names after AGENTS.override.md and
 	// AGENTS.md (RULES_FALLBACKS), which the documents index counts as
 	// documents. Defaults (nil) to CLAUDE.md; empty and non-nil: none.
@@ -135,6 +140,9 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	}
 	if cfg.AuditPerActorPerMinute <= 0 {
 		cfg.AuditPerActorPerMinute = 10
+	}
+	if cfg.Prices == nil {
+		cfg.Prices = llm.DefaultPrices()
 	}
 	if cfg.RuleFallbacks == nil {
 		cfg.RuleFallbacks = projectctx.DefaultRuleFallbacks

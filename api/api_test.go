@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
+	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -51,6 +53,7 @@ type envOpts struct {
 	maxStreams, maxStreamsPerToken int
 	auditPerMinute                 int           // refusals audited per actor a minute; 0: the default
 	revocationCheck                time.Duration // how often open streams' tokens are checked; 0: the default
+	prices                         llm.Prices    // besides the built-in list; nil: that list
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -68,6 +71,10 @@ func setup(t *testing.T, o envOpts) *env {
 	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store,
 		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken, AuditPerActorPerMinute: o.auditPerMinute,
 		RevocationCheck: o.revocationCheck}
+	if o.prices != nil {
+		cfg.Prices = llm.DefaultPrices()
+		maps.Copy(cfg.Prices, o.prices)
+	}
 	if o.log != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(o.log, nil))
 	}
