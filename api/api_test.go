@@ -101,7 +101,12 @@ func (e *env) token(t *testing.T, subject, role string, projects ...uuid.UUID) s
 
 func (e *env) tokenUntil(t *testing.T, exp time.Time, subject, role string, projects ...uuid.UUID) string {
 	t.Helper()
-	c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{Subject: subject, ExpiresAt: jwt.NewNumericDate(exp)}}
+	return e.sign(t, auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{Subject: subject, ExpiresAt: jwt.NewNumericDate(exp)}}, projects...)
+}
+
+// sign signs c for projects besides its own.
+func (e *env) sign(t *testing.T, c auth.Claims, projects ...uuid.UUID) string {
+	t.Helper()
 	for _, p := range projects {
 		c.Projects = append(c.Projects, p.String())
 	}
@@ -554,15 +559,7 @@ func TestRevokedTokens(t *testing.T) {
 	e := setup(t, envOpts{})
 	projectA, projectB := uuid.New(), uuid.New()
 	issued := func(iat *jwt.NumericDate, role string, projects ...uuid.UUID) string {
-		c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}
-		for _, p := range projects {
-			c.Projects = append(c.Projects, p.String())
-		}
-		tok, err := e.verifier.Sign(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
+		return e.sign(t, auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}, projects...)
 	}
 	before := jwt.NewNumericDate(time.Now().Add(-time.Minute))
 	oldA, oldB := issued(before, "authenticated", projectA), issued(before, "authenticated", projectB)
@@ -711,16 +708,8 @@ func TestRevocationEndsOpenStreams(t *testing.T) {
 	projectA, projectB := uuid.New(), uuid.New()
 	task := e.newTask(t, projectA)
 	issued := func(role string, projects ...uuid.UUID) string {
-		c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
-			IssuedAt: jwt.NewNumericDate(time.Now().Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}
-		for _, p := range projects {
-			c.Projects = append(c.Projects, p.String())
-		}
-		tok, err := e.verifier.Sign(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
+		return e.sign(t, auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
+			IssuedAt: jwt.NewNumericDate(time.Now().Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}, projects...)
 	}
 	tokA, tokB, service := issued("authenticated", projectA), issued("authenticated", projectB), issued(auth.RoleService)
 	type stream struct {

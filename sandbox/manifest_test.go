@@ -19,13 +19,7 @@ import (
 // dependencies name sees no request.
 func TestInstallRefusesWhatNpmCouldReadOtherwise(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		http.NotFound(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
+	host, hits := countingServer(t)
 	git := `"git+http://` + host + `/outer.git"`
 	pkg := func(fields string) string {
 		return `{"name": "p", "version": "1.0.0", "scripts": {"typecheck": "true"}, ` + fields + `}`
@@ -52,20 +46,7 @@ func TestInstallRefusesWhatNpmCouldReadOtherwise(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			files := map[string]string{"package.json": tc.pkg, "package-lock.json": tc.lock}
-			if tc.lock == "" {
-				files["package-lock.json"] = ""
-			}
-			f := setup(t, nil, files)
-			if tc.lock == "" {
-				if err := f.store.Delete(t.Context(), project, "package-lock.json"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			out, err := f.ws.Run(t.Context(), "typecheck", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := runTypecheck(t, tc.pkg, tc.lock)
 			if out.Stage != sandbox.StageInstall || out.Passed() || !strings.Contains(out.Refused, tc.want) ||
 				!strings.HasPrefix(out.Summary(), "the dependencies were not installed: ") {
 				t.Fatalf("outcome: stage %s, refused %q, summary %q\n%s", out.Stage, out.Refused, out.Summary(), out.Output.Full())
@@ -75,4 +56,34 @@ func TestInstallRefusesWhatNpmCouldReadOtherwise(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingServer is a loopback server that counts its requests: what a
+// dependency names there must never be fetched.
+func countingServer(t *testing.T) (host string, hits *atomic.Int64) {
+	t.Helper()
+	hits = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), hits
+}
+
+// runTypecheck runs the script typecheck of a project of the fixture with
+// package.json pkg and the lockfile lock (none when empty).
+func runTypecheck(t *testing.T, pkg, lock string) sandbox.Outcome {
+	t.Helper()
+	f := setup(t, nil, map[string]string{"package.json": pkg, "package-lock.json": lock})
+	if lock == "" {
+		if err := f.store.Delete(t.Context(), project, "package-lock.json"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := f.ws.Run(t.Context(), "typecheck", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
