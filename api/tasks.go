@@ -59,6 +59,15 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return validation("input must be JSON")
 	}
+	if req.AgentID != nil {
+		// An agent written past the API may name a model with no price.
+		agent, err := agentsql.GetAgent(r.Context(), a.pool, *req.AgentID)
+		if err == nil && agent.ProjectID == projectID {
+			if err := a.priced(&agent.Model); err != nil {
+				return err
+			}
+		}
+	}
 	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type),
 		Prompt: req.Prompt, Input: req.Input, AgentID: req.AgentID, Priority: req.Priority, ParentTaskID: req.ParentTaskID, DependsOn: req.DependsOn,
 		TraceID: traceid.From(r.Context())})

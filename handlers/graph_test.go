@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
@@ -32,7 +33,9 @@ func (h *harness) agent(t *testing.T, name, persona string, tools []string) uuid
 // narrowed to the agent's: a chat agent listing write_file does not gain it.
 func TestTaskRunsAsItsAgent(t *testing.T) {
 	t.Parallel()
-	h := setup(t, []scripted.Reply{call("read_file", m{"path": "a.txt"}), llmtest.Text("It says a.")}, handlers.Config{}, map[string]string{"a.txt": "a\n"})
+	prices := llm.DefaultPrices()
+	prices["agent-model"] = llm.Price{InPer1K: 0.001, OutPer1K: 0.002}
+	h := setup(t, []scripted.Reply{call("read_file", m{"path": "a.txt"}), llmtest.Text("It says a.")}, handlers.Config{Prices: prices}, map[string]string{"a.txt": "a\n"})
 	agent := h.agent(t, "reader", "You answer in one short sentence.", []string{"read_file", "write_file"})
 	if _, err := h.pool.Exec(t.Context(), `UPDATE agents SET model = 'agent-model' WHERE id = $1`, agent); err != nil {
 		t.Fatal(err)
@@ -195,5 +198,44 @@ func TestPlanChildrenInheritLimits(t *testing.T) {
 	entries, err := agentsql.ListChangeEntries(t.Context(), h.pool, child)
 	if err != nil || len(entries) != 1 || entries[0].Path != "docs/guide.md" {
 		t.Errorf("staged %+v (%v), want only docs/guide.md", entries, err)
+	}
+}
+
+// TestUnpricedModelNeverCallsTheProvider: a task whose agent or own model
+// (written by SQL, past the API's check) has no price fails before its
+// first model call, saying which model and how to price it; a model the
+// operator priced, even at 0, runs.
+func TestUnpricedModelNeverCallsTheProvider(t *testing.T) {
+	t.Parallel()
+	prices := llm.DefaultPrices()
+	prices["self-hosted"] = llm.Price{}
+	h := setup(t, []scripted.Reply{llmtest.Text("Done.")}, handlers.Config{Prices: prices}, map[string]string{"a.txt": "a\n"})
+	agent := h.agent(t, "spender", "", nil)
+	if _, err := h.pool.Exec(t.Context(), `UPDATE agents SET model = 'o1-pro' WHERE id = $1`, agent); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(agent *uuid.UUID, model *string) uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, agent_id, model) VALUES ($1, 'chat', 'hi', $2, $3) RETURNING id`,
+			h.project, agent, model).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	unpriced, selfHosted := "o1-pro", "self-hosted"
+	for name, id := range map[string]uuid.UUID{"AgentModel": insert(&agent, nil), "TaskModel": insert(nil, &unpriced)} {
+		_, task := h.wait(t, id)
+		var terr handlers.TaskError
+		if task.Status != agentsql.StatusFailed || json.Unmarshal(task.Error, &terr) != nil || terr.Code != handlers.CodeModelUnpriced ||
+			terr.Recoverable || !strings.Contains(terr.Message, `model "o1-pro" has no price`) || !strings.Contains(terr.Message, "LLM_PRICES") {
+			t.Errorf("%s: status %s, error %s; want failed, %s", name, task.Status, task.Error, handlers.CodeModelUnpriced)
+		}
+	}
+	if n := len(h.llm.Requests()); n != 0 {
+		t.Fatalf("%d model calls for tasks of an unpriced model, want none", n)
+	}
+	if _, task := h.wait(t, insert(nil, &selfHosted)); task.Status != agentsql.StatusSucceeded {
+		t.Errorf("a task of a model priced at 0: %s %s", task.Status, task.Error)
 	}
 }

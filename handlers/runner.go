@@ -54,6 +54,8 @@ const (
 	CodeLLMRateLimited = "llm_rate_limited"
 	CodeStorage        = "storage_error"
 	CodeInternal       = "internal_error"
+	// CodeModelUnpriced: the task's model has no price (LLM_PRICES).
+	CodeModelUnpriced = "model_unpriced"
 	// CodeConflict: a file the build changed was changed by someone else
 	// meanwhile; nothing was applied.
 	CodeConflict = "change_conflict"
@@ -103,8 +105,9 @@ type Config struct {
 	// MaxIterations is the iteration budget. Defaults to no token or cost
 	// limit.
 	Budget Budget
-	// Prices prices the model's usage for task cost and cost budgets.
-	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
+	// Prices prices the model's usage for task cost and cost budgets. A
+	// task whose own or agent's model is not listed fails
+	// (CodeModelUnpriced) before calling it. Defaults to llm.DefaultPrices().
 	Prices llm.Prices
 	// ProjectChecks are the package.json scripts a build that changed
 	// something runs in the sandbox before it may finish, those the project
@@ -599,6 +602,15 @@ func (r *taskRun) buildLoop(ctx context.Context, spec typeSpec) error {
 	model := task.Model
 	if model == "" && r.agent != nil {
 		model = r.agent.Model
+	}
+	// A model the task or its agent names (by SQL, past the API's check)
+	// must have a price, or no cost budget would stop it: the task fails
+	// before its first call. The worker's own model is the operator's,
+	// checked when the worker starts.
+	if model != "" && model != rn.deps.LLM.Model() {
+		if err := rn.cfg.Prices.Check(model); err != nil {
+			return &taskError{CodeModelUnpriced, fmt.Errorf("task %s: %w", task.ID, err)}
+		}
 	}
 	price, _ := rn.cfg.Prices.Lookup(cmp.Or(model, rn.deps.LLM.Model()))
 	lp := &loop{

@@ -970,6 +970,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agentworker_project_fixed()
+CREATE FUNCTION public.agentworker_project_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'PROJECT_FIXED: %.project_id never changes after insert (row %, project %)', TG_TABLE_NAME, OLD.id, OLD.project_id
+        USING ERRCODE = 'check_violation', CONSTRAINT = TG_TABLE_NAME || '_project_fixed';
+END
+$$;
+
 -- FUNCTION: agentworker_reject_task(uuid, text, integer, text)
 CREATE FUNCTION public.agentworker_reject_task(task_id uuid, feedback text DEFAULT NULL::text, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE sql SECURITY DEFINER
@@ -2476,6 +2487,9 @@ CREATE TRIGGER agent_events_assign_seq BEFORE INSERT ON public.agent_events FOR 
 -- TRIGGER: agents agents_guard_delete
 CREATE TRIGGER agents_guard_delete BEFORE DELETE ON public.agents FOR EACH ROW EXECUTE FUNCTION public.agents_guard_delete();
 
+-- TRIGGER: agents agents_project_fixed
+CREATE TRIGGER agents_project_fixed BEFORE UPDATE OF project_id ON public.agents FOR EACH ROW WHEN ((new.project_id IS DISTINCT FROM old.project_id)) EXECUTE FUNCTION public.agentworker_project_fixed();
+
 -- TRIGGER: ai_tasks ai_tasks_cancel_children
 CREATE TRIGGER ai_tasks_cancel_children AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'cancelled'::text) AND (old.status <> 'cancelled'::text))) EXECUTE FUNCTION public.ai_tasks_cancel_children();
 
@@ -2526,6 +2540,9 @@ CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_task
 
 -- TRIGGER: ai_tasks ai_tasks_inherit_trace_id
 CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
+
+-- TRIGGER: ai_tasks ai_tasks_project_fixed
+CREATE TRIGGER ai_tasks_project_fixed BEFORE UPDATE OF project_id ON public.ai_tasks FOR EACH ROW WHEN ((new.project_id IS DISTINCT FROM old.project_id)) EXECUTE FUNCTION public.agentworker_project_fixed();
 
 -- TRIGGER: ai_tasks ai_tasks_release_dependents
 CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'blocked'::text])) OR ((old.status = ANY (ARRAY['failed'::text, 'cancelled'::text, 'blocked'::text])) AND (new.status = ANY (ARRAY['queued'::text, 'waiting'::text]))))) EXECUTE FUNCTION public.ai_tasks_release_dependents();
@@ -2925,6 +2942,9 @@ GRANT ALL ON FUNCTION public.agentworker_pause_task(task_id uuid, expected_versi
 -- ACL: FUNCTION agentworker_prepare_event_partitions(p_days_ahead integer)
 REVOKE ALL ON FUNCTION public.agentworker_prepare_event_partitions(p_days_ahead integer) FROM PUBLIC;
 
+-- ACL: FUNCTION agentworker_project_fixed()
+REVOKE ALL ON FUNCTION public.agentworker_project_fixed() FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text)
 REVOKE ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) TO authenticated;
@@ -3036,8 +3056,32 @@ REVOKE ALL ON FUNCTION public.task_runs_guard_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION public.task_runs_roll_up_usage() FROM PUBLIC;
 
 -- ACL: TABLE agents
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO authenticated;
+GRANT SELECT,DELETE ON TABLE public.agents TO authenticated;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.agents TO service_role;
+
+-- ACL: COLUMN agents.project_id
+GRANT INSERT(project_id) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.name
+GRANT INSERT(name),UPDATE(name) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.role
+GRANT INSERT(role),UPDATE(role) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.model
+GRANT INSERT(model),UPDATE(model) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.persona
+GRANT INSERT(persona),UPDATE(persona) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.tools
+GRANT INSERT(tools),UPDATE(tools) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.status
+GRANT INSERT(status),UPDATE(status) ON TABLE public.agents TO authenticated;
+
+-- ACL: COLUMN agents.review
+GRANT INSERT(review),UPDATE(review) ON TABLE public.agents TO authenticated;
 
 -- ACL: TABLE audit_log
 GRANT SELECT ON TABLE public.audit_log TO service_role;

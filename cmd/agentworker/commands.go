@@ -291,9 +291,13 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux := healthMux(pool, st, commands)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log, Archive: arch})
+	prices, err := cfg.prices()
+	if err != nil {
+		return nil, err
+	}
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
 		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute,
-		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
+		Prices: prices, RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }

@@ -211,6 +211,7 @@ function followProject(after) {
   projectSource.onopen = () => setConn("project-conn", "live");
   projectSource.onerror = () => setConn("project-conn", projectSource.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   projectSource.addEventListener("expired", expired);
+  projectSource.addEventListener("revoked", revoked);
   projectSource.onmessage = (m) => {
     const ev = JSON.parse(m.data);
     if (!ev.task_id) return;
@@ -225,11 +226,21 @@ function followProject(after) {
 // expired stops both streams when the server says the token expired
 // (reconnecting with it would only be refused).
 function expired() {
+  endStreams("expired", "The token expired: paste a new one and press Open.");
+}
+
+// revoked stops both streams when the server says an operator revoked the
+// token.
+function revoked() {
+  endStreams("revoked", "The token was revoked: paste a new one and press Open.");
+}
+
+function endStreams(state, message) {
   if (projectSource) projectSource.close();
   if (source) source.close();
-  setConn("project-conn", "expired");
-  setConn("conn", "expired");
-  say("The token expired: paste a new one and press Open.");
+  setConn("project-conn", state);
+  setConn("conn", state);
+  say(message);
 }
 
 function setConn(id, state) {
@@ -404,6 +415,7 @@ function watch(taskId) {
     setConn("conn", es.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   };
   es.addEventListener("expired", expired);
+  es.addEventListener("revoked", revoked);
   es.onmessage = (m) => {
     if (es !== source) return;
     const ev = JSON.parse(m.data);

@@ -170,6 +170,25 @@ CREATE OR REPLACE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON ai_tasks
                 AND coalesce(current_setting('agentworker.seq', true), '') <> 'statement')))
     EXECUTE FUNCTION ai_tasks_guard_columns();
 
+-- A task's project, and an agent's, never change after insert, whoever
+-- writes: a waiting dependent moved to another project kept its edge, and
+-- that project's prompt got its dependency's result.
+CREATE OR REPLACE FUNCTION agentworker_project_fixed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'PROJECT_FIXED: %.project_id never changes after insert (row %, project %)', TG_TABLE_NAME, OLD.id, OLD.project_id
+        USING ERRCODE = 'check_violation', CONSTRAINT = TG_TABLE_NAME || '_project_fixed';
+END
+$$;
+
+CREATE OR REPLACE TRIGGER ai_tasks_project_fixed BEFORE UPDATE OF project_id ON ai_tasks
+    FOR EACH ROW WHEN (NEW.project_id IS DISTINCT FROM OLD.project_id)
+    EXECUTE FUNCTION agentworker_project_fixed();
+
+CREATE OR REPLACE TRIGGER agents_project_fixed BEFORE UPDATE OF project_id ON agents
+    FOR EACH ROW WHEN (NEW.project_id IS DISTINCT FROM OLD.project_id)
+    EXECUTE FUNCTION agentworker_project_fixed();
+
 -- A task that succeeded leaves a task_completed inbox item, whoever finished it.
 CREATE OR REPLACE FUNCTION ai_tasks_inbox_completed() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
@@ -300,6 +319,7 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'ai_tasks_guard_status()',
     'task_runs_guard_status()',
     'ai_tasks_guard_columns()',
+    'agentworker_project_fixed()',
     'ai_tasks_inbox_completed()',
     'ai_tasks_clear_pause()',
     'ai_tasks_drop_checkpoint()',
