@@ -90,6 +90,8 @@ type controlRequest struct {
 	Answer          string `json:"answer"`
 	// Feedback is a reject's: the revision's next user message.
 	Feedback string `json:"feedback"`
+	// Children is a retry's: retry the children a cancel left cancelled too.
+	Children bool `json:"children"`
 }
 
 // control serves POST /v1/tasks/{id}/<action>.
@@ -104,13 +106,16 @@ func (a *API) control(action agentsql.Action) handler {
 		if action == agentsql.ActionReject {
 			answer = req.Feedback
 		}
+		if req.Children && action != agentsql.ActionRetry {
+			return validation("children is for retry only")
+		}
 		if action == agentsql.ActionApprove {
 			if err := a.checkApprovable(r, acc.task); err != nil {
 				return err
 			}
 		}
 		res, err := agentsql.ControlTask(r.Context(), a.pool, acc.id, action, agentsql.ControlOpts{
-			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer})
+			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer, Children: req.Children})
 		var ce *agentsql.ControlError
 		switch {
 		case err == nil:

@@ -447,7 +447,7 @@ func (r *taskRun) converse(ctx context.Context, spec typeSpec, cp agentsql.Check
 	if conv.messages, err = r.assemblePrompt(ctx, spec, pctx); err != nil {
 		return err
 	}
-	if err := r.buildLoop(spec); err != nil {
+	if err := r.buildLoop(ctx, spec); err != nil {
 		return err
 	}
 	if resumed && r.plan == nil {
@@ -581,7 +581,7 @@ func (r *taskRun) assemblePrompt(ctx context.Context, spec typeSpec, pctx prompt
 // buildLoop makes the run's loop (r.lp): the tools its type, the sandbox
 // and its agent allow, its policy and budget, its model and price, and the
 // run's hooks at each iteration.
-func (r *taskRun) buildLoop(spec typeSpec) error {
+func (r *taskRun) buildLoop(ctx context.Context, spec typeSpec) error {
 	rn, task := r.runner, r.task
 	registry, err := tools.ForTaskType(spec.taskType)
 	if err != nil {
@@ -593,7 +593,7 @@ func (r *taskRun) buildLoop(spec typeSpec) error {
 	if r.agent != nil && r.agent.Tools != nil {
 		registry = registry.Only(r.agent.Tools)
 	}
-	pol, err := rn.policyOf(task)
+	pol, err := rn.policyOf(ctx, task)
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,9 @@ type ControlOpts struct {
 	Actor string
 	// Answer is the reply to the agent's question; required by ActionAnswer.
 	Answer string
+	// Children, with ActionRetry, also retries the task's children that a
+	// cancel left cancelled, and theirs (ControlResult.Children).
+	Children bool
 }
 
 // ControlResult is what agentworker_control_task returns.
@@ -105,6 +108,9 @@ type ControlResult struct {
 	// Pending is set when a pause of a running task was requested: the
 	// task stays running until its loop reaches the next iteration boundary.
 	Pending bool `json:"pending,omitempty"`
+	// Children are the results of retrying the task's cancelled children
+	// (ControlOpts.Children).
+	Children []ControlResult `json:"children,omitempty"`
 }
 
 // ControlError is a refused control action. It wraps ErrIllegalTransition,
@@ -124,9 +130,18 @@ func (e *ControlError) Unwrap() error { return e.kind }
 // the one implementation apps reach through PostgREST too. The audit event
 // is written whatever the outcome; a refused action returns a *ControlError.
 func ControlTask(ctx context.Context, db DBTX, id uuid.UUID, action Action, o ControlOpts) (ControlResult, error) {
+	if o.Children && action != ActionRetry {
+		return ControlResult{}, fmt.Errorf("%s task %s with its children: %w", action, id, ErrInvalidAction)
+	}
+	var row pgx.Row
+	if o.Children {
+		row = db.QueryRow(ctx, `SELECT agentworker_retry_with_children($1, $2, nullif($3, ''))`, id, o.ExpectedVersion, o.Actor)
+	} else {
+		row = db.QueryRow(ctx, `SELECT agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`,
+			id, string(action), o.ExpectedVersion, o.Actor, o.Answer)
+	}
 	var raw []byte
-	if err := db.QueryRow(ctx, `SELECT agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`,
-		id, string(action), o.ExpectedVersion, o.Actor, o.Answer).Scan(&raw); err != nil {
+	if err := row.Scan(&raw); err != nil {
 		return ControlResult{}, fmt.Errorf("%s task %s: %w", action, id, err)
 	}
 	var res ControlResult

@@ -548,6 +548,12 @@ BEGIN
                          WHERE from_status = v_task.status AND to_status = v_target) THEN
         v_outcome := 'rejected';
         v_error := format('cannot %s a %s task', p_action, v_task.status);
+    ELSIF p_action = 'reject' AND v_target = 'queued' AND v_task.input ? 'plan_task_id' THEN
+        -- Such a build replays its plan's recorded decisions rather than a
+        -- conversation, so there is nothing feedback could revise.
+        v_outcome := 'rejected';
+        v_error := format('cannot revise task %s from feedback: it builds the steps of plan %s; reject it without feedback and start a new build with the feedback in its prompt',
+            p_task_id, v_task.input ->> 'plan_task_id');
     ELSIF p_action IN ('cancel', 'pause')
           AND EXISTS (SELECT 1 FROM change_sets WHERE task_id = p_task_id AND status = 'applying') THEN
         v_outcome := 'rejected';
@@ -981,17 +987,68 @@ CREATE FUNCTION public.agentworker_reject_task(task_id uuid, feedback text DEFAU
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'reject', expected_version, actor, feedback) $$;
 
+-- FUNCTION: agentworker_release_stranded(interval, integer)
+CREATE FUNCTION public.agentworker_release_stranded(p_min_age interval, p_limit integer) RETURNS SETOF uuid
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    FOR v_id IN
+        SELECT t.id FROM ai_tasks t
+        WHERE t.status = 'waiting' AND t.updated_at < now() - p_min_age
+          AND NOT EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+                          WHERE o.task_id = t.id AND u.status <> 'succeeded')
+        ORDER BY t.updated_at, t.id
+        LIMIT p_limit
+        FOR UPDATE OF t SKIP LOCKED
+    LOOP
+        UPDATE ai_tasks SET status = 'queued', updated_at = now() WHERE id = v_id AND status = 'waiting';
+        INSERT INTO agent_events (task_id, project_id, type, payload)
+        SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
+            'phase', 'queued', 'status', 'queued', 'taskType', t.type,
+            'summary', 'every dependency had succeeded; queued by the reconciler')
+        FROM ai_tasks t WHERE t.id = v_id;
+        RETURN NEXT v_id;
+    END LOOP;
+END
+$$;
+
 -- FUNCTION: agentworker_resume_task(uuid, integer, text)
 CREATE FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'resume', expected_version, actor) $$;
 
--- FUNCTION: agentworker_retry_task(uuid, integer, text)
-CREATE FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
+-- FUNCTION: agentworker_retry_task(uuid, integer, text, boolean)
+CREATE FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text, children boolean DEFAULT false) RETURNS jsonb
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
-    AS $$ SELECT agentworker_control_for_caller(task_id, 'retry', expected_version, actor) $$;
+    AS $$ SELECT CASE WHEN children AND EXISTS (SELECT 1 FROM ai_tasks t WHERE t.id = task_id AND agentworker_caller_may_access(t.project_id))
+    THEN agentworker_retry_with_children(task_id, expected_version, actor)
+    ELSE agentworker_control_for_caller(task_id, 'retry', expected_version, actor) END $$;
+
+-- FUNCTION: agentworker_retry_with_children(uuid, integer, text)
+CREATE FUNCTION public.agentworker_retry_with_children(p_task_id uuid, p_expected_version integer, p_actor text) RETURNS jsonb
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_res      jsonb;
+    v_id       uuid;
+    v_children jsonb := '[]';
+BEGIN
+    v_res := agentworker_control_task(p_task_id, 'retry', p_expected_version, p_actor);
+    IF v_res ->> 'outcome' <> 'applied' THEN
+        RETURN v_res;
+    END IF;
+    FOR v_id IN SELECT id FROM ai_tasks WHERE parent_task_id = p_task_id AND status = 'cancelled' ORDER BY created_at, id LOOP
+        v_children := v_children || jsonb_build_array(agentworker_retry_with_children(v_id, NULL, p_actor));
+    END LOOP;
+    RETURN v_res || jsonb_build_object('children', v_children);
+END
+$$;
 
 -- FUNCTION: agentworker_roll_up_runs(uuid[], uuid[])
 CREATE FUNCTION public.agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) RETURNS void
@@ -1142,7 +1199,8 @@ BEGIN
     PERFORM set_config('agentworker.cancelling_parent', NEW.id::text, true);
     FOR v_id IN
         SELECT id FROM ai_tasks
-        WHERE parent_task_id = NEW.id AND status IN ('queued', 'running', 'paused', 'awaiting_input', 'waiting')
+        WHERE parent_task_id = NEW.id
+          AND status IN (SELECT from_status FROM agentworker_task_transitions WHERE to_status = 'cancelled')
     LOOP
         PERFORM agentworker_control_task(v_id, 'cancel', NULL, format('parent task %s', NEW.id));
     END LOOP;
@@ -1440,17 +1498,24 @@ CREATE FUNCTION public.ai_tasks_release_dependents() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
-    v_id uuid;
+    v_id    uuid;
+    v_other ai_tasks;
 BEGIN
     IF NEW.status = 'succeeded' THEN
+        -- Each waiting dependent is locked first and its dependencies are
+        -- counted after, in a statement of their own: when two of them
+        -- succeed in overlapping transactions, the second waits for the
+        -- first's lock, and its count then sees the first's success. (In
+        -- one statement both counted the other as running, and neither
+        -- queued the dependent.)
         FOR v_id IN
             SELECT t.id FROM task_dependencies d JOIN ai_tasks t ON t.id = d.task_id
             WHERE d.depends_on_task_id = NEW.id AND t.status = 'waiting'
-              AND NOT EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
-                              WHERE o.task_id = t.id AND u.status <> 'succeeded')
-            ORDER BY t.priority, t.created_at
+            ORDER BY t.id
             FOR UPDATE OF t
         LOOP
+            CONTINUE WHEN EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+                                  WHERE o.task_id = v_id AND u.status <> 'succeeded');
             UPDATE ai_tasks SET status = 'queued', updated_at = now() WHERE id = v_id AND status = 'waiting';
             INSERT INTO agent_events (task_id, project_id, type, payload)
             SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
@@ -1471,6 +1536,19 @@ BEGIN
               AND t.error ->> 'code' = 'dependency_failed' AND t.error ->> 'dependency' = NEW.id::text
             FOR UPDATE OF t
         LOOP
+            -- Another dependency still ended without success: the dependent
+            -- stays blocked, by that one now.
+            SELECT u.* INTO v_other FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+            WHERE o.task_id = v_id AND u.id <> NEW.id AND u.status IN ('failed', 'cancelled', 'blocked')
+            ORDER BY o.created_at, u.id LIMIT 1;
+            IF FOUND THEN
+                UPDATE ai_tasks SET updated_at = now(),
+                    error = jsonb_build_object('code', 'dependency_failed',
+                        'message', format('dependency %s ended %s', v_other.id, v_other.status),
+                        'recoverable', true, 'dependency', v_other.id)
+                WHERE id = v_id;
+                CONTINUE;
+            END IF;
             UPDATE ai_tasks SET status = 'waiting', error = NULL, finished_at = NULL, updated_at = now() WHERE id = v_id;
             INSERT INTO agent_events (task_id, project_id, type, payload)
             SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
@@ -1556,6 +1634,12 @@ DECLARE
     v_task ai_tasks;
     v_dep  ai_tasks;
 BEGIN
+    -- A snapshot taken before another transaction's edges committed
+    -- cannot see the cycle they close with this one, lock or not.
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: dependencies are added at READ COMMITTED, not %: a transaction''s snapshot cannot see the edges that would close a cycle with this one', upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
     IF NEW.task_id = NEW.depends_on_task_id THEN
         RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % cannot depend on itself', NEW.task_id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
@@ -2866,15 +2950,21 @@ REVOKE ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback tex
 GRANT ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_release_stranded(p_min_age interval, p_limit integer)
+REVOKE ALL ON FUNCTION public.agentworker_release_stranded(p_min_age interval, p_limit integer) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_resume_task(task_id uuid, expected_version integer, actor text)
 REVOKE ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO service_role;
 
--- ACL: FUNCTION agentworker_retry_task(task_id uuid, expected_version integer, actor text)
-REVOKE ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text) TO authenticated;
-GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text) TO service_role;
+-- ACL: FUNCTION agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean)
+REVOKE ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) TO service_role;
+
+-- ACL: FUNCTION agentworker_retry_with_children(p_task_id uuid, p_expected_version integer, p_actor text)
+REVOKE ALL ON FUNCTION public.agentworker_retry_with_children(p_task_id uuid, p_expected_version integer, p_actor text) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[])
 REVOKE ALL ON FUNCTION public.agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) FROM PUBLIC;

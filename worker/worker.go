@@ -530,7 +530,7 @@ func (reconcileArgs) InsertOpts() river.InsertOpts {
 
 // reconcileWorker enqueues queued tasks that have no live job: the backstop
 // for a lost pickup (rows copied in with triggers disabled, a job deleted by
-// hand).
+// hand); and queues waiting tasks whose dependencies have all succeeded.
 type reconcileWorker struct {
 	river.WorkerDefaults[reconcileArgs]
 	svc *Service
@@ -541,12 +541,17 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 	if n > 0 {
 		w.svc.cfg.Logger.InfoContext(ctx, "reconciler enqueued orphaned tasks", slog.Int("count", n))
 	}
+	stranded, serr := agentsql.ReleaseStranded(ctx, w.svc.pool, w.svc.cfg.ReconcileMinAge, 1000)
+	if len(stranded) > 0 {
+		w.svc.cfg.Logger.WarnContext(ctx, "reconciler released waiting tasks whose dependencies had all succeeded",
+			slog.Int("count", len(stranded)), slog.Any("task_ids", stranded))
+	}
 	idle, ierr := agentsql.FlagIdle(ctx, w.svc.pool, w.svc.cfg.StuckIdleTimeout)
 	for _, id := range idle {
 		w.svc.cfg.Logger.WarnContext(ctx, "task looks stuck: no progress", slog.String("task_id", id.String()),
 			slog.Duration("idle_timeout", w.svc.cfg.StuckIdleTimeout))
 	}
-	return errors.Join(err, ierr)
+	return errors.Join(err, serr, ierr)
 }
 
 // Reconcile enqueues a River job for every queued task older than

@@ -74,6 +74,12 @@ BEGIN
                          WHERE from_status = v_task.status AND to_status = v_target) THEN
         v_outcome := 'rejected';
         v_error := format('cannot %s a %s task', p_action, v_task.status);
+    ELSIF p_action = 'reject' AND v_target = 'queued' AND v_task.input ? 'plan_task_id' THEN
+        -- Such a build replays its plan's recorded decisions rather than a
+        -- conversation, so there is nothing feedback could revise.
+        v_outcome := 'rejected';
+        v_error := format('cannot revise task %s from feedback: it builds the steps of plan %s; reject it without feedback and start a new build with the feedback in its prompt',
+            p_task_id, v_task.input ->> 'plan_task_id');
     ELSIF p_action IN ('cancel', 'pause')
           AND EXISTS (SELECT 1 FROM change_sets WHERE task_id = p_task_id AND status = 'applying') THEN
         v_outcome := 'rejected';
@@ -210,9 +216,37 @@ CREATE OR REPLACE FUNCTION agentworker_resume_task(task_id uuid, expected_versio
 RETURNS jsonb LANGUAGE sql SECURITY DEFINER
 AS $$ SELECT agentworker_control_for_caller(task_id, 'resume', expected_version, actor) $$;
 
-CREATE OR REPLACE FUNCTION agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+-- children: the task's children a cancel left cancelled are retried too,
+-- and theirs in turn, as a parent's cancel cancelled them.
+DROP FUNCTION IF EXISTS agentworker_retry_task(uuid, integer, text);
+CREATE OR REPLACE FUNCTION agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL,
+    children boolean DEFAULT false)
 RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-AS $$ SELECT agentworker_control_for_caller(task_id, 'retry', expected_version, actor) $$;
+AS $$ SELECT CASE WHEN children AND EXISTS (SELECT 1 FROM ai_tasks t WHERE t.id = task_id AND agentworker_caller_may_access(t.project_id))
+    THEN agentworker_retry_with_children(task_id, expected_version, actor)
+    ELSE agentworker_control_for_caller(task_id, 'retry', expected_version, actor) END $$;
+
+-- Retries a task and then, once that applied, each of its children in
+-- status cancelled, with theirs; the children's results are listed under
+-- "children" of the task's.
+CREATE OR REPLACE FUNCTION agentworker_retry_with_children(p_task_id uuid, p_expected_version integer, p_actor text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_res      jsonb;
+    v_id       uuid;
+    v_children jsonb := '[]';
+BEGIN
+    v_res := agentworker_control_task(p_task_id, 'retry', p_expected_version, p_actor);
+    IF v_res ->> 'outcome' <> 'applied' THEN
+        RETURN v_res;
+    END IF;
+    FOR v_id IN SELECT id FROM ai_tasks WHERE parent_task_id = p_task_id AND status = 'cancelled' ORDER BY created_at, id LOOP
+        v_children := v_children || jsonb_build_array(agentworker_retry_with_children(v_id, NULL, p_actor));
+    END LOOP;
+    RETURN v_res || jsonb_build_object('children', v_children);
+END
+$$;
 
 CREATE OR REPLACE FUNCTION agentworker_answer_input(task_id uuid, answer text, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
 RETURNS jsonb LANGUAGE sql SECURITY DEFINER
@@ -319,7 +353,8 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'agentworker_cancel_task(uuid, integer, text)',
     'agentworker_pause_task(uuid, integer, text)',
     'agentworker_resume_task(uuid, integer, text)',
-    'agentworker_retry_task(uuid, integer, text)',
+    'agentworker_retry_task(uuid, integer, text, boolean)',
+    'agentworker_retry_with_children(uuid, integer, text)',
     'agentworker_answer_input(uuid, text, integer, text)',
     'agentworker_approve_task(uuid, integer, text)',
     'agentworker_reject_task(uuid, text, integer, text)',
@@ -329,7 +364,7 @@ GRANT EXECUTE ON FUNCTION
     agentworker_cancel_task(uuid, integer, text),
     agentworker_pause_task(uuid, integer, text),
     agentworker_resume_task(uuid, integer, text),
-    agentworker_retry_task(uuid, integer, text),
+    agentworker_retry_task(uuid, integer, text, boolean),
     agentworker_answer_input(uuid, text, integer, text),
     agentworker_approve_task(uuid, integer, text),
     agentworker_reject_task(uuid, text, integer, text),

@@ -64,6 +64,12 @@ DECLARE
     v_task ai_tasks;
     v_dep  ai_tasks;
 BEGIN
+    -- A snapshot taken before another transaction's edges committed
+    -- cannot see the cycle they close with this one, lock or not.
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+        RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: dependencies are added at READ COMMITTED, not %: a transaction''s snapshot cannot see the edges that would close a cycle with this one', upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
+    END IF;
     IF NEW.task_id = NEW.depends_on_task_id THEN
         RAISE EXCEPTION 'INVALID_TASK_DEPENDENCY: task % cannot depend on itself', NEW.task_id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'task_dependencies_rule';
@@ -156,21 +162,30 @@ $$;
 --   failed, cancelled, blocked     waiting dependents are blocked (and
 --                                  theirs in turn, by this same trigger);
 --   back from those to queued or   dependents it blocked wait again (and
---   waiting (a retry)              theirs in turn).
+--   waiting (a retry)              theirs in turn), unless another of their
+--                                  dependencies still ended without
+--                                  success: they stay blocked, by that one.
 CREATE OR REPLACE FUNCTION ai_tasks_release_dependents() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
-    v_id uuid;
+    v_id    uuid;
+    v_other ai_tasks;
 BEGIN
     IF NEW.status = 'succeeded' THEN
+        -- Each waiting dependent is locked first and its dependencies are
+        -- counted after, in a statement of their own: when two of them
+        -- succeed in overlapping transactions, the second waits for the
+        -- first's lock, and its count then sees the first's success. (In
+        -- one statement both counted the other as running, and neither
+        -- queued the dependent.)
         FOR v_id IN
             SELECT t.id FROM task_dependencies d JOIN ai_tasks t ON t.id = d.task_id
             WHERE d.depends_on_task_id = NEW.id AND t.status = 'waiting'
-              AND NOT EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
-                              WHERE o.task_id = t.id AND u.status <> 'succeeded')
-            ORDER BY t.priority, t.created_at
+            ORDER BY t.id
             FOR UPDATE OF t
         LOOP
+            CONTINUE WHEN EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+                                  WHERE o.task_id = v_id AND u.status <> 'succeeded');
             UPDATE ai_tasks SET status = 'queued', updated_at = now() WHERE id = v_id AND status = 'waiting';
             INSERT INTO agent_events (task_id, project_id, type, payload)
             SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
@@ -191,6 +206,19 @@ BEGIN
               AND t.error ->> 'code' = 'dependency_failed' AND t.error ->> 'dependency' = NEW.id::text
             FOR UPDATE OF t
         LOOP
+            -- Another dependency still ended without success: the dependent
+            -- stays blocked, by that one now.
+            SELECT u.* INTO v_other FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+            WHERE o.task_id = v_id AND u.id <> NEW.id AND u.status IN ('failed', 'cancelled', 'blocked')
+            ORDER BY o.created_at, u.id LIMIT 1;
+            IF FOUND THEN
+                UPDATE ai_tasks SET updated_at = now(),
+                    error = jsonb_build_object('code', 'dependency_failed',
+                        'message', format('dependency %s ended %s', v_other.id, v_other.status),
+                        'recoverable', true, 'dependency', v_other.id)
+                WHERE id = v_id;
+                CONTINUE;
+            END IF;
             UPDATE ai_tasks SET status = 'waiting', error = NULL, finished_at = NULL, updated_at = now() WHERE id = v_id;
             INSERT INTO agent_events (task_id, project_id, type, payload)
             SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
@@ -252,7 +280,8 @@ CREATE OR REPLACE TRIGGER ai_tasks_delete_dependencies AFTER DELETE ON ai_tasks
     FOR EACH STATEMENT EXECUTE FUNCTION ai_tasks_delete_dependencies();
 
 -- Cancelling a task cancels its unfinished children, through the control
--- function (same state machine, same audit).
+-- function (same state machine, same audit): every child in a status the
+-- state machine lets a cancel leave, so a status added later is covered.
 CREATE OR REPLACE FUNCTION ai_tasks_cancel_children() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -265,7 +294,8 @@ BEGIN
     PERFORM set_config('agentworker.cancelling_parent', NEW.id::text, true);
     FOR v_id IN
         SELECT id FROM ai_tasks
-        WHERE parent_task_id = NEW.id AND status IN ('queued', 'running', 'paused', 'awaiting_input', 'waiting')
+        WHERE parent_task_id = NEW.id
+          AND status IN (SELECT from_status FROM agentworker_task_transitions WHERE to_status = 'cancelled')
     LOOP
         PERFORM agentworker_control_task(v_id, 'cancel', NULL, format('parent task %s', NEW.id));
     END LOOP;
@@ -328,6 +358,35 @@ BEGIN
 END
 $$;
 
+-- The reconciler's backstop: a task waiting for longer than p_min_age
+-- whose dependencies have all succeeded (a release the triggers above
+-- missed) is queued, by the same move, with its event and its job. Returns
+-- the tasks it queued: it never should.
+CREATE OR REPLACE FUNCTION agentworker_release_stranded(p_min_age interval, p_limit integer) RETURNS SETOF uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    FOR v_id IN
+        SELECT t.id FROM ai_tasks t
+        WHERE t.status = 'waiting' AND t.updated_at < now() - p_min_age
+          AND NOT EXISTS (SELECT 1 FROM task_dependencies o JOIN ai_tasks u ON u.id = o.depends_on_task_id
+                          WHERE o.task_id = t.id AND u.status <> 'succeeded')
+        ORDER BY t.updated_at, t.id
+        LIMIT p_limit
+        FOR UPDATE OF t SKIP LOCKED
+    LOOP
+        UPDATE ai_tasks SET status = 'queued', updated_at = now() WHERE id = v_id AND status = 'waiting';
+        INSERT INTO agent_events (task_id, project_id, type, payload)
+        SELECT t.id, t.project_id, 'agent_phase', jsonb_build_object(
+            'phase', 'queued', 'status', 'queued', 'taskType', t.type,
+            'summary', 'every dependency had succeeded; queued by the reconciler')
+        FROM ai_tasks t WHERE t.id = v_id;
+        RETURN NEXT v_id;
+    END LOOP;
+END
+$$;
+
 -- Settings: the functions above are the owner's only, on this schema's
 -- search path, until granted here.
 SELECT agentworker_make_internal(VARIADIC ARRAY[
@@ -339,4 +398,5 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'ai_tasks_hold_for_dependencies()',
     'ai_tasks_delete_dependencies()',
     'ai_tasks_cancel_children()',
-    'agentworker_expand_plan(uuid, bigint, jsonb)']::regprocedure[]);
+    'agentworker_expand_plan(uuid, bigint, jsonb)',
+    'agentworker_release_stranded(interval, integer)']::regprocedure[]);
