@@ -392,8 +392,10 @@ func TestCompose(t *testing.T) {
 		return string(out), nil
 	}
 	api := project + "_api_1"
+	var upOutput string // podman-compose 1.0.3 exits 0 when a container does not start
 	logs := func() string {
 		var b strings.Builder
+		fmt.Fprintf(&b, "--- podman-compose up\n%s", upOutput)
 		for _, svc := range []string{"postgres", "minio", "migrate", "api", "worker"} {
 			l, _ := runPodman(context.Background(), "logs", "--tail", "15", project+"_"+svc+"_1")
 			fmt.Fprintf(&b, "--- %s\n%s", svc, l)
@@ -409,8 +411,12 @@ func TestCompose(t *testing.T) {
 		if _, err := compose(ctx, "down", "-t", "10"); err != nil {
 			t.Errorf("%v", err)
 		}
+		// podman-compose 1.0.3 leaves the project's network behind.
+		if _, err := runPodman(ctx, "network", "rm", "-f", project+"_default"); err != nil {
+			t.Errorf("remove the compose network: %v", err)
+		}
 	})
-	if _, err := compose(t.Context(), "up", "-d"); err != nil {
+	if upOutput, err = compose(t.Context(), "up", "-d"); err != nil {
 		t.Fatal(err)
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
