@@ -247,6 +247,9 @@ func TestImage(t *testing.T) {
 		"S3_ENDPOINT=" + s3.Endpoint, "S3_ACCESS_KEY=" + s3.AccessKey, "S3_SECRET_KEY=" + s3.SecretKey, "S3_BUCKET=" + s3.Bucket,
 		"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=container-test", "LLM_MODEL=" + llmtest.Model,
 		"HTTP_ADDR=127.0.0.1:" + strconv.Itoa(port), "LOG_FORMAT=json", "WORKER_CONCURRENCY=4",
+		// A container has no cgroup to divide among its sandboxes; its own
+		// limits bound them together, as compose sets them.
+		"RUN_COMMAND_ALLOW_UNCAPPED=true",
 	}
 	var envArgs []string
 	for _, e := range env {
@@ -269,7 +272,8 @@ func TestImage(t *testing.T) {
 		}
 		_, _ = runPodman(ctx, "rm", "-f", "-t", "0", name)
 	})
-	podman(t, append(append(append([]string{"run", "-d", "--name", name, "--network", "host"}, securityOpt...), envArgs...), *image)...)
+	podman(t, append(append(append([]string{"run", "-d", "--name", name, "--network", "host", "--memory", "8g", "--pids-limit", "2048"},
+		securityOpt...), envArgs...), *image)...)
 	logs := func() string { l, _ := runPodman(context.Background(), "logs", "--tail", "40", name); return l }
 	if ready := waitReady(t, base, 2*time.Minute, logs); !strings.Contains(ready, "run_command: on") {
 		t.Fatalf("/readyz: %q, want run_command on; logs:\n%s", ready, logs())
