@@ -245,7 +245,7 @@ func TestImage(t *testing.T) {
 	env := []string{
 		"DATABASE_URL=" + dbURL,
 		"S3_ENDPOINT=" + s3.Endpoint, "S3_ACCESS_KEY=" + s3.AccessKey, "S3_SECRET_KEY=" + s3.SecretKey, "S3_BUCKET=" + s3.Bucket,
-		"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=container-test", "LLM_MODEL=" + llmtest.Model,
+		"OPENAI_BASE_URL=" + srv.URL(), "OPENAI_API_KEY=container-test", "LLM_MODEL=" + llmtest.Model, "LLM_PRICES=" + llmtest.Model + "=0:0",
 		"HTTP_ADDR=127.0.0.1:" + strconv.Itoa(port), "LOG_FORMAT=json", "WORKER_CONCURRENCY=4",
 		// A container has no cgroup to divide among its sandboxes; its own
 		// limits bound them together, as compose sets them.
