@@ -7,9 +7,10 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, onBroadcast, graphFields, clearGraphFields, showRelations } from "./board.js";
+import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations } from "./board.js";
 import { openAgents, reloadOnRefusal } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
+import { renderChanges, renderGeneral, selectLine } from "./review.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -258,6 +259,7 @@ function renderTasks() {
 }
 
 onCardClick((id) => select(id));
+onReview(review);
 // The board's picked tasks, one command through the broadcast route.
 onBroadcast(async (command, ids) => {
   const res = await client.post(`/v1/projects/${enc(project)}/tasks/broadcast/${enc(command)}`, { task_ids: ids });
@@ -298,7 +300,6 @@ async function select(id) {
   document.body.dataset.task = id;
   showTask(t);
   watch(id);
-  if (!$("pane-changes").hidden) loadChanges(id);
 }
 
 function showTask(t) {
@@ -311,8 +312,10 @@ function showTask(t) {
   $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
   $("review-form").hidden = t.status !== "review";
-  if (t.status === "review") loadComments(t.id);
-  else $("comment-form").hidden = true;
+  if (t.status !== "review") closeComment();
+  // The Changes tab follows the task: a new version of it (a revision
+  // staged, a set applied) is read again.
+  if (!$("pane-changes").hidden && changesShown !== `${t.id}@${t.version}`) loadChanges(t.id);
   const summary = t.result && t.result.summary;
   $("result-summary").textContent = summary || (t.result ? "" : "No result yet.");
   $("result-json").textContent = t.result ? JSON.stringify(t.result, null, 2) : "";
@@ -331,33 +334,54 @@ for (const action of Object.keys(CONTROLS)) {
   }));
 }
 
-// A comment names a line of the diff; the model gets the comments made
-// since its revision with the next reject's feedback.
+// A comment names a line of the diff: clicking a line of the revision
+// under review highlights it and opens the comment box under it. The model
+// gets the comments made since its revision with the next reject's
+// feedback.
 let commentOn = null;
 $("changes").addEventListener("click", (ev) => {
-  const span = ev.target.closest("span[data-line]");
-  if (!span || !current || current.status !== "review") return;
-  commentOn = { path: span.closest(".file-diff").dataset.path, line: Number(span.dataset.line) };
-  $("comment-where").textContent = `${commentOn.path}:${commentOn.line}`;
-  $("comment-form").hidden = false;
+  const row = ev.target.closest(".line[data-line]");
+  if (!row || !current || current.status !== "review") return;
+  commentOn = { path: row.closest(".file-diff").dataset.path, line: Number(row.dataset.line) };
+  $("comment-where").textContent = `Comment on ${commentOn.path}, line ${commentOn.line}`;
+  selectLine($("changes"), row, $("comment-form"));
   $("comment-body").focus();
 });
+$("comment-cancel").addEventListener("click", closeComment);
 $("comment-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   guarded(async () => {
     const id = current.id;
     await client.post(`/v1/tasks/${enc(id)}/comments`, { body: $("comment-body").value, ...commentOn });
     $("comment-body").value = "";
-    $("comment-form").hidden = true;
-    loadComments(id);
+    closeComment();
+    loadChanges(id);
   });
 });
 
-async function loadComments(id) {
-  const res = await guarded(() => client.get(`/v1/tasks/${enc(id)}/comments`));
-  if (!res || !current || current.id !== id) return;
-  $("comments").replaceChildren(...res.comments.map((c) =>
-    el("li", { data: { path: c.path || "", line: String(c.line || "") } }, `${c.path ? `${c.path}${c.line ? `:${c.line}` : ""}: ` : ""}${c.body} — ${c.author}`)));
+// closeComment puts the comment box away (back outside the diff, which is
+// redrawn) and unmarks its line.
+function closeComment() {
+  commentOn = null;
+  $("comment-form").hidden = true;
+  $("pane-changes").append($("comment-form"));
+  for (const r of $("changes").querySelectorAll(".line.selected")) r.classList.remove("selected");
+}
+
+// review approves a task in review, or opens it to say what to change
+// (a reject without feedback discards the build).
+async function review(id, verdict) {
+  if (verdict === "approve") {
+    await guarded(async () => {
+      await client.post(`/v1/tasks/${enc(id)}/approve`);
+      say("");
+      refreshTask(id);
+      loadInbox();
+    });
+    return;
+  }
+  await select(id);
+  $("feedback").focus();
 }
 
 // A reject with feedback revises the build; without, it discards it.
@@ -368,6 +392,7 @@ $("review-form").addEventListener("submit", (ev) => {
     await client.post(`/v1/tasks/${enc(id)}/reject`, { feedback: $("feedback").value });
     $("feedback").value = "";
     refreshTask(id);
+    loadInbox();
   });
 });
 
@@ -428,9 +453,10 @@ function apply(ev) {
     case "file_update":
       tree.apply(p);
       renderTree();
+      if (!$("pane-changes").hidden) reloadChanges(ev.task_id);
       break;
     case "agent_phase":
-      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input"].includes(p.phase)) {
+      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input", "review"].includes(p.phase)) {
         $("status").textContent = p.phase;
         $("status").className = p.phase;
         document.body.dataset.status = p.phase;
@@ -550,35 +576,39 @@ function renderTree() {
 
 // ---- changes of a build ----
 
+let changesShown = ""; // task id @ version of the changes shown
+let changesAsked = 0; // an answer to an earlier read is dropped
+
 async function loadChanges(id) {
-  const cs = await guarded(() => client.get(`/v1/tasks/${enc(id)}/changes`));
-  if (!cs || !current || current.id !== id) return;
-  const what = { none: "This task changed no files.", open: "Staged, not applied yet: the build is still working.",
-    applying: "Being applied.", applied: "Applied to the project.", discarded: "Discarded: the build did not succeed, the project was left as it was." };
+  const asked = ++changesAsked;
+  const version = current && current.id === id ? current.version : 0;
+  const [cs, cm] = await Promise.all([guarded(() => client.get(`/v1/tasks/${enc(id)}/changes`)),
+    guarded(() => client.get(`/v1/tasks/${enc(id)}/comments`))]);
+  if (!cs || !cm || !current || current.id !== id || asked !== changesAsked) return;
+  changesShown = `${id}@${version}`;
+  const inReview = current.status === "review";
+  const what = { none: "This task changed no files.",
+    open: inReview ? "Waiting for your review: these changes are staged, not applied. Approve applies them; Reject with feedback asks for a revision."
+      : "Staged, not applied yet: the build is still working.",
+    applying: "Being applied.", applied: "Applied to the project.", discarded: "Discarded: the project was left as it was." };
   $("changes-status").textContent = what[cs.status] || cs.status;
   document.body.dataset.changes = cs.status;
-  $("changes").replaceChildren(...cs.files.map((f) => {
-    const title = f.op === "move" ? `${f.from_path} → ${f.path}` : f.path;
-    const pre = el("pre", { class: "diff" });
-    if (f.binary) pre.append(el("span", { class: "meta", textContent: `binary file, ${f.size} bytes` }));
-    else {
-      // Added and context lines carry their line in the new file: a
-      // reviewer comments on one by clicking it.
-      let next = 0;
-      for (const line of f.diff.split("\n").slice(0, -1)) {
-        const cls = diffLineClass(line);
-        const span = el("span", { class: cls, textContent: line + "\n" });
-        const hunk = /^@@ -\d+(?:,\d+)? \+(\d+)/.exec(line);
-        if (hunk) next = Number(hunk[1]);
-        else if (cls === "add" || cls === "ctx") span.dataset.line = String(next++);
-        pre.append(span);
-      }
-    }
-    const note = f.before_known ? "" : " (earlier version not recorded: shown whole)";
-    return el("div", { class: "file-diff", data: { path: f.path, op: f.op } },
-      el("h4", {}, el("span", { class: `op ${f.op}`, textContent: f.op }), ` ${title}${note}`), pre);
-  }));
+  document.body.dataset.changesVersion = String(version);
+  const where = commentOn;
+  closeComment();
+  const general = renderChanges($("changes"), cs.files, cm.comments);
+  renderGeneral($("comments"), general);
+  $("comments-box").hidden = !general.length;
+  // The line being commented on stays open across a redraw while it is
+  // still in the diff.
+  const row = where && [...$("changes").querySelectorAll(`.file-diff .line[data-line="${where.line}"]`)]
+    .find((r) => r.closest(".file-diff").dataset.path === where.path);
+  if (row && inReview) {
+    commentOn = where;
+    selectLine($("changes"), row, $("comment-form"));
+  }
 }
+const reloadChanges = debounce((id) => { if (current && current.id === id) loadChanges(id); }, 300);
 
 // ---- project files ----
 
@@ -616,7 +646,8 @@ async function loadInbox() {
 }
 
 function renderTaskInbox() {
-  renderItems($("task-inbox"), current ? inboxItems.filter((i) => i.task_id === current.id) : []);
+  // The task view's own review form stands for its review item.
+  renderItems($("task-inbox"), current ? inboxItems.filter((i) => i.task_id === current.id && i.kind !== "review_requested") : []);
 }
 
 // renderItems shows items in box, keeping the element of every item shown
@@ -636,7 +667,14 @@ function inboxItem(item) {
     el("strong", { textContent: item.title || item.reason }),
     el("p", { textContent: item.content }));
   const isQuestion = item.kind === "await_user_input" && item.reason === "question";
-  if (isQuestion) {
+  if (item.kind === "review_requested" && item.task_id) {
+    div.querySelector("strong").textContent = "Waiting for your review";
+    const approve = el("button", { type: "button", class: "approve", textContent: "Approve" });
+    approve.addEventListener("click", () => review(item.task_id, "approve"));
+    const reject = el("button", { type: "button", class: "reject", textContent: "Reject…", title: "open the task to say what to change" });
+    reject.addEventListener("click", () => review(item.task_id, "reject"));
+    div.append(el("div", { class: "review-actions" }, approve, reject));
+  } else if (isQuestion) {
     const input = el("input", { class: "answer", placeholder: "Your answer" });
     const form = el("form", { class: "answer-form" }, input, el("button", { type: "submit", textContent: "Answer" }));
     form.addEventListener("submit", (e) => {

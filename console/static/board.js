@@ -156,9 +156,29 @@ function card(t, selected) {
     li.append(el("div", { class: "card-deps meta" }, "after ",
       ...deps.map((d) => el("code", { class: "dep", textContent: shortId(d), data: { id: d } }))));
   }
+  if (t.status === "review") {
+    const button = (verdict, text, tip) => {
+      const b = el("button", { type: "button", class: `card-${verdict}`, textContent: text, title: tip });
+      b.addEventListener("click", (e) => {
+        e.stopPropagation();
+        onVerdict(t.id, verdict);
+      });
+      return b;
+    };
+    li.append(el("div", { class: "card-review" }, el("span", { class: "meta", textContent: "waiting for your review" }),
+      button("approve", "Approve", "apply the build's changes"), button("reject", "Reject…", "open the task to say what to change")));
+  }
   if (t.id === selected) li.classList.add("selected");
   li.addEventListener("click", () => onSelect(t.id));
   return li;
+}
+
+let onVerdict = () => {};
+
+// onReview sets what a review card's Approve and Reject do: fn(id,
+// "approve" or "reject").
+export function onReview(fn) {
+  onVerdict = fn;
 }
 
 // pickBox ticks a card for a command to many tasks; it does not open the task.
