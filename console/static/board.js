@@ -122,6 +122,7 @@ export function renderBoard(rows, selected = "") {
   for (const id of picked) if (!cards.has(id)) picked.delete(id);
   showPicked();
   renderPicker(rows);
+  renderParentSelect(rows);
 }
 
 let shownCards = new Map(); // task id → { key, li }
@@ -233,13 +234,62 @@ function countDeps() {
 }
 $("depends-on").addEventListener("change", countDeps);
 
-// graphFields is what the task form adds to a new task's body.
+// graphFields is what the task form adds to a new task's body: its agent,
+// priority, dependencies, parent and input (review for a build, expand for
+// a plan, a budget, allowed paths). The server checks every value.
 export function graphFields() {
   const body = { priority: Number($("priority").value) };
   if ($("agent").value) body.agent_id = $("agent").value;
   const deps = [...$("depends-on").querySelectorAll("input:checked")].map((i) => i.value);
   if (deps.length) body.depends_on = deps;
+  if ($("parent").value) body.parent_task_id = $("parent").value;
+  const input = taskInput($("type").value);
+  if (Object.keys(input).length) body.input = input;
   return body;
+}
+
+// taskInput reads the form's input fields for a task of type.
+function taskInput(type) {
+  const input = {};
+  if (type === "build" && $("in-review").checked) input.review = true;
+  if (type === "plan" && $("in-expand").checked) input.expand = true;
+  const budget = {};
+  for (const [id, key] of [["budget-tokens", "max_tokens"], ["budget-cost", "max_cost_usd"], ["budget-iterations", "max_iterations"]]) {
+    const v = $(id).value.trim();
+    if (v !== "") budget[key] = Number(v);
+  }
+  if (Object.keys(budget).length) input.budget = budget;
+  const paths = $("allowed-paths").value.split(/[,\n]/).map((p) => p.trim()).filter(Boolean);
+  if (paths.length) input.allowed_paths = paths;
+  return input;
+}
+
+// showInputFields shows the input fields of the chosen type and sums up
+// what is set.
+function showInputFields() {
+  const type = $("type").value;
+  for (const l of $("input-fields").querySelectorAll("[data-for]")) l.hidden = l.dataset.for !== type;
+  const input = taskInput(type);
+  const parts = [...Object.keys(input).map((k) => k.replace("_", " ")), ...($("parent").value ? ["parent"] : [])];
+  $("input-summary").textContent = parts.length ? `(${parts.join(", ")})` : "";
+}
+$("type").addEventListener("change", showInputFields);
+$("task-input").addEventListener("input", showInputFields);
+$("task-input").addEventListener("change", showInputFields);
+showInputFields();
+
+// renderParentSelect lists the tasks a new one may be part of, keeping the
+// choice while the task is listed.
+function renderParentSelect(rows) {
+  const sel = $("parent");
+  const chosen = sel.value;
+  const want = rows.map((t) => `${t.id}|${title(t)}`).join("\n");
+  if (sel.dataset.rows !== want) {
+    sel.dataset.rows = want;
+    sel.replaceChildren(el("option", { value: "", textContent: "no parent task" }),
+      ...rows.map((t) => el("option", { value: t.id, textContent: `${shortId(t.id)} · ${t.type} · ${title(t).slice(0, 60)}` })));
+    sel.value = rows.some((t) => t.id === chosen) ? chosen : "";
+  }
 }
 
 // showRelations shows a task's agent, priority and relations (from GET
@@ -258,9 +308,12 @@ export function showRelations(t) {
     ...part("after", t.depends_on), ...part("before", t.dependents), ...part("children", t.children));
 }
 
-// clearGraphFields unticks the dependencies after a task is created; the
-// agent and priority stay for the next one.
+// clearGraphFields unticks the dependencies and clears the input after a
+// task is created; the agent and priority stay for the next one.
 export function clearGraphFields() {
   for (const i of $("depends-on").querySelectorAll("input:checked")) i.checked = false;
   countDeps();
+  for (const id of ["in-review", "in-expand"]) $(id).checked = false;
+  for (const id of ["budget-tokens", "budget-cost", "budget-iterations", "allowed-paths", "parent"]) $(id).value = "";
+  showInputFields();
 }
