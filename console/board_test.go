@@ -218,6 +218,12 @@ func TestBoardInChromium(t *testing.T) {
 		click(`#agent-save`),
 		visible(`#agent-error[data-code="AGENT_NAME_TAKEN"]`),
 	)
+	// A refusal reads as what to do, not as the database's words.
+	var taken string
+	eval(t, ctx, `document.querySelector("#agent-error").textContent`, &taken)
+	if taken != "This project already has an agent of that name: choose another name." {
+		t.Errorf("a taken name reads %q", taken)
+	}
 	scratch := createAgent("scratch", "tries things", "You are temporary.")
 	run(t, ctx, "disable the planner, delete scratch",
 		click(plannerRow),
@@ -242,7 +248,8 @@ func TestBoardInChromium(t *testing.T) {
 		keys(`#prompt`, "fourth step: refused"),
 		choose(`#agent`, reviewer),
 		click(`#submit`),
-		until(`document.getElementById("message").textContent.includes("INVALID_ASSIGNEE")`),
+		visible(`#message[data-code="INVALID_ASSIGNEE"]`),
+		until(`document.getElementById("message").textContent.includes("choose another agent")`),
 		until(fmt.Sprintf(`document.querySelector('#agent option[value="%s"]:disabled')`, reviewer)),
 	)
 	var tasks int

@@ -112,8 +112,12 @@ function showTab(nav, tab) {
   if (tab === "logs" && client) searchLogs(false);
 }
 
-function say(text) {
+// say shows a message; code is the refusal's error code, kept for
+// machines in data-code.
+function say(text, code = "") {
   $("message").textContent = text;
+  if (code) $("message").dataset.code = code;
+  else delete $("message").dataset.code;
 }
 
 // guarded runs an action and shows its failure instead of throwing.
@@ -121,7 +125,9 @@ async function guarded(fn) {
   try {
     return await fn();
   } catch (err) {
-    say(String(err.message || err));
+    // A fetch that got no answer at all throws a TypeError.
+    if (err instanceof TypeError) say("The server did not answer (it is down, or the network is): try again in a moment.");
+    else say(String(err.message || err), err.code || "");
     return undefined;
   }
 }
@@ -286,6 +292,7 @@ $("task-form").addEventListener("submit", (e) => {
 
 
 async function select(id) {
+  say(""); // a refusal was about what was open before
   const hash = new URLSearchParams(location.hash.slice(1));
   if (hash.get("task") !== id) {
     hash.set("task", id);
