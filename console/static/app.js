@@ -7,7 +7,7 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations } from "./board.js";
+import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, ask } from "./board.js";
 import { openAgents, reloadOnRefusal } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
 import { renderChanges, renderGeneral, selectLine } from "./review.js";
@@ -250,9 +250,9 @@ function renderTasks() {
   $("task-count").textContent = `(${rows.length})`;
   $("tasks").replaceChildren(...rows.map((t) => {
     const tr = el("tr", { class: "task-row", data: { id: t.id, status: t.status } },
-      el("td", {}, el("span", { class: `badge ${t.status}`, textContent: t.status })),
+      el("td", {}, el("span", { class: `badge ${t.status}${t.pause_pending ? " pausing" : ""}`, textContent: statusText(t) })),
       el("td", { textContent: t.type }),
-      el("td", { class: "prompt", textContent: t.prompt, title: t.prompt }),
+      el("td", { class: "prompt", textContent: t.title || t.prompt, title: t.prompt }),
       el("td", { class: "age", textContent: age(t.created_at), data: { created: t.created_at } }),
       el("td", { class: "iterations", textContent: String(t.iterations || 0) }),
       el("td", { class: "cost", textContent: money(t.cost_usd), title: `${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens` }));
@@ -312,8 +312,8 @@ async function select(id) {
 function showTask(t) {
   current = t;
   $("task-title").textContent = `${t.type} · ${t.prompt}`;
-  $("task-badge").textContent = t.status;
-  $("task-badge").className = `badge ${t.status}`;
+  $("task-badge").textContent = statusText(t);
+  $("task-badge").className = `badge ${t.status}${t.pause_pending ? " pausing" : ""}`;
   document.body.dataset.taskStatus = t.status;
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
   $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
@@ -335,6 +335,10 @@ function showTask(t) {
 for (const action of Object.keys(CONTROLS)) {
   $(action).addEventListener("click", () => guarded(async () => {
     const id = current.id;
+    if (action === "cancel") {
+      const more = cascade(tasks.rows(), [id]);
+      if (more.length && !(await ask(`Cancel this task? ${more.length} task${more.length === 1 ? "" : "s"} waiting on it will be blocked too.`, `Cancel ${more.length + 1} tasks`))) return;
+    }
     const res = await client.post(`/v1/tasks/${enc(id)}/${action}`);
     say(res.pending ? `${action}: requested; the task stops at its next iteration` : "");
     refreshTask(id);

@@ -17,22 +17,25 @@ const el = (tag, props = {}, ...children) => {
   return e;
 };
 
-// COLUMNS are the board's columns and the statuses each holds: review
-// holds the tasks that wait for a person (a build to review, a question, a
-// pause).
+// COLUMNS are the board's columns and the statuses each holds: paused and
+// waiting for an answer apart from review (a build waiting for approval).
 export const COLUMNS = [
   { key: "waiting", title: "Waiting", statuses: ["waiting"] },
   { key: "queued", title: "Queued", statuses: ["queued"] },
   { key: "running", title: "Running", statuses: ["running"] },
-  { key: "review", title: "Review", statuses: ["review", "awaiting_input", "paused"] },
+  { key: "held", title: "Paused / needs input", statuses: ["paused", "awaiting_input"] },
+  { key: "review", title: "Review", statuses: ["review"] },
   { key: "succeeded", title: "Succeeded", statuses: ["succeeded"] },
   { key: "failed", title: "Failed / blocked", statuses: ["failed", "blocked"] },
   { key: "cancelled", title: "Cancelled", statuses: ["cancelled"] },
 ];
 
 export const shortId = (id) => id.slice(0, 8);
-// title is a task's first line of prompt.
-export const title = (t) => (t.prompt || "").split("\n", 1)[0];
+// title is the title a plan gave the task, else its prompt's first line.
+export const title = (t) => t.title || (t.prompt || "").split("\n", 1)[0];
+// statusText is a task's status as a person reads it: a running task whose
+// pause is pending is "pausing…".
+export const statusText = (t) => (t.status === "running" && t.pause_pending ? "pausing…" : t.status);
 
 // columnOf is the key of the column a status goes in.
 export function columnOf(status) {
@@ -41,14 +44,61 @@ export function columnOf(status) {
 }
 
 // boardColumns groups tasks by column, each column by priority (1 first),
-// then oldest first: the order a worker would start them in.
+// then oldest first: the order a worker would start them in. The children
+// of one plan stay together, under the first of them in that order.
 export function boardColumns(rows) {
   const cols = new Map(COLUMNS.map((c) => [c.key, []]));
   for (const t of rows) cols.get(columnOf(t.status)).push(t);
-  for (const list of cols.values()) {
-    list.sort((a, b) => (a.priority || 2) - (b.priority || 2) || (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+  const order = (a, b) => (a.priority || 2) - (b.priority || 2) || (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0);
+  for (const [key, list] of cols) {
+    list.sort(order);
+    const groups = new Map(); // parent id (or own id) → tasks, in first-seen order
+    for (const t of list) {
+      const g = t.parent_task_id || t.id;
+      if (!groups.has(g)) groups.set(g, []);
+      groups.get(g).push(t);
+    }
+    cols.set(key, [...groups.values()].flat());
   }
   return cols;
+}
+
+// cascade is the open tasks a cancel of ids would block: those depending
+// on them, directly or through others, and not finished.
+export function cascade(rows, ids) {
+  const open = new Set(["waiting", "queued", "running", "paused", "awaiting_input", "review"]);
+  const hit = new Set(ids);
+  const blocked = new Set();
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const t of rows) {
+      if (hit.has(t.id) || !open.has(t.status)) continue;
+      if ((t.depends_on || []).some((d) => hit.has(d))) {
+        hit.add(t.id);
+        blocked.add(t.id);
+        grew = true;
+      }
+    }
+  }
+  return [...blocked];
+}
+
+// ask shows the page's confirmation with text and resolves to whether the
+// person confirmed.
+export function ask(text, yes) {
+  return new Promise((resolve) => {
+    $("confirm-text").textContent = text;
+    $("confirm-yes").textContent = yes;
+    $("confirm").hidden = false;
+    const done = (ok) => {
+      $("confirm").hidden = true;
+      $("confirm-yes").onclick = $("confirm-no").onclick = null;
+      resolve(ok);
+    };
+    $("confirm-yes").onclick = () => done(true);
+    $("confirm-no").onclick = () => done(false);
+    $("confirm-yes").focus();
+  });
 }
 
 // picked holds the ids of the cards ticked for a command to many tasks at
@@ -65,6 +115,10 @@ export function onBroadcast(fn) {
       const ids = [...picked];
       if (!ids.length) return;
       const cmd = b.dataset.command;
+      if (cmd === "cancel") {
+        const more = cascade(lastRows, ids);
+        if (more.length && !(await ask(`Cancel ${ids.length} task${ids.length === 1 ? "" : "s"}? ${more.length} task${more.length === 1 ? "" : "s"} waiting on ${ids.length === 1 ? "it" : "them"} will be blocked too.`, `Cancel ${ids.length + more.length} tasks`))) return;
+      }
       $("board-result").textContent = `${cmd}…`;
       try {
         const counts = await onCommand(cmd, ids);
@@ -72,6 +126,9 @@ export function onBroadcast(fn) {
         $("board-result").textContent = `${cmd}: ${parts.join(", ") || "nothing to do"}`;
         document.body.dataset.broadcast = cmd;
         picked.clear();
+        // A card drawn before its box was ticked is kept by the redraw:
+        // its box is unticked here.
+        for (const box of $("board").querySelectorAll("input.card-pick:checked")) box.checked = false;
         redrawBoard();
       } catch (e) {
         $("board-result").textContent = e.message;
@@ -129,7 +186,7 @@ let shownCards = new Map(); // task id → { key, li }
 
 // cardOf is a task's card: the one shown, when what it shows is the same.
 function cardOf(t, selected, cards) {
-  const key = JSON.stringify([t.status, t.priority, t.prompt, t.agent_id && agentName(t.agent_id), t.depends_on, t.id === selected, picked.has(t.id)]);
+  const key = JSON.stringify([t.status, t.pause_pending, t.priority, t.prompt, t.title, t.parent_task_id, t.agent_id && agentName(t.agent_id), t.depends_on, t.id === selected, picked.has(t.id)]);
   const prev = shownCards.get(t.id);
   const li = prev && prev.key === key ? prev.li : card(t, selected);
   cards.set(t.id, { key, li });
@@ -150,9 +207,14 @@ function card(t, selected) {
       pickBox(t.id),
       el("code", { class: "card-id", textContent: shortId(t.id) }),
       el("span", { class: `prio p${t.priority || 2}`, textContent: `P${t.priority || 2}` }),
-      el("span", { class: `badge ${t.status}`, textContent: t.status })),
+      el("span", { class: `badge ${t.status}${t.pause_pending ? " pausing" : ""}`, textContent: statusText(t) })),
     el("div", { class: "card-title", textContent: title(t), title: t.prompt }),
     el("div", { class: "card-agent meta", textContent: t.agent_id ? agentName(t.agent_id) : "default agent" }));
+  if (t.parent_task_id) {
+    li.classList.add("child");
+    const parent = lastRows.find((r) => r.id === t.parent_task_id);
+    li.append(el("div", { class: "card-parent meta", textContent: `↳ part of ${parent ? title(parent) : shortId(t.parent_task_id)}` }));
+  }
   if (deps.length) {
     li.append(el("div", { class: "card-deps meta" }, "after ",
       ...deps.map((d) => el("code", { class: "dep", textContent: shortId(d), data: { id: d } }))));
