@@ -127,14 +127,14 @@ func TestBoardInChromium(t *testing.T) {
 	eval(t, ctx, `Object.fromEntries([...document.querySelectorAll("#board li.card")].map(c => [c.dataset.id, {
 		ID: c.querySelector(".card-id").textContent, Title: c.querySelector(".card-title").textContent,
 		Agent: c.querySelector(".card-agent").textContent, Priority: c.querySelector(".prio").textContent,
-		Deps: [...c.querySelectorAll(".card-deps code")].map(d => d.textContent) }]))`, &cards)
+		Deps: [...c.querySelectorAll(".card-deps .dep")].map(d => d.textContent) }]))`, &cards)
 	for _, want := range []struct {
 		id string
 		cardText
 	}{
 		{first, cardText{first[:8], "first step: write first.txt", hostile, "P1", []string{}}},
-		{second, cardText{second[:8], "second step: write second.txt", "reviewer", "P3", []string{first[:8]}}},
-		{third, cardText{third[:8], "third step: write third.txt", "default agent", "P2", []string{second[:8]}}},
+		{second, cardText{second[:8], "second step: write second.txt", "reviewer", "P3", []string{"first step: write first.txt · " + first[:8]}}},
+		{third, cardText{third[:8], "third step: write third.txt", "default agent", "P2", []string{"second step: write second.txt · " + second[:8]}}},
 	} {
 		if got := cards[want.id]; fmt.Sprint(got) != fmt.Sprint(want.cardText) {
 			t.Errorf("card %s = %+v, want %+v", want.id, got, want.cardText)
@@ -162,7 +162,8 @@ func TestBoardInChromium(t *testing.T) {
 		until(`document.getElementById("task-relations").textContent.includes("before")`))
 	var relations string
 	eval(t, ctx, `document.getElementById("task-relations").textContent`, &relations)
-	if want := fmt.Sprintf("agent reviewer · priority 3 · after %s · before %s", first[:8], third[:8]); relations != want {
+	// Related tasks are named by their titles, not bare ids.
+	if want := fmt.Sprintf("agent reviewer · priority 3 · after first step: write first.txt · %s · before third step: write third.txt · %s", first[:8], third[:8]); relations != want {
 		t.Errorf("task relations = %q, want %q", relations, want)
 	}
 	// In order: each started after the one it depends on finished.

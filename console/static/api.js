@@ -79,7 +79,9 @@ export function tokenClaims(token) {
 export function describeToken(token) {
   const c = tokenClaims(token);
   if (!c) return "(the token is not a JWT)";
-  const who = typeof c.sub === "string" && c.sub ? `as ${c.sub}` : "(no subject)";
+  // Named as the audit log names the bearer: its subject, else its role,
+  // else "api".
+  const who = typeof c.sub === "string" && c.sub ? `as ${c.sub}` : typeof c.role === "string" && c.role ? `as role:${c.role}` : "as api (the token names no subject)";
   if (c.role === "service_role") return `${who} (service token: every project)`;
   const projects = Array.isArray(c.projects) ? c.projects.filter((p) => typeof p === "string") : [];
   return `${who} (token for ${projects.length === 1 ? "project" : "projects"} ${projects.join(", ") || "none"})`;

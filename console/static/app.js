@@ -8,7 +8,7 @@
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
 import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, ask } from "./board.js";
-import { openAgents, reloadOnRefusal } from "./agents.js";
+import { openAgents, reloadOnRefusal, agentName } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
 import { renderChanges, renderGeneral, selectLine } from "./review.js";
 
@@ -161,6 +161,7 @@ async function open(p, token) {
     if (source) source.close();
     current = null;
     $("task-view").hidden = true;
+    $("task-empty").hidden = false;
     history.replaceState(null, "", `${location.pathname}${location.search}`);
   }
   client = new Client(token);
@@ -171,6 +172,7 @@ async function open(p, token) {
   document.body.dataset.project = p;
   const head = await guarded(loadTasks);
   if (head === undefined) return;
+  signedIn(true);
   followProject(head);
   openAgents(client, p, redrawBoard);
   loadFiles();
@@ -304,6 +306,7 @@ async function select(id) {
   tasks.upsert(t);
   renderTasks();
   $("task-view").hidden = false;
+  $("task-empty").hidden = true;
   document.body.dataset.task = id;
   showTask(t);
   watch(id);
@@ -484,7 +487,7 @@ function apply(ev) {
   }
   timeline.add(ev);
   renderTimeline();
-  $("event-count").textContent = `(${lastSeq} events, ${timeline.events.length} kept)`;
+  $("event-count").textContent = timeline.events.length < lastSeq ? `(${lastSeq} events; the last ${timeline.events.length} shown)` : `(${lastSeq} events)`;
 }
 
 function progress(p) {
@@ -774,7 +777,7 @@ async function loadRuns() {
   $("runs-total").textContent = `Last ${res.days_requested} days: ${sum((d) => d.runs)} runs, ${sum((d) => d.tokens)} tokens, ` +
     `${money(sum((d) => d.cost))}, ${duration(sum((d) => d.waitMs))} waiting for the provider's rate limit`;
   drawRunsChart($("runs-chart"), series);
-  $("runs").replaceChildren(...runRows(res.groups, el));
+  $("runs").replaceChildren(...runRows(res.groups, el, agentName));
   document.body.dataset.runs = $("runs-chart").dataset.runs;
 }
 
@@ -790,4 +793,13 @@ function renderUsageTasks() {
   }));
 }
 
+// signedIn shows how to get a token until a project is open, and keeps
+// Run disabled until then.
+function signedIn(yes) {
+  $("welcome").hidden = yes;
+  $("submit").disabled = !yes;
+  $("submit").title = yes ? "" : "open a project with a token first";
+}
+
+signedIn(false);
 if ($("project").value && $("token").value) open($("project").value.trim(), $("token").value.trim());

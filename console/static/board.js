@@ -193,6 +193,13 @@ function cardOf(t, selected, cards) {
   return li;
 }
 
+// nameOf names a task by its title when the list holds it, else by its
+// short id.
+function nameOf(id) {
+  const t = lastRows.find((r) => r.id === id);
+  return t ? `${title(t).slice(0, 40)} · ${shortId(id)}` : shortId(id);
+}
+
 // redraw draws the board again from the last list (the agents changed).
 export function redrawBoard() {
   renderBoard(lastRows, lastSelected);
@@ -217,7 +224,7 @@ function card(t, selected) {
   }
   if (deps.length) {
     li.append(el("div", { class: "card-deps meta" }, "after ",
-      ...deps.map((d) => el("code", { class: "dep", textContent: shortId(d), data: { id: d } }))));
+      ...deps.map((d) => el("span", { class: "dep", textContent: nameOf(d), title: d, data: { id: d } }))));
   }
   if (t.status === "review") {
     const button = (verdict, text, tip) => {
@@ -359,7 +366,7 @@ function renderParentSelect(rows) {
 export function showRelations(t) {
   shownTask = t;
   const link = (id) => {
-    const a = el("a", { href: "#", class: "task-ref", textContent: shortId(id), data: { id } });
+    const a = el("a", { href: "#", class: "task-ref", textContent: nameOf(id), title: id, data: { id } });
     a.addEventListener("click", (e) => { e.preventDefault(); onSelect(id); });
     return a;
   };
