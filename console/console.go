@@ -10,8 +10,11 @@
 // usage, and its runs per day by status as a chart (an inline SVG drawn by
 // runs.js) with their tokens, cost, durations and rate-limit waits; draws the tasks as a board by status with their agent, priority and
 // dependencies; creates tasks with an agent, a priority and dependencies; and
-// lists and edits the project's agents. Everything it shows is read from the
-// /v1 API and set as text, never as HTML.
+// lists and edits the project's agents; lists the project's documents and
+// renders Markdown (documents, tasks.md) for reading. Everything it shows is
+// read from the /v1 API and set as text, never as HTML, but Markdown: marked
+// (MIT) renders it and DOMPurify (Apache-2.0) keeps only safe HTML of it,
+// both vendored as files under static/vendor.
 package console
 
 import (

@@ -50,7 +50,8 @@ func TestServesEmbeddedPage(t *testing.T) {
 	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript",
 		"/api.js": "text/javascript", "/style.css": "text/css",
 		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css", "/runs.js": "text/javascript",
-		"/review.js": "text/javascript", "/errors.js": "text/javascript"} {
+		"/review.js": "text/javascript", "/errors.js": "text/javascript", "/markdown.js": "text/javascript",
+		"/vendor/marked.esm.js": "text/javascript", "/vendor/purify.es.js": "text/javascript"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)

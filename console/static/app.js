@@ -11,6 +11,7 @@ import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFiel
 import { openAgents, reloadOnRefusal, agentName } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
 import { renderChanges, renderGeneral, selectLine } from "./review.js";
+import { renderMarkdown, isMarkdown } from "./markdown.js";
 
 const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
@@ -110,6 +111,7 @@ function showTab(nav, tab) {
   for (const p of nav.parentElement.querySelectorAll(":scope > .pane")) p.hidden = p.dataset.pane !== tab;
   if (tab === "changes" && current) loadChanges(current.id);
   if (tab === "logs" && client) searchLogs(false);
+  if (tab === "docs" && client) loadDocs(false);
 }
 
 // say shows a message; code is the refusal's error code, kept for
@@ -179,6 +181,7 @@ async function open(p, token) {
   loadInbox();
   loadUsage();
   loadRuns();
+  loadDocs(false);
   const selected = new URLSearchParams(location.hash.slice(1)).get("task");
   if (selected) select(selected);
 }
@@ -644,8 +647,63 @@ async function showFile(path) {
   if (!f) return;
   $("file-name").textContent = path;
   for (const li of $("files").querySelectorAll("li.file-node")) li.classList.toggle("selected", li.dataset.path === path);
-  $("file-view").textContent = f.binary ? `binary file, ${f.size} bytes` : f.content;
+  const md = !f.binary && isMarkdown(path);
+  $("file-view").textContent = md ? "" : f.binary ? `binary file, ${f.size} bytes` : f.content;
+  $("file-md").hidden = !md;
+  if (md) renderMarkdown($("file-md"), f.content);
+  else $("file-md").replaceChildren();
 }
+
+// ---- documents ----
+
+// The project's documents index: title, type, mandatory and, when its front
+// matter was ignored, why; Refresh reads the project's files again. A
+// document opens rendered as Markdown.
+let docsNext = "";
+
+async function loadDocs(more) {
+  const q = new URLSearchParams({ limit: "100" });
+  if (more && docsNext) q.set("after", docsNext);
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/docs?${q}`));
+  if (!res) return;
+  const rows = res.documents.map((d) => {
+    const tr = el("tr", { class: `doc-row${d.problem ? " problem" : ""}`, data: { path: d.path } },
+      el("td", {}, el("span", { class: "doc-title", textContent: d.title || d.path }), el("br"), el("small", { class: "meta", textContent: d.path }),
+        ...(d.problem ? [el("br"), el("small", { class: "doc-problem", textContent: `front matter ignored: ${d.problem}` })] : [])),
+      el("td", { textContent: d.doc_type || "" }),
+      el("td", {}, d.mandatory ? el("span", { class: "badge mandatory", textContent: "mandatory" }) : ""));
+    tr.addEventListener("click", () => showDoc(d.path, d.title));
+    return tr;
+  });
+  if (more) $("docs").append(...rows);
+  else $("docs").replaceChildren(...rows);
+  docsNext = res.next || "";
+  $("docs-more").hidden = !docsNext;
+  const n = $("docs").children.length;
+  $("docs-count").textContent = n ? `(${n}${docsNext ? "+" : ""})` : "";
+  if (!n) $("docs").replaceChildren(el("tr", {}, el("td", { colSpan: 3, class: "meta", textContent: "No documents indexed yet: press Refresh to read the project's files." })));
+  document.body.dataset.docs = String(res.documents.length ? n : 0);
+}
+
+async function showDoc(path, title) {
+  const f = await guarded(() => client.get(`/v1/projects/${enc(project)}/files/${filePath(path)}`));
+  if (!f) return;
+  $("doc-name").textContent = title ? `${title} · ${path}` : path;
+  for (const tr of $("docs").querySelectorAll("tr.doc-row")) tr.classList.toggle("selected", tr.dataset.path === path);
+  if (f.binary) $("doc-view").textContent = `binary file, ${f.size} bytes`;
+  else if (isMarkdown(path)) renderMarkdown($("doc-view"), f.content);
+  else $("doc-view").replaceChildren(el("pre", { textContent: f.content }));
+  document.body.dataset.doc = path;
+}
+
+$("docs-more").addEventListener("click", () => loadDocs(true));
+$("docs-refresh").addEventListener("click", () => guarded(async () => {
+  $("docs-status").textContent = "Reading the project's files…";
+  const st = await client.post(`/v1/projects/${enc(project)}/docs/index`);
+  $("docs-status").textContent = `${st.documents} document${st.documents === 1 ? "" : "s"}: ${st.read} read again, ${st.removed} removed` +
+    (st.skipped ? `, ${st.skipped} past the limit left out` : "") + ".";
+  await loadDocs(false);
+}));
 
 // ---- inbox ----
 
