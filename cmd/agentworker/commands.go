@@ -114,13 +114,14 @@ func openArchive(cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.St
 // delete: a day of events is archived before it is dropped, a task's
 // archive deleted before the task. Without an archive (project files in a
 // local directory) events are kept whatever EVENTS_RETENTION says, so
-// none is lost.
-func archivedRetention(r worker.RetentionConfig, arch *archive.Archiver, log *slog.Logger) worker.RetentionConfig {
+// none is lost; only an EVENTS_RETENTION the operator set (set) is worth
+// a warning, not the default.
+func archivedRetention(r worker.RetentionConfig, arch *archive.Archiver, log *slog.Logger, set bool) worker.RetentionConfig {
 	if arch == nil {
-		if r.Events > 0 {
+		if r.Events > 0 && set {
 			log.Warn("EVENTS_RETENTION is ignored: events are archived before they are dropped, and the archive needs S3 storage")
-			r.Events = 0
 		}
+		r.Events = 0
 		return r
 	}
 	r.BeforeDrop, r.BeforeDelete = arch.ArchiveTasks, arch.DeleteArchives
@@ -166,7 +167,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
-	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log)
+	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log, cfg.eventsRetentionSet)
 	var reserved []string
 	if cfg.TasksMDPath != "" {
 		reserved = []string{cfg.TasksMDPath}
