@@ -62,6 +62,9 @@ func (a *API) createAgent(w http.ResponseWriter, r *http.Request) error {
 	if req.Name == nil {
 		return validation("name is required")
 	}
+	if err := a.priced(req.Model); err != nil {
+		return err
+	}
 	agent, err := agentsql.CreateAgent(r.Context(), a.pool, accessOf(r).id, f)
 	if err != nil {
 		return agentRefusal(err)
@@ -77,6 +80,9 @@ func (a *API) updateAgent(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.ExpectedVersion == nil {
 		return validation("expected_version is required")
+	}
+	if err := a.priced(req.Model); err != nil {
+		return err
 	}
 	agent, err := agentsql.UpdateAgent(r.Context(), a.pool, accessOf(r).id, *req.ExpectedVersion, f)
 	if err != nil {
@@ -153,4 +159,17 @@ func agentRefusal(err error) error {
 		return &apiError{http.StatusNotFound, CodeNotFound, "agent not found"}
 	}
 	return err
+}
+
+// priced refuses a model with no price: its tasks would spend past every
+// cost budget. Nil or empty names the worker's own model (LLM_MODEL), which
+// the worker checks when it starts.
+func (a *API) priced(model *string) error {
+	if model == nil || *model == "" {
+		return nil
+	}
+	if err := a.cfg.Prices.Check(*model); err != nil {
+		return &apiError{http.StatusBadRequest, CodeModelUnpriced, err.Error()}
+	}
+	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/api"
+	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -64,8 +66,8 @@ func TestAgentEndpoints(t *testing.T) {
 		}
 	}
 
-	coder = decode(e.call(t, "PATCH", "/v1/agents/"+coder.ID.String(), tok, `{"model":"small","tools":null,"review":true,"expected_version":1}`, nil), http.StatusOK)
-	if coder.Version != 2 || coder.Model != "small" || coder.Tools != nil || coder.Persona != "You are terse." || !coder.Review {
+	coder = decode(e.call(t, "PATCH", "/v1/agents/"+coder.ID.String(), tok, `{"model":"gpt-4o-mini","tools":null,"review":true,"expected_version":1}`, nil), http.StatusOK)
+	if coder.Version != 2 || coder.Model != "gpt-4o-mini" || coder.Tools != nil || coder.Persona != "You are terse." || !coder.Review {
 		t.Errorf("updated %+v", coder)
 	}
 	// Read back, the setting stays.
@@ -93,5 +95,66 @@ func TestAgentEndpoints(t *testing.T) {
 	idle := decode(e.call(t, "POST", agents, tok, `{"name":"idle"}`, nil), http.StatusCreated)
 	if rp := e.call(t, "DELETE", "/v1/agents/"+idle.ID.String()+"?expected_version=1", tok, "", nil); rp.status != http.StatusNoContent {
 		t.Errorf("delete an idle agent: %d %s", rp.status, rp.body)
+	}
+}
+
+// TestUnpricedModelRefused: an agent may name only a model with a price
+// (the built-in list, or one the operator adds, at 0 for a self-hosted
+// model), on create and update; a task is refused when its agent (written
+// by SQL, past the API) names a model without one: its usage would cost
+// nothing and no cost budget would stop it.
+func TestUnpricedModelRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{prices: llm.Prices{"self-hosted": {}}})
+	projectID := uuid.New()
+	tok := e.token(t, "", "authenticated", projectID)
+	agents := "/v1/projects/" + projectID.String() + "/agents"
+	// refused reports whether rp is MODEL_UNPRICED naming o1-pro and how
+	// to price it.
+	refused := func(rp reply) bool {
+		t.Helper()
+		var b struct {
+			Error struct{ Code, Message string }
+		}
+		return rp.status == http.StatusBadRequest && json.Unmarshal(rp.body, &b) == nil && b.Error.Code == api.CodeModelUnpriced &&
+			strings.Contains(b.Error.Message, `model "o1-pro" has no price`) && strings.Contains(b.Error.Message, "LLM_PRICES")
+	}
+	for _, tt := range []struct {
+		name, method, body string
+		status             int
+	}{
+		{"CreateUnpriced", "POST", `{"name":"a","model":"o1-pro"}`, http.StatusBadRequest},
+		{"CreateListed", "POST", `{"name":"b","model":"gpt-4o"}`, http.StatusCreated},
+		{"CreatePricedAtZero", "POST", `{"name":"c","model":"self-hosted"}`, http.StatusCreated},
+		{"CreateWorkerModel", "POST", `{"name":"d"}`, http.StatusCreated},
+	} {
+		rp := e.call(t, tt.method, agents, tok, tt.body, nil)
+		if rp.status != tt.status {
+			t.Errorf("%s: %d %s, want %d", tt.name, rp.status, rp.body, tt.status)
+		}
+		if tt.status == http.StatusBadRequest && !refused(rp) {
+			t.Errorf("%s: %s, want %s naming the model and LLM_PRICES", tt.name, rp.body, api.CodeModelUnpriced)
+		}
+	}
+	var agent agentsql.Agent
+	rp := e.call(t, "POST", agents, tok, `{"name":"e"}`, nil)
+	if err := json.Unmarshal(rp.body, &agent); err != nil {
+		t.Fatal(err)
+	}
+	if rp := e.call(t, "PATCH", "/v1/agents/"+agent.ID.String(), tok, `{"model":"o1-pro","expected_version":1}`, nil); !refused(rp) {
+		t.Errorf("update to an unpriced model: %d %s", rp.status, rp.body)
+	}
+
+	// An agent written past the API: its tasks are refused at the API too.
+	if _, err := e.pool.Exec(t.Context(), `UPDATE agents SET model = 'o1-pro' WHERE id = $1`, agent.ID); err != nil {
+		t.Fatal(err)
+	}
+	tasks := "/v1/projects/" + projectID.String() + "/tasks"
+	body := fmt.Sprintf(`{"type":"chat","prompt":"hi","agent_id":%q}`, agent.ID)
+	if rp := e.call(t, "POST", tasks, tok, body, nil); !refused(rp) {
+		t.Errorf("task of an agent with an unpriced model: %d %s", rp.status, rp.body)
+	}
+	if rp := e.call(t, "POST", tasks, tok, `{"type":"chat","prompt":"hi"}`, nil); rp.status != http.StatusCreated {
+		t.Errorf("task without an agent: %d %s", rp.status, rp.body)
 	}
 }

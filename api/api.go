@@ -34,7 +34,8 @@
 // The guard, in order: nosniff, CORS headers for an allowed Origin and 204
 // to a preflight; 503 while auth is not configured; 401 without a valid
 // bearer token (package auth; in the access_token query parameter only for
-// the event streams), or with one an operator revoked; 415 for a write
+// the event streams), or with one an operator revoked (which also ends the
+// streams open with it, within RevocationCheck); 415 for a write
 // whose body is not application/json; then the route's {id} must be a
 // resource the token covers; 429 for a stream past the process's or the
 // token's cap of open streams. A refusal closes the connection rather than
@@ -68,6 +69,7 @@ import (
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events/sse"
 	"github.com/agentworker/agentworker/handlers/projectctx"
+	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/traceid"
@@ -92,10 +94,18 @@ type Config struct {
 	// MaxStreamsPerToken caps the event streams one token holds open (a
 	// console tab holds two); past it, 429. Defaults to 20.
 	MaxStreamsPerToken int
+	// RevocationCheck is how often the tokens of the open event streams are
+	// checked against the revocations (agentworker revoke); a revoked
+	// token's streams end. Defaults to 1 second.
+	RevocationCheck time.Duration
 	// AuditPerActorPerMinute caps the refused requests of one actor
 	// recorded in audit_log a minute; the rest are counted in its next
 	// record. Defaults to 10.
 	AuditPerActorPerMinute int
+	// Prices are the models an agent may name: one not listed is refused
+	// (MODEL_UNPRICED), as are tasks of an agent naming one. Defaults to
+	// llm.DefaultPrices().
+	Prices llm.Prices
 	// RuleFallbacks are the rules file names after AGENTS.override.md and
 	// AGENTS.md (RULES_FALLBACKS), which the documents index counts as
 	// documents. Defaults (nil) to CLAUDE.md; empty and non-nil: none.
@@ -125,14 +135,21 @@ func New(pool *pgxpool.Pool, streams *sse.Streams, cfg Config) *API {
 	if cfg.MaxStreamsPerToken <= 0 {
 		cfg.MaxStreamsPerToken = 20
 	}
+	if cfg.RevocationCheck <= 0 {
+		cfg.RevocationCheck = time.Second
+	}
 	if cfg.AuditPerActorPerMinute <= 0 {
 		cfg.AuditPerActorPerMinute = 10
+	}
+	if cfg.Prices == nil {
+		cfg.Prices = llm.DefaultPrices()
 	}
 	if cfg.RuleFallbacks == nil {
 		cfg.RuleFallbacks = projectctx.DefaultRuleFallbacks
 	}
 	return &API{pool: pool, streams: streams, cfg: cfg,
-		slots:    &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken, byToken: map[[sha256.Size]byte]int{}},
+		slots: &streamSlots{max: cfg.MaxStreams, perToken: cfg.MaxStreamsPerToken,
+			live: map[*liveStream]struct{}{}, byToken: map[[sha256.Size]byte]int{}},
 		refusals: &refusalLimiter{perMinute: cfg.AuditPerActorPerMinute, actors: map[string]*refusalWindow{}}}
 }
 
@@ -280,15 +297,18 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route, verified *
 	if err != nil {
 		return err
 	}
+	ctx := context.WithValue(r.Context(), accessKey{}, acc)
 	if rt.stream {
-		release, err := a.slots.take(claims.Fingerprint())
+		var end context.CancelCauseFunc
+		ctx, end = context.WithCancelCause(ctx)
+		defer end(nil)
+		release, err := a.openStream(claims, end)
 		if err != nil {
 			w.Header().Set("Retry-After", "10")
 			return err
 		}
 		defer release()
 	}
-	ctx := context.WithValue(r.Context(), accessKey{}, acc)
 	if rt.stream && claims.ExpiresAt != nil { // the verifier requires exp
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadlineCause(ctx, claims.ExpiresAt.Time, sse.ErrExpired)
@@ -299,13 +319,22 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route, verified *
 
 // streamSlots counts the open event streams, in the process and per token:
 // each holds a goroutine, buffers and a subscription for as long as its
-// client likes.
+// client likes. While any is open, one goroutine (watchRevocations) ends
+// those whose token was revoked.
 type streamSlots struct {
 	max, perToken int
 
-	mu      sync.Mutex
-	open    int
-	byToken map[[sha256.Size]byte]int
+	mu       sync.Mutex
+	live     map[*liveStream]struct{}
+	byToken  map[[sha256.Size]byte]int
+	watching bool          // watchRevocations runs
+	idle     chan struct{} // closed when the last stream ends while it runs
+}
+
+// liveStream is an open event stream: its token's claims, and how to end it.
+type liveStream struct {
+	claims auth.Claims
+	end    context.CancelCauseFunc
 }
 
 var (
@@ -313,26 +342,103 @@ var (
 	errTooManyTokenStreams = &apiError{http.StatusTooManyRequests, CodeTooManyStreams, "too many event streams open with this token; close one"}
 )
 
-// take holds a place for a stream of the token, or refuses one past a cap.
-func (s *streamSlots) take(token [sha256.Size]byte) (release func(), err error) {
+// openStream holds a place for a stream of claims' token, or refuses one
+// past a cap. Until release, a revocation of the token ends the stream
+// through end, with cause sse.ErrRevoked.
+func (a *API) openStream(claims auth.Claims, end context.CancelCauseFunc) (release func(), err error) {
+	s := a.slots
+	token := claims.Fingerprint()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.byToken[token] >= s.perToken:
 		return nil, errTooManyTokenStreams
-	case s.open >= s.max:
+	case len(s.live) >= s.max:
 		return nil, errTooManyStreams
 	}
-	s.open++
+	ls := &liveStream{claims: claims, end: end}
+	s.live[ls] = struct{}{}
 	s.byToken[token]++
+	if !s.watching {
+		s.watching = true
+		go a.watchRevocations()
+	}
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.open--
+		delete(s.live, ls)
 		if s.byToken[token]--; s.byToken[token] == 0 {
 			delete(s.byToken, token)
 		}
+		if len(s.live) == 0 && s.idle != nil {
+			close(s.idle)
+			s.idle = nil
+		}
 	}, nil
+}
+
+// watchRevocations ends, every RevocationCheck, the open streams whose
+// token a revocation refuses, until no stream is open.
+func (a *API) watchRevocations() {
+	s := a.slots
+	tick := time.NewTicker(a.cfg.RevocationCheck)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		if len(s.live) == 0 {
+			s.watching = false
+			s.mu.Unlock()
+			return
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle := s.idle
+		s.mu.Unlock()
+		select {
+		case <-idle:
+			continue
+		case <-tick.C:
+		}
+		if err := a.endRevokedStreams(); err != nil {
+			// The streams are checked again at the next tick.
+			a.cfg.Logger.Warn("api: check the open streams' tokens for revocations", slog.String("err", err.Error()))
+		}
+	}
+}
+
+// endRevokedStreams reads the revocations of the open streams' scopes in
+// one query and ends the streams whose token they refuse.
+func (a *API) endRevokedStreams() error {
+	s := a.slots
+	s.mu.Lock()
+	streams := make([]*liveStream, 0, len(s.live))
+	scopes := []string{agentsql.AllTokens}
+	for ls := range s.live {
+		streams = append(streams, ls)
+		scopes = append(scopes, ls.claims.Projects...)
+	}
+	s.mu.Unlock()
+	slices.Sort(scopes)
+	scopes = slices.Compact(scopes)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	revocations, err := agentsql.TokenRevocations(ctx, a.pool, scopes)
+	if err != nil {
+		return err
+	}
+	for _, ls := range streams {
+		nb := revocations[agentsql.AllTokens]
+		for _, p := range ls.claims.Projects {
+			if t := revocations[p]; t.After(nb) {
+				nb = t
+			}
+		}
+		if revokedBy(ls.claims, nb) {
+			ls.end(sse.ErrRevoked)
+		}
+	}
+	return nil
 }
 
 // notRevoked refuses a token issued before the latest revocation of its
@@ -344,10 +450,16 @@ func (a *API) notRevoked(ctx context.Context, c auth.Claims) error {
 	if err != nil {
 		return err
 	}
-	if !nb.IsZero() && (c.IssuedAt == nil || c.IssuedAt.Before(nb)) {
+	if revokedBy(c, nb) {
 		return fmt.Errorf("%w: token issued before its revocation at %s", auth.ErrUnauthenticated, nb.Format(time.RFC3339))
 	}
 	return nil
+}
+
+// revokedBy reports whether a revocation at nb (zero: none) refuses the
+// token of c: one issued before it, or without iat.
+func revokedBy(c auth.Claims, nb time.Time) bool {
+	return !nb.IsZero() && (c.IssuedAt == nil || c.IssuedAt.Before(nb))
 }
 
 // jsonBody refuses a write whose body is not declared application/json: a

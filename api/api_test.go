@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/events/sse"
+	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -49,7 +51,9 @@ type envOpts struct {
 	// Caps of open event streams, per process and per token; 0: the
 	// defaults.
 	maxStreams, maxStreamsPerToken int
-	auditPerMinute                 int // refusals audited per actor a minute; 0: the default
+	auditPerMinute                 int           // refusals audited per actor a minute; 0: the default
+	revocationCheck                time.Duration // how often open streams' tokens are checked; 0: the default
+	prices                         llm.Prices    // besides the built-in list; nil: that list
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -65,7 +69,12 @@ func setup(t *testing.T, o envOpts) *env {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); _ = hub.Run(ctx) }()
 	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store,
-		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken, AuditPerActorPerMinute: o.auditPerMinute}
+		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken, AuditPerActorPerMinute: o.auditPerMinute,
+		RevocationCheck: o.revocationCheck}
+	if o.prices != nil {
+		cfg.Prices = llm.DefaultPrices()
+		maps.Copy(cfg.Prices, o.prices)
+	}
 	if o.log != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(o.log, nil))
 	}
@@ -92,7 +101,12 @@ func (e *env) token(t *testing.T, subject, role string, projects ...uuid.UUID) s
 
 func (e *env) tokenUntil(t *testing.T, exp time.Time, subject, role string, projects ...uuid.UUID) string {
 	t.Helper()
-	c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{Subject: subject, ExpiresAt: jwt.NewNumericDate(exp)}}
+	return e.sign(t, auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{Subject: subject, ExpiresAt: jwt.NewNumericDate(exp)}}, projects...)
+}
+
+// sign signs c for projects besides its own.
+func (e *env) sign(t *testing.T, c auth.Claims, projects ...uuid.UUID) string {
+	t.Helper()
 	for _, p := range projects {
 		c.Projects = append(c.Projects, p.String())
 	}
@@ -545,15 +559,7 @@ func TestRevokedTokens(t *testing.T) {
 	e := setup(t, envOpts{})
 	projectA, projectB := uuid.New(), uuid.New()
 	issued := func(iat *jwt.NumericDate, role string, projects ...uuid.UUID) string {
-		c := auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}
-		for _, p := range projects {
-			c.Projects = append(c.Projects, p.String())
-		}
-		tok, err := e.verifier.Sign(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
+		return e.sign(t, auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}, projects...)
 	}
 	before := jwt.NewNumericDate(time.Now().Add(-time.Minute))
 	oldA, oldB := issued(before, "authenticated", projectA), issued(before, "authenticated", projectB)
@@ -650,4 +656,123 @@ func TestStreamCaps(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// TestStreamCapOneTokenManyEncodings: the trailing bits of a signature's
+// last base64 character do not make one token several: past the token's
+// cap, another encoding of the same token opens no stream.
+func TestStreamCapOneTokenManyEncodings(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{maxStreamsPerToken: 2})
+	project := uuid.New()
+	tok := e.token(t, "a", "authenticated", project)
+	open := func(tok string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+"/v1/projects/"+project.String()+"/events", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp.StatusCode
+	}
+	for i := range 2 {
+		if status := open(tok); status != http.StatusOK {
+			t.Fatalf("stream %d: %d", i, status)
+		}
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, tok[len(tok)-1])
+	if last&3 != 0 {
+		t.Fatalf("token %q does not end in a canonical base64 character", tok)
+	}
+	for low := 1; low <= 3; low++ {
+		variant := tok[:len(tok)-1] + string(alphabet[last|low])
+		if status := open(variant); status == http.StatusOK {
+			t.Errorf("low bits %d: a stream past the token's cap of 2", low)
+		}
+	}
+}
+
+// TestRevocationEndsOpenStreams: revoking a project ends the streams its
+// tokens hold open, task and project streams alike, with a final "revoked"
+// event; revoking every token ends a service token's; a stream of another
+// project stays open.
+func TestRevocationEndsOpenStreams(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{revocationCheck: 50 * time.Millisecond})
+	projectA, projectB := uuid.New(), uuid.New()
+	task := e.newTask(t, projectA)
+	issued := func(role string, projects ...uuid.UUID) string {
+		return e.sign(t, auth.Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
+			IssuedAt: jwt.NewNumericDate(time.Now().Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}}, projects...)
+	}
+	tokA, tokB, service := issued("authenticated", projectA), issued("authenticated", projectB), issued(auth.RoleService)
+	type stream struct {
+		cancel context.CancelFunc
+		body   chan string // what the stream sent, once it ended
+	}
+	open := func(tok, path string) stream {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		t.Cleanup(cancel)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		s := stream{cancel: cancel, body: make(chan string, 1)}
+		go func() {
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			s.body <- string(b)
+		}()
+		return s
+	}
+	const revoked = "event: revoked\ndata: {\"message\":\"token revoked\"}\n\n"
+	ended := func(name string, s stream) {
+		t.Helper()
+		select {
+		case body := <-s.body:
+			if !strings.HasSuffix(body, revoked) {
+				t.Errorf("%s ended without the revoked event: %q", name, body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s still open 10 s after its token was revoked", name)
+		}
+	}
+	projectStream := open(tokA, "/v1/projects/"+projectA.String()+"/events")
+	taskStream := open(tokA, "/v1/tasks/"+task.ID.String()+"/events")
+	other := open(tokB, "/v1/projects/"+projectB.String()+"/events")
+	serviceStream := open(service, "/v1/projects/"+projectB.String()+"/events")
+
+	if _, err := agentsql.RevokeTokens(t.Context(), e.pool, []string{projectA.String()}); err != nil {
+		t.Fatal(err)
+	}
+	ended("ProjectStream", projectStream)
+	ended("TaskStream", taskStream)
+	for name, s := range map[string]stream{"ServiceStream": serviceStream, "OtherProject": other} {
+		select {
+		case body := <-s.body:
+			t.Errorf("%s ended on another project's revocation: %q", name, body)
+		default:
+		}
+	}
+
+	if _, err := agentsql.RevokeTokens(t.Context(), e.pool, []string{agentsql.AllTokens}); err != nil {
+		t.Fatal(err)
+	}
+	ended("ServiceStream", serviceStream)
+	ended("OtherProjectAll", other)
 }

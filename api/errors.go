@@ -34,6 +34,9 @@ const (
 	CodeTooManyStreams = "TOO_MANY_STREAMS"
 	// CodeUnsupportedMediaType: a write whose body is not application/json.
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeModelUnpriced: an agent names, or a task's agent names, a model
+	// with no price (LLM_PRICES) (400).
+	CodeModelUnpriced = "MODEL_UNPRICED"
 )
 
 // apiError is a refusal with its status, code and message.

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/changeset"
 )
 
 // CodeChangeConflict: an approve whose change set was made against files
@@ -41,42 +41,23 @@ func readSmallJSON(r *http.Request, limit int, v any) error {
 // checkApprovable refuses the approve of a task in review whose staged
 // files were changed in storage since the build read them: the worker's
 // apply would find the same conflict, so the person hears it now, and
-// the task stays in review. The worker's fenced apply checks again.
+// the task stays in review. The rule is the apply's own; the worker's
+// fenced apply checks again.
 func (a *API) checkApprovable(r *http.Request, t agentsql.Task) error {
 	if a.cfg.Store == nil || t.Status != agentsql.StatusReview {
 		return nil
 	}
-	status, entries, err := agentsql.BuildChanges(r.Context(), a.pool, t.ID)
+	status, _, err := agentsql.ChangeSetState(r.Context(), a.pool, t.ID)
 	if err != nil || status != agentsql.ChangeSetOpen {
 		return err
 	}
-	var changed []string
-	for _, e := range entries {
-		paths := []string{e.Path}
-		if e.FromPath != "" {
-			paths = append(paths, e.FromPath)
-		}
-		for i, p := range paths {
-			content, info, err := a.cfg.Store.Read(r.Context(), t.ProjectID.String(), p)
-			cur := info.ETag
-			switch {
-			case errors.Is(err, storage.ErrNotFound):
-				cur = ""
-			case err != nil:
-				return fmt.Errorf("check %q of task %s before approving: %w", p, t.ID, err)
-			}
-			if i > 0 {
-				// A move's source must still exist: the build read it.
-				if cur == "" {
-					changed = append(changed, p)
-				}
-				continue
-			}
-			done := e.Op == agentsql.ChangeWrite && err == nil && bytes.Equal(content, e.Content)
-			if cur != e.BaseETag && !done && e.FromPath == "" {
-				changed = append(changed, p)
-			}
-		}
+	entries, err := agentsql.ListChangeEntries(r.Context(), a.pool, t.ID)
+	if err != nil {
+		return err
+	}
+	changed, err := changeset.Conflicts(r.Context(), a.cfg.Store, t.ProjectID.String(), entries)
+	if err != nil {
+		return fmt.Errorf("check the change set of task %s before approving: %w", t.ID, err)
 	}
 	if len(changed) > 0 {
 		return &apiError{http.StatusConflict, CodeChangeConflict,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentworker/agentworker/api"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -121,5 +122,42 @@ func TestRejectAndComments(t *testing.T) {
 	}
 	if status != "cancelled" || setStatus != agentsql.ChangeSetDiscarded || audits != 1 {
 		t.Errorf("after reject without feedback: task %s, set %s, %d audit events", status, setStatus, audits)
+	}
+}
+
+// TestApproveCreatedThenMoved: a build that created src/old.ts and moved
+// it to src/new.ts staged a void delete of a file storage never held; the
+// approve is no conflict, on the local store and on MinIO alike.
+func TestApproveCreatedThenMoved(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		store func(t *testing.T) storage.Store
+	}{
+		{"Local", func(t *testing.T) storage.Store {
+			s, err := storage.NewLocal(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{"MinIO", func(t *testing.T) storage.Store { return s3test.NewStore(t) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, envOpts{store: tt.store(t)})
+			project := uuid.New()
+			tok := e.token(t, "alice", "", project)
+			id := e.insertBuild(t, project, agentsql.StatusReview, `{"summary": "moved a new file"}`, agentsql.ChangeSetOpen,
+				agentsql.ChangeEntry{Path: "src/new.ts", Op: agentsql.ChangeWrite, Content: []byte("x\n"), FromPath: "src/old.ts"},
+				agentsql.ChangeEntry{Path: "src/old.ts", Op: agentsql.ChangeDelete})
+			rp := e.call(t, http.MethodPost, "/v1/tasks/"+id.String()+"/approve", tok, "", nil)
+			if rp.status != http.StatusOK {
+				t.Fatalf("approve of a created-then-moved file: %d %s, want 200", rp.status, rp.body)
+			}
+			if task, err := agentsql.GetTask(t.Context(), e.pool, id); err != nil || task.Status != agentsql.StatusQueued || !task.Approved {
+				t.Errorf("after approve: %s approved=%v (%v), want queued to apply", task.Status, task.Approved, err)
+			}
+		})
 	}
 }

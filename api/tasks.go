@@ -53,6 +53,15 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	if err := handlers.CheckTask(req.Type, req.Priority, req.Input); errors.As(err, &bad) {
 		return validation("%s", bad.Message)
 	}
+	if req.AgentID != nil {
+		// An agent written past the API may name a model with no price.
+		agent, err := agentsql.GetAgent(r.Context(), a.pool, *req.AgentID)
+		if err == nil && agent.ProjectID == projectID {
+			if err := a.priced(&agent.Model); err != nil {
+				return err
+			}
+		}
+	}
 	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type),
 		Prompt: req.Prompt, Input: req.Input, AgentID: req.AgentID, Priority: req.Priority, ParentTaskID: req.ParentTaskID, DependsOn: req.DependsOn,
 		TraceID: traceid.From(r.Context())})
@@ -75,6 +84,8 @@ type controlRequest struct {
 	Answer          string `json:"answer"`
 	// Feedback is a reject's: the revision's next user message.
 	Feedback string `json:"feedback"`
+	// Children is a retry's: retry the children a cancel left cancelled too.
+	Children bool `json:"children"`
 }
 
 // control serves POST /v1/tasks/{id}/<action>.
@@ -89,13 +100,16 @@ func (a *API) control(action agentsql.Action) handler {
 		if action == agentsql.ActionReject {
 			answer = req.Feedback
 		}
+		if req.Children && action != agentsql.ActionRetry {
+			return validation("children is for retry only")
+		}
 		if action == agentsql.ActionApprove {
 			if err := a.checkApprovable(r, acc.task); err != nil {
 				return err
 			}
 		}
 		res, err := agentsql.ControlTask(r.Context(), a.pool, acc.id, action, agentsql.ControlOpts{
-			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer})
+			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer, Children: req.Children})
 		var ce *agentsql.ControlError
 		switch {
 		case err == nil:

@@ -37,11 +37,12 @@ type Claims struct {
 	Projects []string `json:"projects,omitempty"`
 	jwt.RegisteredClaims
 
-	fingerprint [sha256.Size]byte // of the token they were read from
+	fingerprint [sha256.Size]byte // of the signature of the token they were read from
 }
 
-// Fingerprint identifies the token the claims were verified from (its
-// SHA-256), to count what one token holds open without keeping the token.
+// Fingerprint identifies the token the claims were verified from (the
+// SHA-256 of its decoded signature, which no other encoding of the token
+// changes), to count what one token holds open without keeping the token.
 func (c Claims) Fingerprint() [sha256.Size]byte { return c.fingerprint }
 
 // CanAccess reports whether the claims allow access to a project.
@@ -54,7 +55,8 @@ func (c Claims) CanAccess(projectID string) bool {
 const DefaultMaxTTL = 24 * time.Hour
 
 // clockSkew is how far the clock of the backend that minted a token may be
-// ahead of ours.
+// ahead of ours: a token issued (iat) later than now plus clockSkew is
+// refused.
 const clockSkew = time.Minute
 
 // Verifier checks tokens signed with one HS256 secret.
@@ -91,15 +93,19 @@ func (v *Verifier) WithMaxTTL(project, service time.Duration) *Verifier {
 	return &c
 }
 
-// Verify parses and checks a token: HS256 only, signature, exp required and
-// a JSON number (as are iat and nbf), and a lifetime within the ceiling of
-// its role, counted from now and from its iat: a leaked token works for a
-// day at most, not for ever.
+// Verify parses and checks a token: HS256 only, every segment in canonical
+// base64 (the trailing bits of a signature's last character would otherwise
+// make one token many strings), signature, exp required and a JSON number
+// (as are iat and nbf), nbf not after now, iat not after now plus
+// clockSkew (a token issued in the future would outlive a revocation), and
+// a lifetime within the ceiling of its role, counted from now and from its
+// iat: a leaked token works for a day at most, not for ever.
 func (v *Verifier) Verify(token string) (Claims, error) {
 	var c Claims
 	parsed, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
+		jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(v.now),
 	)
 	if err == nil {
@@ -112,7 +118,7 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 		// The reason stays server-side; callers answer a bare 401.
 		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
-	c.fingerprint = sha256.Sum256([]byte(token))
+	c.fingerprint = sha256.Sum256(parsed.Signature)
 	return c, nil
 }
 
@@ -141,8 +147,14 @@ func numericDates(t *jwt.Token) error {
 	return nil
 }
 
-// checkLifetime refuses a token that lives longer than its role may.
+// checkLifetime refuses a token issued in the future or that lives longer
+// than its role may. The JWT library refuses an nbf after now.
 func (v *Verifier) checkLifetime(c Claims) error {
+	if c.IssuedAt != nil {
+		if ahead := c.IssuedAt.Sub(v.now()); ahead > clockSkew {
+			return fmt.Errorf("token issued %s from now, more than the clock skew of %s", ahead.Round(time.Second), clockSkew)
+		}
+	}
 	ceiling := v.maxTTL
 	if c.Role == RoleService {
 		ceiling = v.serviceMaxTTL

@@ -1,10 +1,13 @@
 package auth_test
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,5 +179,88 @@ func TestTokenLifetime(t *testing.T) {
 				t.Errorf("Verify = %v, want ok %v", err, tt.ok)
 			}
 		})
+	}
+}
+
+// TestTokenFromTheFuture: a token whose iat is more than a minute (the
+// clock skew) after now is refused, as is one whose nbf is after now: a
+// token minted in the future would otherwise outlive a revocation.
+func TestTokenFromTheFuture(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	v, err := auth.NewVerifier(secret, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	date := func(d time.Duration) *jwt.NumericDate { return jwt.NewNumericDate(now.Add(d)) }
+	tests := []struct {
+		name     string
+		iat, nbf *jwt.NumericDate
+		ok       bool
+	}{
+		{name: "IatNow", iat: date(0), ok: true},
+		{name: "IatWithinSkew", iat: date(time.Minute), ok: true},
+		{name: "IatPastSkew", iat: date(time.Minute + time.Second)},
+		{name: "IatHalfHour", iat: date(30 * time.Minute)},
+		{name: "NbfNow", nbf: date(0), ok: true},
+		{name: "NbfHalfHour", iat: date(0), nbf: date(30 * time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tok, err := v.Sign(auth.Claims{Projects: []string{"p"}, RegisteredClaims: jwt.RegisteredClaims{
+				IssuedAt: tt.iat, NotBefore: tt.nbf, ExpiresAt: date(time.Hour)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = v.Verify(tok)
+			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, auth.ErrUnauthenticated)) {
+				t.Errorf("Verify = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// nonCanonical returns the token with the low bits of its signature's last
+// base64 character set to low (1 to 3): the same 32 bytes decoded, another
+// string.
+func nonCanonical(t *testing.T, tok string, low byte) string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, tok[len(tok)-1])
+	if i < 0 || i&3 != 0 {
+		t.Fatalf("token %q does not end in a canonical base64 character", tok)
+	}
+	return tok[:len(tok)-1] + string(alphabet[i|int(low)])
+}
+
+// TestNonCanonicalSignature: a token whose signature is encoded with other
+// trailing bits (the same signature decoded) is refused, and the
+// fingerprint of a token is its signature's, whatever its encoding.
+func TestNonCanonicalSignature(t *testing.T) {
+	t.Parallel()
+	v, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := v.Sign(auth.Claims{Projects: []string{"p"}, RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := v.Verify(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(tok[strings.LastIndexByte(tok, '.')+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Fingerprint() != sha256.Sum256(sig) {
+		t.Error("the fingerprint is not the decoded signature's")
+	}
+	for low := byte(1); low <= 3; low++ {
+		if _, err := v.Verify(nonCanonical(t, tok, low)); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Errorf("low bits %d: Verify = %v, want refused", low, err)
+		}
 	}
 }

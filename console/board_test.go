@@ -329,15 +329,18 @@ func TestBoardStateInChromium(t *testing.T) {
 			{ id: "A", status: "running" }, { id: "B", status: "waiting", depends_on: ["A"] },
 			{ id: "C", status: "waiting", depends_on: ["B"] }, { id: "D", status: "succeeded", depends_on: ["A"] },
 			{ id: "E", status: "waiting", depends_on: ["D"] },
+			{ id: "F", status: "queued", parent_task_id: "A" }, { id: "G", status: "waiting", depends_on: ["F"] },
+			{ id: "H", status: "succeeded", parent_task_id: "A" },
 		];
 		return { ...Object.fromEntries([...boardColumns(rows)].map(([k, list]) => [k, list.map(t => t.id)])),
 			cascade: cascade(graph, ["A"]) };
 	})`, &got)
 	// A plan's children stay together where the first of them goes; a
-	// cancel of A blocks B and, through it, C.
+	// cancel of A blocks B and, through it, C, and cancels its open child
+	// F, which blocks G.
 	want := map[string][]string{"waiting": {"w"}, "queued": {"q-old-p1", "q-late-p1", "c1", "c2", "q-x", "q-old-p4"}, "running": {"r"},
 		"held": {"asks", "paused"}, "review": {}, "succeeded": {"ok"}, "failed": {"failed", "blocked"}, "cancelled": {"x"},
-		"cascade": {"B", "C"}}
+		"cascade": {"B", "C", "F", "G"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("board columns = %v, want %v", got, want)
 	}
@@ -466,7 +469,7 @@ func TestBoardBroadcastInChromium(t *testing.T) {
 		visible(`#confirm`))
 	var asked string
 	eval(t, ctx, `document.getElementById("confirm-text").textContent + " | " + document.getElementById("confirm-yes").textContent`, &asked)
-	if asked != "Cancel 2 tasks? 1 task waiting on them will be blocked too. | Cancel 3 tasks" {
+	if asked != "Cancel 2 tasks? 1 more task goes with it: unfinished children are cancelled, tasks waiting on a cancelled one blocked. | Cancel 3 tasks" {
 		t.Errorf("the confirmation reads %q", asked)
 	}
 	screenshot(t, ctx, "board-cascade-confirm")

@@ -678,6 +678,28 @@ func TestConsoleTokenExpiry(t *testing.T) {
 	)
 }
 
+// TestConsoleTokenRevoked: when an operator revokes the bearer's token the
+// server ends the open streams with a "revoked" event, and the page says so
+// instead of reconnecting with a token that can only be refused.
+func TestConsoleTokenRevoked(t *testing.T) {
+	t.Parallel()
+	chromium(t)
+	c := newConsole(t, consoleModel())
+	ctx := browse(t, 60*time.Second)
+	run(t, ctx, "open, then revoke the project's tokens",
+		func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			return chromedp.Navigate(c.pageWith(c.tokenFor(t, time.Hour)))(ctx, tg)
+		},
+		visible(`body[data-project-conn="live"]`),
+		func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+			_, err := agentsql.RevokeTokens(ctx, c.pool, []string{c.project.String()})
+			return chromedp.Void{}, err
+		},
+		visible(`body[data-project-conn="revoked"]`),
+		until(`document.getElementById("message").textContent.includes("token was revoked")`),
+	)
+}
+
 // TestConsoleLinkCannotSwapToken: a link carrying another token does not
 // replace the stored one. The page keeps its project and says, always,
 // which project and subject its token is for; the link's project is entered

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-
-	agentsql "github.com/agentworker/agentworker/sql"
 )
 
 // TestBudgetWithinCeiling: input.budget may lower the operator's limits,
@@ -36,7 +34,7 @@ func TestBudgetWithinCeiling(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := &Runner{cfg: tt.cfg}
-			p, err := r.policyOf(agentsql.Task{ID: uuid.New(), Input: json.RawMessage(tt.input)})
+			p, err := r.inputPolicy(uuid.New(), json.RawMessage(tt.input))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,8 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/handlers"
+	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
@@ -30,7 +33,9 @@ func (h *harness) agent(t *testing.T, name, persona string, tools []string) uuid
 // narrowed to the agent's: a chat agent listing write_file does not gain it.
 func TestTaskRunsAsItsAgent(t *testing.T) {
 	t.Parallel()
-	h := setup(t, []scripted.Reply{call("read_file", m{"path": "a.txt"}), llmtest.Text("It says a.")}, handlers.Config{}, map[string]string{"a.txt": "a\n"})
+	prices := llm.DefaultPrices()
+	prices["agent-model"] = llm.Price{InPer1K: 0.001, OutPer1K: 0.002}
+	h := setup(t, []scripted.Reply{call("read_file", m{"path": "a.txt"}), llmtest.Text("It says a.")}, handlers.Config{Prices: prices}, map[string]string{"a.txt": "a\n"})
 	agent := h.agent(t, "reader", "You answer in one short sentence.", []string{"read_file", "write_file"})
 	if _, err := h.pool.Exec(t.Context(), `UPDATE agents SET model = 'agent-model' WHERE id = $1`, agent); err != nil {
 		t.Fatal(err)
@@ -105,9 +110,16 @@ func TestPlanExpandsIntoTasks(t *testing.T) {
 	// spent), so t1 is anything but waiting, and t2 waits, or is blocked
 	// once t1 failed.
 	t1, t2 := children[0], children[1]
-	if t1.Status == agentsql.StatusWaiting || t1.AgentID == nil || *t1.AgentID != coder || t1.Prompt != "Add a login page" ||
-		!strings.Contains(string(t1.Input), `"key": "t1"`) || strings.Contains(string(t1.Input), "plan_task_id\": \""+planID.String()+"\", \"steps") {
+	if t1.Status == agentsql.StatusWaiting || t1.AgentID == nil || *t1.AgentID != coder || t1.Prompt != "Add a login page" {
 		t.Errorf("t1 = %+v (%s)", t1, t1.Input)
+	}
+	// The child's input is its own planned task and nothing of the plan.
+	var in map[string]map[string]any
+	if err := json.Unmarshal(t1.Input, &in); err != nil {
+		t.Fatalf("t1 input %s: %v", t1.Input, err)
+	}
+	if want := map[string]any{"plan_task_id": planID.String(), "key": "t1", "title": "Login page"}; len(in) != 1 || !maps.Equal(in["planned_task"], want) {
+		t.Errorf("t1 input = %s, want only its planned task %v", t1.Input, want)
 	}
 	if (t2.Status != agentsql.StatusWaiting && t2.Status != agentsql.StatusBlocked) || t2.AgentID != nil || t2.Priority != 3 {
 		t.Errorf("t2 = %+v", t2)
@@ -146,5 +158,84 @@ func TestPlanTasksRefused(t *testing.T) {
 				t.Errorf("%d children created (%v)", n, err)
 			}
 		})
+	}
+}
+
+// TestPlanChildrenInheritLimits: a plan's children are held to its limits.
+// A plan limited to docs/** and asking for review expands into a build
+// that tries a file at the project root: the write is refused as out of
+// scope, the write under docs/ is staged, and the build waits for review
+// with nothing applied.
+func TestPlanChildrenInheritLimits(t *testing.T) {
+	t.Parallel()
+	plan := handlers.Plan{Summary: "Document it.", Steps: []handlers.PlanStep{}, Tasks: []handlers.PlanTask{
+		{Key: "t1", Title: "Guide", Prompt: "Write the guide", Type: "build", DependsOn: []string{}},
+	}}
+	replies := append(planReplies(plan),
+		call("write_file", m{"path": "ESCAPED_SCOPE.txt", "content": "outside\n"}),
+		call("write_file", m{"path": "docs/guide.md", "content": "# Guide\n"}),
+		llmtest.Text("Wrote the guide."))
+	h := setup(t, replies, handlers.Config{}, map[string]string{"README.md": "readme\n"})
+	planID := h.insert(t, "plan", "document the project", m{"expand": true, "allowed_paths": []string{"docs/**"}, "review": true})
+	if _, planTask := h.wait(t, planID); planTask.Status != agentsql.StatusSucceeded {
+		t.Fatalf("plan %s: %s", planTask.Status, planTask.Error)
+	}
+	var child uuid.UUID
+	if err := h.pool.QueryRow(t.Context(), `SELECT id FROM ai_tasks WHERE parent_task_id = $1`, planID).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	h.waitReview(t, child, 0)
+	files := h.files(t)
+	if _, ok := files["ESCAPED_SCOPE.txt"]; ok {
+		t.Error("the child wrote ESCAPED_SCOPE.txt outside its plan's allowed_paths")
+	}
+	if _, ok := files["docs/guide.md"]; ok {
+		t.Error("docs/guide.md applied before review: the child did not inherit its plan's review")
+	}
+	if out := toolOutput(t, h, len(h.llm.Requests())-2); !strings.Contains(fmt.Sprint(out), "allowed_paths") {
+		t.Errorf("the refused write told the model %v, want its allowed_paths", out)
+	}
+	entries, err := agentsql.ListChangeEntries(t.Context(), h.pool, child)
+	if err != nil || len(entries) != 1 || entries[0].Path != "docs/guide.md" {
+		t.Errorf("staged %+v (%v), want only docs/guide.md", entries, err)
+	}
+}
+
+// TestUnpricedModelNeverCallsTheProvider: a task whose agent or own model
+// (written by SQL, past the API's check) has no price fails before its
+// first model call, saying which model and how to price it; a model the
+// operator priced, even at 0, runs.
+func TestUnpricedModelNeverCallsTheProvider(t *testing.T) {
+	t.Parallel()
+	prices := llm.DefaultPrices()
+	prices["self-hosted"] = llm.Price{}
+	h := setup(t, []scripted.Reply{llmtest.Text("Done.")}, handlers.Config{Prices: prices}, map[string]string{"a.txt": "a\n"})
+	agent := h.agent(t, "spender", "", nil)
+	if _, err := h.pool.Exec(t.Context(), `UPDATE agents SET model = 'o1-pro' WHERE id = $1`, agent); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(agent *uuid.UUID, model *string) uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, agent_id, model) VALUES ($1, 'chat', 'hi', $2, $3) RETURNING id`,
+			h.project, agent, model).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	unpriced, selfHosted := "o1-pro", "self-hosted"
+	for name, id := range map[string]uuid.UUID{"AgentModel": insert(&agent, nil), "TaskModel": insert(nil, &unpriced)} {
+		_, task := h.wait(t, id)
+		var terr handlers.TaskError
+		if task.Status != agentsql.StatusFailed || json.Unmarshal(task.Error, &terr) != nil || terr.Code != handlers.CodeModelUnpriced ||
+			terr.Recoverable || !strings.Contains(terr.Message, `model "o1-pro" has no price`) || !strings.Contains(terr.Message, "LLM_PRICES") {
+			t.Errorf("%s: status %s, error %s; want failed, %s", name, task.Status, task.Error, handlers.CodeModelUnpriced)
+		}
+	}
+	if n := len(h.llm.Requests()); n != 0 {
+		t.Fatalf("%d model calls for tasks of an unpriced model, want none", n)
+	}
+	if _, task := h.wait(t, insert(nil, &selfHosted)); task.Status != agentsql.StatusSucceeded {
+		t.Errorf("a task of a model priced at 0: %s %s", task.Status, task.Error)
 	}
 }

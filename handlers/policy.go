@@ -1,9 +1,12 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/google/uuid"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -46,9 +49,42 @@ type taskPolicy struct {
 	review bool
 }
 
-// policyOf reads input.budget (within the runner's ceilings) and
-// input.allowed_paths.
-func (r *Runner) policyOf(task agentsql.Task) (taskPolicy, error) {
+// within returns p held to every limit of outer, the policy of a task p's
+// task is part of: a child may narrow its plan's limits, never widen
+// them. A limit added to taskPolicy is inherited here too.
+func (p taskPolicy) within(outer taskPolicy) taskPolicy {
+	return taskPolicy{
+		budget:  p.budget.within(outer.budget),
+		ceiling: p.ceiling,
+		scope:   p.scope.Within(outer.scope),
+		review:  p.review || outer.review,
+	}
+}
+
+// policyOf reads the task's policy: its input's, held to the policies of
+// the tasks it is part of (a plan's children inherit its limits).
+func (r *Runner) policyOf(ctx context.Context, task agentsql.Task) (taskPolicy, error) {
+	p, err := r.inputPolicy(task.ID, task.Input)
+	if err != nil || task.ParentTaskID == nil {
+		return p, err
+	}
+	ancestors, err := agentsql.AncestorInputs(ctx, r.deps.Pool, task.ID)
+	if err != nil {
+		return p, err
+	}
+	for _, a := range ancestors {
+		outer, err := r.inputPolicy(a.ID, a.Input)
+		if err != nil {
+			return p, err
+		}
+		p = p.within(outer)
+	}
+	return p, nil
+}
+
+// inputPolicy reads input.budget (within the runner's ceilings),
+// input.allowed_paths and input.review of task id.
+func (r *Runner) inputPolicy(id uuid.UUID, input []byte) (taskPolicy, error) {
 	var in struct {
 		Budget       *Budget  `json:"budget"`
 		AllowedPaths []string `json:"allowed_paths"`
@@ -56,20 +92,20 @@ func (r *Runner) policyOf(task agentsql.Task) (taskPolicy, error) {
 	}
 	ceiling := Budget{MaxTokens: r.cfg.Budget.MaxTokens, MaxCostUSD: r.cfg.Budget.MaxCostUSD, MaxIterations: r.cfg.MaxIterations}
 	p := taskPolicy{budget: ceiling, ceiling: ceiling}
-	if len(task.Input) > 0 {
-		if err := json.Unmarshal(task.Input, &in); err != nil {
-			return p, &taskError{CodeInvalidInput, fmt.Errorf("input of task %s: %w", task.ID, err)}
+	if len(input) > 0 {
+		if err := json.Unmarshal(input, &in); err != nil {
+			return p, &taskError{CodeInvalidInput, fmt.Errorf("input of task %s: %w", id, err)}
 		}
 	}
 	if b := in.Budget; b != nil {
 		if b.MaxTokens < 0 || b.MaxCostUSD < 0 || b.MaxIterations < 0 {
-			return p, &taskError{CodeInvalidInput, fmt.Errorf("input.budget of task %s: limits must not be negative", task.ID)}
+			return p, &taskError{CodeInvalidInput, fmt.Errorf("input.budget of task %s: limits must not be negative", id)}
 		}
 		p.budget = b.within(ceiling)
 	}
 	scope, err := storage.NewScope(in.AllowedPaths)
 	if err != nil {
-		return p, &taskError{CodeInvalidInput, fmt.Errorf("input.allowed_paths of task %s: %w", task.ID, err)}
+		return p, &taskError{CodeInvalidInput, fmt.Errorf("input.allowed_paths of task %s: %w", id, err)}
 	}
 	p.scope, p.review = scope, in.Review
 	return p, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/handlers/tools/patch"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -122,28 +123,70 @@ func (r *taskRun) backToReview(ctx context.Context, cause error) error {
 }
 
 // withFeedback gives the model, as the next user message, the comments made
-// on the task since its conversation was checkpointed: a reviewer's
-// feedback on its revision, each comment with its file and line.
+// on the task since its conversation was checkpointed (a reviewer's
+// feedback on its revision, each comment with its file and line), and the
+// files that changed in storage since the build read them: their staged
+// changes are dropped, so that the revision is made on their current
+// version and the next approve does not conflict again.
 func (r *taskRun) withFeedback(ctx context.Context, messages []llm.Message, since time.Time) ([]llm.Message, error) {
 	comments, err := agentsql.TaskCommentsSince(ctx, r.runner.deps.Pool, r.task.ID, since)
-	if err != nil || len(comments) == 0 {
+	if err != nil {
 		return messages, err
 	}
-	var b strings.Builder
-	b.WriteString("A reviewer rejected your changes, which are not applied yet. Revise them as the review asks, then finish again.\n\nReview comments:\n")
-	for _, c := range comments {
-		b.WriteString("- ")
-		if c.Path != "" {
-			b.WriteString(c.Path)
-			if c.Line != nil {
-				fmt.Fprintf(&b, ":%d", *c.Line)
-			}
-			b.WriteString(": ")
-		}
-		b.WriteString(c.Body)
-		b.WriteString("\n")
+	dropped, err := r.cs.DropConflicts(ctx)
+	if err != nil {
+		return messages, err
 	}
-	r.rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("revising after review: %d comment(s) given to the model", len(comments)),
-		Metadata: map[string]any{"comments": len(comments)}})
+	if len(comments) == 0 && len(dropped) == 0 {
+		return messages, nil
+	}
+	var b strings.Builder
+	if len(comments) > 0 {
+		b.WriteString("A reviewer rejected your changes, which are not applied yet. Revise them as the review asks, then finish again.\n\nReview comments:\n")
+		for _, c := range comments {
+			b.WriteString("- ")
+			if c.Path != "" {
+				b.WriteString(c.Path)
+				if c.Line != nil {
+					fmt.Fprintf(&b, ":%d", *c.Line)
+				}
+				b.WriteString(": ")
+			}
+			b.WriteString(c.Body)
+			b.WriteString("\n")
+		}
+		r.rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("revising after review: %d comment(s) given to the model", len(comments)),
+			Metadata: map[string]any{"comments": len(comments)}})
+	}
+	if len(dropped) > 0 {
+		writeDropped(&b, dropped)
+		paths := make([]string, len(dropped))
+		for i, d := range dropped {
+			paths[i] = d.Staged.Path
+		}
+		r.rec.Add(events.Log{Level: events.LevelWarn, Message: "changed in storage since the build read them; their staged changes were dropped for the revision: " + strings.Join(paths, ", "),
+			Metadata: map[string]any{"dropped": paths}})
+	}
 	return append(messages, llm.Message{Role: llm.RoleUser, Content: b.String()}), nil
+}
+
+// maxDroppedDiff bounds each dropped change's diff in the model's message.
+const maxDroppedDiff = 8 << 10
+
+// writeDropped tells the model which staged changes were dropped, each as
+// the diff from the file's current content to what the build had staged.
+func writeDropped(b *strings.Builder, dropped []changeset.Dropped) {
+	b.WriteString("\nThese files changed in storage since you read them, so your staged changes to them were dropped and the files are as storage holds them now. Read them again and make your change on their current version. What you had staged, as a diff from their current content:\n")
+	for _, d := range dropped {
+		e := d.Staged
+		if e.Void() && !d.Exists {
+			continue
+		}
+		after := ""
+		if e.Op == agentsql.ChangeWrite {
+			after = string(e.Content)
+		}
+		diff := patch.Unified(e.Path, e.Path, string(d.Current), after, !d.Exists, e.Op == agentsql.ChangeDelete)
+		fmt.Fprintf(b, "\n%s\n", clip(diff, maxDroppedDiff))
+	}
 }

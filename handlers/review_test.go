@@ -277,3 +277,42 @@ func TestAgentReview(t *testing.T) {
 		})
 	}
 }
+
+// TestReviseAfterApproveConflict: after an approve found a.txt changed in
+// storage, a reject with feedback revises on a.txt's current version: the
+// model is told which file changed and what it had staged, its staged
+// change of that file is dropped (b.txt's is kept), and the revision's
+// approve lands.
+func TestReviseAfterApproveConflict(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []scripted.Reply{
+		call("write_file", m{"path": "a.txt", "content": "new\n"}), call("write_file", m{"path": "b.txt", "content": "b\n"}), llmtest.Text("Changed a, added b."),
+		call("read_file", m{"path": "a.txt"}), call("write_file", m{"path": "a.txt", "content": "theirs\nnew\n"}), llmtest.Text("Kept theirs and mine."),
+	}, handlers.Config{}, map[string]string{"a.txt": "old\n"})
+	id := h.insert(t, "build", "change a.txt", m{"review": true})
+	s := h.waitReview(t, id, 0)
+	if _, err := h.store.Write(t.Context(), h.project.String(), "a.txt", []byte("theirs\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.control(t, id, agentsql.ActionApprove, "")
+	s = h.waitReview(t, id, s.version+1)
+	h.control(t, id, agentsql.ActionReject, "Keep their line too.")
+	h.waitReview(t, id, s.version+1)
+	reqs := h.llm.Requests()
+	if len(reqs) != 6 {
+		t.Fatalf("%d model calls, want 6", len(reqs))
+	}
+	msgs := reqs[3].Messages
+	if last := msgs[len(msgs)-1].Content; !strings.Contains(last, "Keep their line too.") || !strings.Contains(last, "a.txt") ||
+		!strings.Contains(last, "-theirs") || !strings.Contains(last, "+new") || strings.Contains(last, "b.txt") {
+		t.Errorf("the revision's first request ends with %q, want the feedback and a.txt's dropped change as a diff from its current content", last)
+	}
+	h.control(t, id, agentsql.ActionApprove, "")
+	_, task := h.wait(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("the revision's approve: %s %s, want succeeded", task.Status, task.Error)
+	}
+	if files := h.files(t); files["a.txt"] != "theirs\nnew\n" || files["b.txt"] != "b\n" {
+		t.Errorf("files after approving the revision = %v, want a.txt on their version and b.txt", files)
+	}
+}

@@ -54,6 +54,8 @@ const (
 	CodeLLMRateLimited = "llm_rate_limited"
 	CodeStorage        = "storage_error"
 	CodeInternal       = "internal_error"
+	// CodeModelUnpriced: the task's model has no price (LLM_PRICES).
+	CodeModelUnpriced = "model_unpriced"
 	// CodeConflict: a file the build changed was changed by someone else
 	// meanwhile; nothing was applied.
 	CodeConflict = "change_conflict"
@@ -103,8 +105,9 @@ type Config struct {
 	// MaxIterations is the iteration budget. Defaults to no token or cost
 	// limit.
 	Budget Budget
-	// Prices prices the model's usage for task cost and cost budgets.
-	// Defaults to llm.DefaultPrices(); a model not listed costs nothing.
+	// Prices prices the model's usage for task cost and cost budgets. A
+	// task whose own or agent's model is not listed fails
+	// (CodeModelUnpriced) before calling it. Defaults to llm.DefaultPrices().
 	Prices llm.Prices
 	// ProjectChecks are the package.json scripts a build that changed
 	// something runs in the sandbox before it may finish, those the project
@@ -336,22 +339,12 @@ type TaskError struct {
 	Attempt     int    `json:"attempt"`
 }
 
+// run is one attempt at a task, in four stages: claim what an earlier
+// attempt left (a checkpoint, a build's change set), give the model its
+// context, run the loop, and finish with the result, a review, a
+// suspension or a failure.
 func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at Attempt) error {
-	rec := r.recorder(r.deps.Pool, task, at)
-	if r.deps.Observer != nil {
-		rec.SetObserver(r.deps.Observer)
-	}
-	// The model client's lines carry the trace through ctx; this logger's
-	// carry it of their own.
-	ctx = traceid.With(ctx, TraceID(task))
-	log := r.deps.Logger.With(slog.String(traceid.Key, TraceID(task)), slog.String("task_id", task.ID.String()),
-		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
-
-	tr := &taskRun{runner: r, task: task, at: at, rec: rec, log: log, store: r.deps.Store}
-	if p := at.PauseRequested; p != nil {
-		read := *p
-		tr.pauseRead = &read
-	}
+	ctx, tr := r.newTaskRun(ctx, task, at)
 	// A checkpoint means an earlier attempt got somewhere: continue from it
 	// (and keep its change set) instead of starting over.
 	var (
@@ -365,205 +358,303 @@ func (r *Runner) run(ctx context.Context, spec typeSpec, task agentsql.Task, at 
 		}
 	}
 	if spec.taskType == "build" {
-		cs, status, err := r.openChangeSet(ctx, task, at)
-		if err != nil {
-			return tr.fail(ctx, err)
+		if done, err := tr.takeChangeSet(ctx, resumed); done {
+			return err
 		}
-		if status == agentsql.ChangeSetApplying {
-			// An earlier attempt succeeded and crashed while applying.
-			return tr.resumeApply(ctx, cs)
-		}
-		if task.Approved && status == agentsql.ChangeSetOpen && !cs.Fresh() {
-			// Approved in review: this attempt applies the staged set, nothing else.
-			return tr.applyApproved(ctx, cs)
-		}
-		reset := cs.Reset
-		if resumed {
-			// The conversation continues from the checkpoint: so do its changes.
-			reset = cs.Rewind
-		}
-		if !cs.Fresh() {
-			if err := reset(ctx); err != nil {
-				return tr.fail(ctx, err)
-			}
-		}
-		tr.cs, tr.store = cs, cs
-		tr.openWorkspace()
-		defer tr.closeWorkspaces(log)
+		defer tr.closeWorkspaces(tr.log)
 	}
-	var (
-		final    string
-		messages []llm.Message
-		lp       *loop
-		plan     *Plan
-	)
-	err = func() error {
-		var pctx prompts.Context
-		if err := stage(ctx, rec, StageLoadContext, func() (err error) {
-			if strings.TrimSpace(task.Prompt) == "" {
-				return &taskError{CodeEmptyPrompt, errors.New("the task's prompt is empty: say what the agent should do")}
-			}
-			if spec.taskType == "build" {
-				if tr.plan, err = r.loadPlan(ctx, task); err != nil {
-					return err
-				}
-			}
-			if tr.agent, tr.expand, err = r.agentsOf(ctx, task); err != nil {
-				return err
-			}
-			var sum projectctx.Summary
-			pctx, sum, err = r.loadContext(ctx, tr.store, task, tr.plan)
-			tr.rules = newProjectRules(sum.Rules)
-			if err != nil {
-				return err
-			}
-			rows, deps, err := agentsql.ReadTaskContext(ctx, r.deps.Pool, task.ProjectID, task.ID)
-			if err != nil {
-				return err
-			}
-			// The listing shows the project as stored unless the build has
-			// staged changes already (a resumed one).
-			listed := tr.cs == nil || tr.cs.Fresh()
-			tr.context = taskContext{tasksPath: r.cfg.TasksView, tasksView: r.loadTasksView(ctx, task, sum, log),
-				docs: r.loadDocuments(ctx, tr.store, task, sum.Documents, listed, rows, log), deps: deps}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if err := stage(ctx, rec, StageAssemblePrompt, func() error {
-			system, err := r.prompts.System(spec.taskType, pctx)
-			if err != nil {
-				return &taskError{CodeInternal, err}
-			}
-			if tr.agent != nil {
-				system += agentSection(tr.agent)
-			}
-			rules, err := tr.rules.rootSection(ctx, tr.store, task.ProjectID.String())
-			if err != nil {
-				return &taskError{CodeStorage, err}
-			}
-			text, trimmed := tr.context.render(r.cfg.ContextBudget)
-			if len(trimmed) > 0 {
-				rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("the task's context was trimmed to its budget of %d bytes: %s",
-					r.cfg.ContextBudget, strings.Join(trimmed, "; ")), Metadata: map[string]any{"contextBudget": r.cfg.ContextBudget, "trimmed": trimmed}})
-			}
-			system += rules + text
-			messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: task.Prompt}}
-			return nil
-		}); err != nil {
-			return err
-		}
-		registry, err := tools.ForTaskType(spec.taskType)
-		if err != nil {
-			return &taskError{CodeInternal, err}
-		}
-		if r.deps.Sandbox == nil {
-			registry = registry.Without(tools.RunCommand)
-		}
-		if tr.agent != nil && tr.agent.Tools != nil {
-			registry = registry.Only(tr.agent.Tools)
-		}
-		pol, err := r.policyOf(task)
-		if err != nil {
-			return err
-		}
-		// The task's input or its agent asks for review.
-		tr.review = (pol.review || tr.agent != nil && tr.agent.Review) && tr.cs != nil
-		model := task.Model
-		if model == "" && tr.agent != nil {
-			model = tr.agent.Model
-		}
-		price, _ := r.cfg.Prices.Lookup(cmp.Or(model, r.deps.LLM.Model()))
-		lp = &loop{
-			llm: r.deps.LLM, model: model, registry: registry, rec: rec, toolChoice: spec.toolChoice,
-			env: tools.Env{Store: tr.store, ProjectID: task.ProjectID.String(),
-				Cache: r.files, Images: r.deps.LLM, Scope: pol.scope, Reserved: r.cfg.ReservedPaths, Workspace: tr.ws},
-			maxIterations: pol.budget.MaxIterations, maxToolFailures: r.cfg.MaxToolFailures,
-			stream: !r.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: r.cfg.ContextTokens,
-			budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: r.cfg.ToolStartDelay,
-			rules: tr.rules, log: log,
-		}
-		tr.lp = lp
-		lp.before, lp.alert = tr.beforeIteration, tr.alert
-		if tr.plan == nil {
-			// A plan-driven build resumes by its recorded decisions instead.
-			lp.after = tr.checkpoint
-		}
-		if tr.cs != nil {
-			lp.beforeFinish = tr.checkBeforeFinish
-		}
-		if resumed && tr.plan == nil {
-			if messages, err = tr.resumeFrom(ctx, cp); err != nil {
-				return err
-			}
-			if tr.cs != nil {
-				if messages, err = tr.withFeedback(ctx, messages, cp.UpdatedAt); err != nil {
-					return err
-				}
-			}
-		}
-		if err := stage(ctx, rec, StageAgentLoop, func() error {
-			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter", TraceID: TraceID(task)})
-			var err error
-			switch {
-			case tr.plan != nil:
-				final, messages, err = tr.runPlan(ctx, messages)
-			case tr.cs != nil:
-				final, messages, err = tr.repairLoop(ctx, messages)
-			default:
-				final, messages, err = lp.run(ctx, messages)
-			}
-			if err != nil {
-				return err
-			}
-			rec.Add(events.AgentPhase{Phase: spec.phase, Action: "exit"})
-			return nil
-		}); err != nil {
-			return err
-		}
-		return stage(ctx, rec, StageFinalResponse, func() error {
-			if spec.taskType == "plan" {
-				var err error
-				if plan, err = r.structuredPlan(ctx, lp, messages, tr.expand); err != nil {
-					return err
-				}
-				if len(plan.Tasks) > 0 {
-					tr.children = plan.plannedTasks(tr.expand)
-				}
-				if strings.TrimSpace(final) == "" || plan.Summary != "" {
-					final = plan.Summary
-				}
-			}
-			if strings.TrimSpace(final) == "" {
-				final = "Done."
-			}
-			return nil
-		})
-	}()
+	var conv conversation
+	err = tr.converse(ctx, spec, cp, resumed, &conv)
 	var susp *Suspension
-	if errors.As(err, &susp) && lp != nil {
-		return tr.suspend(ctx, messages, susp)
+	if errors.As(err, &susp) && tr.lp != nil {
+		return tr.suspend(ctx, conv.messages, susp)
 	}
 	if err != nil {
 		return tr.fail(ctx, err)
 	}
+	return tr.finish(ctx, conv)
+}
 
-	res := Result{Summary: final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
-		Usage: lp.usage, CostUSD: lp.cost, Model: cmp.Or(lp.model, r.deps.LLM.Model()), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
-		Checks: tr.checks, RepairAttempts: tr.repairs, Plan: plan}
-	if tr.review {
-		if err := tr.finishReview(ctx, res, messages); err != nil {
-			return tr.fail(ctx, err)
+// conversation is what the loop's stages hand on: the messages so far, the
+// final answer and a plan task's plan.
+type conversation struct {
+	messages []llm.Message
+	final    string
+	plan     *Plan
+}
+
+// newTaskRun starts an attempt's record: its recorder, its logger and the
+// pause request its claim read. The returned ctx carries the task's trace.
+func (r *Runner) newTaskRun(ctx context.Context, task agentsql.Task, at Attempt) (context.Context, *taskRun) {
+	rec := r.recorder(r.deps.Pool, task, at)
+	if r.deps.Observer != nil {
+		rec.SetObserver(r.deps.Observer)
+	}
+	// The model client's lines carry the trace through ctx; this logger's
+	// carry it of their own.
+	ctx = traceid.With(ctx, TraceID(task))
+	log := r.deps.Logger.With(slog.String(traceid.Key, TraceID(task)), slog.String("task_id", task.ID.String()),
+		slog.String("run_id", RunKey(task)), slog.String("task_type", string(task.Type)), slog.Int("attempt", at.Number))
+	tr := &taskRun{runner: r, task: task, at: at, rec: rec, log: log, store: r.deps.Store}
+	if p := at.PauseRequested; p != nil {
+		read := *p
+		tr.pauseRead = &read
+	}
+	return ctx, tr
+}
+
+// takeChangeSet opens a build's change set and its workspace. done: the
+// attempt ended here, with err (an apply an earlier attempt began or an
+// approval finished, or a failure recorded); otherwise the set is as the
+// conversation left it (rewound to the checkpoint when resumed) and the
+// caller closes the workspaces.
+func (r *taskRun) takeChangeSet(ctx context.Context, resumed bool) (done bool, err error) {
+	cs, status, err := r.runner.openChangeSet(ctx, r.task, r.at)
+	if err != nil {
+		return true, r.fail(ctx, err)
+	}
+	if status == agentsql.ChangeSetApplying {
+		// An earlier attempt succeeded and crashed while applying.
+		return true, r.resumeApply(ctx, cs)
+	}
+	if r.task.Approved && status == agentsql.ChangeSetOpen && !cs.Fresh() {
+		// Approved in review: this attempt applies the staged set, nothing else.
+		return true, r.applyApproved(ctx, cs)
+	}
+	reset := cs.Reset
+	if resumed {
+		// The conversation continues from the checkpoint: so do its changes.
+		reset = cs.Rewind
+	}
+	if !cs.Fresh() {
+		if err := reset(ctx); err != nil {
+			return true, r.fail(ctx, err)
 		}
-		log.InfoContext(ctx, "task waits for review", slog.Int("iterations", lp.iterations))
+	}
+	r.cs, r.store = cs, cs
+	r.openWorkspace()
+	return false, nil
+}
+
+// converse runs the stages that talk to the model: the task's context, the
+// prompt, the loop (from the checkpoint when resumed) and the final
+// response. conv holds the conversation as far as it got, also on error.
+func (r *taskRun) converse(ctx context.Context, spec typeSpec, cp agentsql.Checkpoint, resumed bool, conv *conversation) error {
+	pctx, err := r.loadTaskContext(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if conv.messages, err = r.assemblePrompt(ctx, spec, pctx); err != nil {
+		return err
+	}
+	if err := r.buildLoop(ctx, spec); err != nil {
+		return err
+	}
+	if resumed && r.plan == nil {
+		if conv.messages, err = r.resumeFrom(ctx, cp); err != nil {
+			return err
+		}
+		if r.cs != nil {
+			if conv.messages, err = r.withFeedback(ctx, conv.messages, cp.UpdatedAt); err != nil {
+				return err
+			}
+		}
+	}
+	if err := r.agentLoop(ctx, spec, conv); err != nil {
+		return err
+	}
+	return r.finalResponse(ctx, spec, conv)
+}
+
+// agentLoop is the agent-loop stage: a plan-driven build's steps, a
+// build's loop with its checks and repairs, or the plain loop.
+func (r *taskRun) agentLoop(ctx context.Context, spec typeSpec, conv *conversation) error {
+	return stage(ctx, r.rec, StageAgentLoop, func() error {
+		r.rec.Add(events.AgentPhase{Phase: spec.phase, Action: "enter", TraceID: TraceID(r.task)})
+		var err error
+		switch {
+		case r.plan != nil:
+			conv.final, conv.messages, err = r.runPlan(ctx, conv.messages)
+		case r.cs != nil:
+			conv.final, conv.messages, err = r.repairLoop(ctx, conv.messages)
+		default:
+			conv.final, conv.messages, err = r.lp.run(ctx, conv.messages)
+		}
+		if err != nil {
+			return err
+		}
+		r.rec.Add(events.AgentPhase{Phase: spec.phase, Action: "exit"})
+		return nil
+	})
+}
+
+// finalResponse is the final-response stage: a plan task's structured plan
+// (and the tasks it creates), and the answer, "Done." when the model gave
+// none.
+func (r *taskRun) finalResponse(ctx context.Context, spec typeSpec, conv *conversation) error {
+	return stage(ctx, r.rec, StageFinalResponse, func() error {
+		if spec.taskType == "plan" {
+			var err error
+			if conv.plan, err = r.runner.structuredPlan(ctx, r.lp, conv.messages, r.expand); err != nil {
+				return err
+			}
+			if len(conv.plan.Tasks) > 0 {
+				r.children = conv.plan.plannedTasks(r.expand)
+			}
+			if strings.TrimSpace(conv.final) == "" || conv.plan.Summary != "" {
+				conv.final = conv.plan.Summary
+			}
+		}
+		if strings.TrimSpace(conv.final) == "" {
+			conv.final = "Done."
+		}
+		return nil
+	})
+}
+
+// loadTaskContext is the load-context stage: the build's plan, the task's
+// agent, the project's summary and rules, and the task's own context (the
+// tasks view, documents, dependencies).
+func (r *taskRun) loadTaskContext(ctx context.Context, spec typeSpec) (pctx prompts.Context, err error) {
+	rn, task := r.runner, r.task
+	err = stage(ctx, r.rec, StageLoadContext, func() (err error) {
+		if strings.TrimSpace(task.Prompt) == "" {
+			return &taskError{CodeEmptyPrompt, errors.New("the task's prompt is empty: say what the agent should do")}
+		}
+		if spec.taskType == "build" {
+			if r.plan, err = rn.loadPlan(ctx, task); err != nil {
+				return err
+			}
+		}
+		if r.agent, r.expand, err = rn.agentsOf(ctx, task); err != nil {
+			return err
+		}
+		var sum projectctx.Summary
+		pctx, sum, err = rn.loadContext(ctx, r.store, task, r.plan)
+		r.rules = newProjectRules(sum.Rules)
+		if err != nil {
+			return err
+		}
+		rows, deps, err := agentsql.ReadTaskContext(ctx, rn.deps.Pool, task.ProjectID, task.ID)
+		if err != nil {
+			return err
+		}
+		// The listing shows the project as stored unless the build has
+		// staged changes already (a resumed one).
+		listed := r.cs == nil || r.cs.Fresh()
+		r.context = taskContext{tasksPath: rn.cfg.TasksView, tasksView: rn.loadTasksView(ctx, task, sum, r.log),
+			docs: rn.loadDocuments(ctx, r.store, task, sum.Documents, listed, rows, r.log), deps: deps}
+		return nil
+	})
+	return pctx, err
+}
+
+// assemblePrompt is the assemble-prompt stage: the system prompt (the
+// type's, the agent's persona, the root rules, the task's context within
+// its budget) and the task's prompt.
+func (r *taskRun) assemblePrompt(ctx context.Context, spec typeSpec, pctx prompts.Context) (messages []llm.Message, err error) {
+	rn := r.runner
+	err = stage(ctx, r.rec, StageAssemblePrompt, func() error {
+		system, err := rn.prompts.System(spec.taskType, pctx)
+		if err != nil {
+			return &taskError{CodeInternal, err}
+		}
+		if r.agent != nil {
+			system += agentSection(r.agent)
+		}
+		rules, err := r.rules.rootSection(ctx, r.store, r.task.ProjectID.String())
+		if err != nil {
+			return &taskError{CodeStorage, err}
+		}
+		text, trimmed := r.context.render(rn.cfg.ContextBudget)
+		if len(trimmed) > 0 {
+			r.rec.Add(events.Log{Level: events.LevelInfo, Message: fmt.Sprintf("the task's context was trimmed to its budget of %d bytes: %s",
+				rn.cfg.ContextBudget, strings.Join(trimmed, "; ")), Metadata: map[string]any{"contextBudget": rn.cfg.ContextBudget, "trimmed": trimmed}})
+		}
+		system += rules + text
+		messages = []llm.Message{{Role: llm.RoleSystem, Content: system}, {Role: llm.RoleUser, Content: r.task.Prompt}}
+		return nil
+	})
+	return messages, err
+}
+
+// buildLoop makes the run's loop (r.lp): the tools its type, the sandbox
+// and its agent allow, its policy and budget, its model and price, and the
+// run's hooks at each iteration.
+func (r *taskRun) buildLoop(ctx context.Context, spec typeSpec) error {
+	rn, task := r.runner, r.task
+	registry, err := tools.ForTaskType(spec.taskType)
+	if err != nil {
+		return &taskError{CodeInternal, err}
+	}
+	if rn.deps.Sandbox == nil {
+		registry = registry.Without(tools.RunCommand)
+	}
+	if r.agent != nil && r.agent.Tools != nil {
+		registry = registry.Only(r.agent.Tools)
+	}
+	pol, err := rn.policyOf(ctx, task)
+	if err != nil {
+		return err
+	}
+	// The task's input or its agent asks for review.
+	r.review = (pol.review || r.agent != nil && r.agent.Review) && r.cs != nil
+	model := task.Model
+	if model == "" && r.agent != nil {
+		model = r.agent.Model
+	}
+	// A model the task or its agent names (by SQL, past the API's check)
+	// must have a price, or no cost budget would stop it: the task fails
+	// before its first call. The worker's own model is the operator's,
+	// checked when the worker starts.
+	if model != "" && model != rn.deps.LLM.Model() {
+		if err := rn.cfg.Prices.Check(model); err != nil {
+			return &taskError{CodeModelUnpriced, fmt.Errorf("task %s: %w", task.ID, err)}
+		}
+	}
+	price, _ := rn.cfg.Prices.Lookup(cmp.Or(model, rn.deps.LLM.Model()))
+	lp := &loop{
+		llm: rn.deps.LLM, model: model, registry: registry, rec: r.rec, toolChoice: spec.toolChoice,
+		env: tools.Env{Store: r.store, ProjectID: task.ProjectID.String(),
+			Cache: rn.files, Images: rn.deps.LLM, Scope: pol.scope, Reserved: rn.cfg.ReservedPaths, Workspace: r.ws},
+		maxIterations: pol.budget.MaxIterations, maxToolFailures: rn.cfg.MaxToolFailures,
+		stream: !rn.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: rn.cfg.ContextTokens,
+		budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: rn.cfg.ToolStartDelay,
+		rules: r.rules, log: r.log,
+	}
+	r.lp = lp
+	lp.before, lp.alert = r.beforeIteration, r.alert
+	if r.plan == nil {
+		// A plan-driven build resumes by its recorded decisions instead.
+		lp.after = r.checkpoint
+	}
+	if r.cs != nil {
+		lp.beforeFinish = r.checkBeforeFinish
+	}
+	return nil
+}
+
+// finish ends a conversation that succeeded: in review when the build
+// asks for one, else with its result written (and a build's change set
+// applied).
+func (r *taskRun) finish(ctx context.Context, conv conversation) error {
+	lp := r.lp
+	res := Result{Summary: conv.final, FilesChanged: fileChanges(lp.changes), Iterations: lp.iterations,
+		Usage: lp.usage, CostUSD: lp.cost, Model: cmp.Or(lp.model, r.runner.deps.LLM.Model()), PromptVersion: prompts.Version, ToolChoiceFallback: lp.toolChoiceFallback,
+		Checks: r.checks, RepairAttempts: r.repairs, Plan: conv.plan}
+	if r.review {
+		if err := r.finishReview(ctx, res, conv.messages); err != nil {
+			return r.fail(ctx, err)
+		}
+		r.log.InfoContext(ctx, "task waits for review", slog.Int("iterations", lp.iterations))
 		return nil
 	}
 	// What is still queued (the last tool's result, the stages since) is
 	// written first in the finish's round trip, or by fail.
-	if err := tr.writeResult(ctx, res); err != nil {
-		return tr.fail(ctx, err)
+	if err := r.writeResult(ctx, res); err != nil {
+		return r.fail(ctx, err)
 	}
-	log.InfoContext(ctx, "task succeeded", slog.Int("iterations", lp.iterations), slog.Int64("tokens", lp.usage.TotalTokens))
+	r.log.InfoContext(ctx, "task succeeded", slog.Int("iterations", lp.iterations), slog.Int64("tokens", lp.usage.TotalTokens))
 	return nil
 }
 
@@ -716,7 +807,7 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 // The usage since the last checkpoint is the loop's, if the run got that
 // far; the change set discarded is the run's, if it has one.
 func (r *taskRun) fail(ctx context.Context, cause error) error {
-	task, at, log := r.task, r.at, r.log
+	task, log := r.task, r.log
 	if errors.Is(cause, agentsql.ErrFenced) {
 		log.WarnContext(ctx, "task was taken over, cancelled or finished elsewhere while running; dropping this attempt")
 		return nil
@@ -726,17 +817,7 @@ func (r *taskRun) fail(ctx context.Context, cause error) error {
 		spend = r.lp.unrecorded()
 	}
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
-		// Cancelled by a control action (agentworker_control_task), which
-		// already moved the task, closed the run, discarded an open change
-		// set and wrote the terminal event: keep the usage spent since the
-		// last checkpoint, and stop without writing anything else.
-		if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.runner.deps.Pool, at.fence(task), spend); errors.Is(err, agentsql.ErrFenced) {
-			log.WarnContext(ctx, "usage of a stopped task not counted: the task was taken over, not cancelled")
-		} else if err != nil {
-			log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
-		}
-		log.InfoContext(ctx, "task stopped from outside (a control action, or a takeover after its lease lapsed); dropping this attempt")
-		return river.JobCancel(fmt.Errorf("task %s stopped from outside: %w", task.ID, cause))
+		return r.stoppedFromOutside(ctx, cause, spend)
 	}
 	// Events queued before the failure come before its own events.
 	if _, err := r.rec.Flush(context.WithoutCancel(ctx)); errors.Is(err, agentsql.ErrFenced) {
@@ -754,33 +835,64 @@ func (r *taskRun) fail(ctx context.Context, cause error) error {
 	code, msg := classify(cause)
 	msg = redact.String(msg) // it goes to the task's error, its run and an event
 	transient := llm.IsTransient(cause) || isStorageTransient(cause)
-	wctx := context.WithoutCancel(ctx)
-	if transient && at.Number < at.MaxAttempts {
-		wait := r.runner.retryWait(at.Number)
-		// The checkpoint and change set stay: the retry continues from them.
-		err := r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
-			if _, err := r.rec.EmitIn(wctx, tx,
-				events.Error{ErrorType: code, Message: msg, Recoverable: true},
-				events.AgentPhase{Phase: events.PhaseRetrying, Status: string(agentsql.StatusQueued), Attempt: at.Number,
-					Summary: fmt.Sprintf("attempt %d of %d failed; retrying in %s", at.Number, at.MaxAttempts, wait)}); err != nil {
-				return err
-			}
-			return agentsql.ScheduleRetry(wctx, tx, at.fence(task), code, msg, wait, spend)
-		})
-		if errors.Is(err, agentsql.ErrFenced) {
-			return fenceLost(ctx, task, cause)
-		}
-		if err != nil {
-			// The database is unreachable: River retries the job, whose
-			// claim finds the task still running under it.
-			return fmt.Errorf("schedule retry of task %s (attempt %d, %s): %w", task.ID, at.Number, msg, err)
-		}
-		if r.lp != nil {
-			r.lp.markRecorded()
-		}
-		log.WarnContext(ctx, "attempt failed; retry scheduled", slog.String("code", code), slog.Duration("wait", wait))
-		return river.JobSnooze(wait)
+	if transient && r.at.Number < r.at.MaxAttempts {
+		return r.scheduleRetry(ctx, cause, code, msg, spend)
 	}
+	return r.endFailed(ctx, cause, code, msg, transient, spend)
+}
+
+// stoppedFromOutside ends an attempt whose task a control action cancelled
+// (agentworker_control_task), which already moved the task, closed the run,
+// discarded an open change set and wrote the terminal event: it keeps the
+// usage spent since the last checkpoint and writes nothing else.
+func (r *taskRun) stoppedFromOutside(ctx context.Context, cause error, spend agentsql.Spend) error {
+	log := r.log
+	if err := agentsql.AddRunUsage(context.WithoutCancel(ctx), r.runner.deps.Pool, r.at.fence(r.task), spend); errors.Is(err, agentsql.ErrFenced) {
+		log.WarnContext(ctx, "usage of a stopped task not counted: the task was taken over, not cancelled")
+	} else if err != nil {
+		log.ErrorContext(ctx, "record usage of a stopped task", slog.String("err", err.Error()))
+	}
+	log.InfoContext(ctx, "task stopped from outside (a control action, or a takeover after its lease lapsed); dropping this attempt")
+	return river.JobCancel(fmt.Errorf("task %s stopped from outside: %w", r.task.ID, cause))
+}
+
+// scheduleRetry queues the task again after the retry wait of its attempt,
+// with the failure's events; the checkpoint and change set stay for the
+// retry to continue from. The job is snoozed until then.
+func (r *taskRun) scheduleRetry(ctx context.Context, cause error, code, msg string, spend agentsql.Spend) error {
+	task, at := r.task, r.at
+	wctx := context.WithoutCancel(ctx)
+	wait := r.runner.retryWait(at.Number)
+	err := r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := r.rec.EmitIn(wctx, tx,
+			events.Error{ErrorType: code, Message: msg, Recoverable: true},
+			events.AgentPhase{Phase: events.PhaseRetrying, Status: string(agentsql.StatusQueued), Attempt: at.Number,
+				Summary: fmt.Sprintf("attempt %d of %d failed; retrying in %s", at.Number, at.MaxAttempts, wait)}); err != nil {
+			return err
+		}
+		return agentsql.ScheduleRetry(wctx, tx, at.fence(task), code, msg, wait, spend)
+	})
+	if errors.Is(err, agentsql.ErrFenced) {
+		return fenceLost(ctx, task, cause)
+	}
+	if err != nil {
+		// The database is unreachable: River retries the job, whose
+		// claim finds the task still running under it.
+		return fmt.Errorf("schedule retry of task %s (attempt %d, %s): %w", task.ID, at.Number, msg, err)
+	}
+	if r.lp != nil {
+		r.lp.markRecorded()
+	}
+	r.log.WarnContext(ctx, "attempt failed; retry scheduled", slog.String("code", code), slog.Duration("wait", wait))
+	return river.JobSnooze(wait)
+}
+
+// endFailed ends the task failed (blocked for an expectation mismatch):
+// its change set discarded, then the terminal events and the task's move
+// in one transaction. It returns nil once that is recorded.
+func (r *taskRun) endFailed(ctx context.Context, cause error, code, msg string, transient bool, spend agentsql.Spend) error {
+	task, at, log := r.task, r.at, r.log
+	wctx := context.WithoutCancel(ctx)
 	if r.cs != nil {
 		// The task ends: its changes are not applied, the project stays as
 		// it was. (A set already applying is kept.)

@@ -2,6 +2,7 @@ package llm
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -34,11 +35,30 @@ func DefaultPrices() Prices {
 	}
 }
 
-// Lookup returns the price of model; ok is false for a model not listed
-// (its cost counts as zero).
+// Lookup returns the price of model; ok is false for a model not listed,
+// which Check refuses.
 func (p Prices) Lookup(model string) (Price, bool) {
 	pr, ok := p[model]
 	return pr, ok
+}
+
+// UnpricedError refuses a model the price table does not list: its usage
+// would cost nothing, so no cost budget would ever stop it.
+type UnpricedError struct {
+	Model string
+}
+
+func (e *UnpricedError) Error() string {
+	return fmt.Sprintf("model %q has no price: the operator must price it in LLM_PRICES (%s=in_per_1k:out_per_1k in dollars, "+
+		"or %s=0:0 for a self-hosted model) before a task may use it", e.Model, e.Model, e.Model)
+}
+
+// Check returns an *UnpricedError for a model the table does not list.
+func (p Prices) Check(model string) error {
+	if _, ok := p[model]; !ok {
+		return &UnpricedError{Model: model}
+	}
+	return nil
 }
 
 // ParsePrices reads "model=in_per_1k:out_per_1k,..." into a copy of base,
@@ -60,8 +80,9 @@ func ParsePrices(s string, base Prices) (Prices, error) {
 		}
 		pi, err1 := strconv.ParseFloat(strings.TrimSpace(in), 64)
 		po, err2 := strconv.ParseFloat(strings.TrimSpace(outRate), 64)
-		if err1 != nil || err2 != nil || pi < 0 || po < 0 {
-			return nil, fmt.Errorf("price %q: rates must be non-negative numbers", item)
+		// NaN would compare false with every budget, so none would stop it.
+		if err1 != nil || err2 != nil || !(pi >= 0) || !(po >= 0) || math.IsInf(pi, 0) || math.IsInf(po, 0) {
+			return nil, fmt.Errorf("price %q: rates must be finite non-negative numbers", item)
 		}
 		out[strings.TrimSpace(model)] = Price{InPer1K: pi, OutPer1K: po}
 	}

@@ -49,18 +49,22 @@ type Install struct {
 // and lockfile, installing it first unless cached, and a release func to
 // call when the command using it has ended. A failed install is returned
 // as failed (its exit code and output), not cached; a dependency from
-// outside the registry is a *SourceError, and nothing is installed.
+// outside the registry is a *SourceError, a package.json or lockfile npm
+// could read otherwise than the check a *ManifestError, and nothing is
+// installed.
 func (i *installs) ensure(ctx context.Context, projectID string, pkg []byte, lockName string, lock []byte) (modules string, inst Install, failed *execResult, release func(), err error) {
 	release = func() {}
-	if !hasDependencies(pkg) {
-		return "", inst, nil, release, nil
-	}
 	inst.Command = "npm install"
 	if lockName != "" {
 		inst.Command = "npm ci"
 	}
+	// Checked first: whether there is anything to install is read from
+	// the files the check has read as npm reads them.
 	if err := checkSources(pkg, lockName, lock, i.sb.cfg.Registry); err != nil {
 		return "", inst, nil, release, err
+	}
+	if !hasDependencies(pkg) {
+		return "", Install{}, nil, release, nil
 	}
 	key := installKey(i.sb.node, pkg, lockName, lock)
 	dir := filepath.Join(i.dir, key)

@@ -2,12 +2,9 @@ package sandbox_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,13 +19,7 @@ import (
 // told why.
 func TestInstallRefusesNonRegistrySources(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		http.NotFound(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
+	host, hits := countingServer(t)
 	pkg := func(deps string) string {
 		return `{"name": "p", "version": "1.0.0", "scripts": {"typecheck": "true"}, "devDependencies": {` + deps + `}}`
 	}
@@ -53,20 +44,7 @@ func TestInstallRefusesNonRegistrySources(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			files := map[string]string{"package.json": tc.pkg, "package-lock.json": tc.lock}
-			if tc.lock == "" {
-				files["package-lock.json"] = ""
-			}
-			f := setup(t, nil, files)
-			if tc.lock == "" {
-				if err := f.store.Delete(t.Context(), project, "package-lock.json"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			out, err := f.ws.Run(t.Context(), "typecheck", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := runTypecheck(t, tc.pkg, tc.lock)
 			if out.Stage != sandbox.StageInstall || out.Refused == "" || out.Passed() || !strings.Contains(out.Refused, tc.reason) ||
 				!strings.Contains(out.Summary(), "only packages of the registry are installed") {
 				t.Fatalf("outcome: stage %s, refused %q, summary %q\n%s", out.Stage, out.Refused, out.Summary(), out.Output.Full())

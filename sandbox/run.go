@@ -127,8 +127,9 @@ func (w *Workspace) Run(ctx context.Context, script string, timeout time.Duratio
 	defer done()
 	o.Install = inst
 	var se *SourceError
-	if errors.As(err, &se) {
-		o.Stage, o.Command, o.Refused, o.ExitCode = StageInstall, inst.Command, se.Error(), -1
+	var me *ManifestError
+	if errors.As(err, &se) || errors.As(err, &me) {
+		o.Stage, o.Command, o.Refused, o.ExitCode = StageInstall, inst.Command, err.Error(), -1
 		return o, nil
 	}
 	if err != nil {

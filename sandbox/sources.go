@@ -63,102 +63,151 @@ func specSource(spec string) string {
 	return "not a registry version"
 }
 
+// depFields are the dependency lists of package.json and of a lockfile's
+// packages.
+var depFields = []string{"dependencies", "devDependencies", "optionalDependencies", "peerDependencies"}
+
 // checkSources refuses a project whose package.json or lockfile names a
 // dependency from outside the registry, or a lockfile whose resolved URL
-// lies outside it. registry ends with a slash.
+// lies outside it, or either file when npm could read it otherwise than
+// this check does (a *ManifestError). registry ends with a slash.
 func checkSources(pkg []byte, lockName string, lock []byte, registry string) error {
-	var p struct {
-		Deps      map[string]json.RawMessage `json:"dependencies"`
-		Dev       map[string]json.RawMessage `json:"devDependencies"`
-		Optional  map[string]json.RawMessage `json:"optionalDependencies"`
-		Peer      map[string]json.RawMessage `json:"peerDependencies"`
-		Overrides json.RawMessage            `json:"overrides"`
+	const file = "package.json"
+	doc, err := parseManifest(file, pkg)
+	if err != nil {
+		return err
 	}
-	if json.Unmarshal(pkg, &p) != nil {
-		return nil // npm says what is wrong with it
+	p, ok := doc.(map[string]any)
+	if !ok {
+		return wrongType(file, ".", "an object", doc)
 	}
-	for _, deps := range []map[string]json.RawMessage{p.Deps, p.Dev, p.Optional, p.Peer} {
-		if err := checkSpecs("package.json", deps); err != nil {
+	for _, k := range depFields {
+		deps, err := specsField(file, ".", p, k)
+		if err != nil {
+			return err
+		}
+		if err := checkSpecs(file, deps); err != nil {
 			return err
 		}
 	}
-	if err := checkOverrides(p.Overrides); err != nil {
-		return err
+	if overrides, ok := p["overrides"]; ok {
+		if err := checkOverrides(".overrides", overrides); err != nil {
+			return err
+		}
 	}
 	if lockName == "" {
 		return nil
 	}
-	var l struct {
-		Packages map[string]lockPackage `json:"packages"`
-		Deps     map[string]lockDep     `json:"dependencies"`
+	doc, err = parseManifest(lockName, lock)
+	if err != nil {
+		return err
 	}
-	if json.Unmarshal(lock, &l) != nil {
-		return nil // npm ci refuses it
+	l, ok := doc.(map[string]any)
+	if !ok {
+		return wrongType(lockName, ".", "an object", doc)
 	}
-	for _, key := range slices.Sorted(maps.Keys(l.Packages)) {
-		pk := l.Packages[key]
-		if key == "" {
-			for _, deps := range []map[string]json.RawMessage{pk.Deps, pk.Dev, pk.Optional, pk.Peer} {
-				if err := checkSpecs(lockName, deps); err != nil {
-					return err
-				}
+	packages, _, err := field[map[string]any](lockName, ".", l, "packages", "an object")
+	if err != nil {
+		return err
+	}
+	for _, key := range slices.Sorted(maps.Keys(packages)) {
+		if err := checkLockPackage(lockName, key, packages[key], registry); err != nil {
+			return err
+		}
+	}
+	deps, _, err := field[map[string]any](lockName, ".", l, "dependencies", "an object")
+	if err != nil {
+		return err
+	}
+	return checkLockDeps(lockName, ".dependencies", "", deps, registry)
+}
+
+// checkLockPackage checks the entry key of a lockfile's packages.
+func checkLockPackage(file, key string, entry any, registry string) error {
+	path := member(".packages", key)
+	pk, ok := entry.(map[string]any)
+	if !ok {
+		return wrongType(file, path, "an object", entry)
+	}
+	if key == "" {
+		for _, k := range depFields {
+			deps, err := specsField(file, path, pk, k)
+			if err != nil {
+				return err
 			}
-			continue
+			if err := checkSpecs(file, deps); err != nil {
+				return err
+			}
 		}
-		switch {
-		case !strings.HasPrefix(key, "node_modules/"):
-			return &SourceError{File: lockName, Name: key, Spec: key, Reason: "a local path"}
-		case pk.Link:
-			return &SourceError{File: lockName, Name: key, Spec: pk.Resolved, Reason: "a local path"}
-		case pk.Resolved != "" && !inRegistry(pk.Resolved, registry):
-			return &SourceError{File: lockName, Name: key, Spec: pk.Resolved, Reason: "resolved outside the registry"}
-		}
-		if r := specSource(pk.Version); r != "" {
-			return &SourceError{File: lockName, Name: key, Spec: pk.Version, Reason: r}
-		}
+		return nil
 	}
-	return checkLockDeps(lockName, "", l.Deps, registry)
+	version, _, err := field[string](file, path, pk, "version", "a string")
+	if err != nil {
+		return err
+	}
+	resolved, _, err := field[string](file, path, pk, "resolved", "a string")
+	if err != nil {
+		return err
+	}
+	link, _, err := field[bool](file, path, pk, "link", "true or false")
+	if err != nil {
+		return err
+	}
+	switch {
+	case !strings.HasPrefix(key, "node_modules/"):
+		return &SourceError{File: file, Name: key, Spec: key, Reason: "a local path"}
+	case link:
+		return &SourceError{File: file, Name: key, Spec: resolved, Reason: "a local path"}
+	case resolved != "" && !inRegistry(resolved, registry):
+		return &SourceError{File: file, Name: key, Spec: resolved, Reason: "resolved outside the registry"}
+	}
+	if r := specSource(version); r != "" {
+		return &SourceError{File: file, Name: key, Spec: version, Reason: r}
+	}
+	return nil
 }
 
-type lockPackage struct {
-	Version  string                     `json:"version"`
-	Resolved string                     `json:"resolved"`
-	Link     bool                       `json:"link"`
-	Deps     map[string]json.RawMessage `json:"dependencies"`
-	Dev      map[string]json.RawMessage `json:"devDependencies"`
-	Optional map[string]json.RawMessage `json:"optionalDependencies"`
-	Peer     map[string]json.RawMessage `json:"peerDependencies"`
-}
-
-// lockDep is an entry of a version 1 lockfile's nested dependencies.
-type lockDep struct {
-	Version  string             `json:"version"`
-	Resolved string             `json:"resolved"`
-	Deps     map[string]lockDep `json:"dependencies"`
-}
-
-func checkLockDeps(file, parent string, deps map[string]lockDep, registry string) error {
+// checkLockDeps checks a version 1 lockfile's nested dependencies (at
+// path), each an object of version, resolved and its own dependencies.
+func checkLockDeps(file, path, parent string, deps map[string]any, registry string) error {
 	for _, name := range slices.Sorted(maps.Keys(deps)) {
-		d := deps[name]
-		path := parent + name
-		if d.Resolved != "" && !inRegistry(d.Resolved, registry) {
-			return &SourceError{File: file, Name: path, Spec: d.Resolved, Reason: "resolved outside the registry"}
+		at := member(path, name)
+		d, ok := deps[name].(map[string]any)
+		if !ok {
+			return wrongType(file, at, "an object", deps[name])
 		}
-		if r := specSource(d.Version); r != "" {
-			return &SourceError{File: file, Name: path, Spec: d.Version, Reason: r}
+		version, _, err := field[string](file, at, d, "version", "a string")
+		if err != nil {
+			return err
 		}
-		if err := checkLockDeps(file, path+" > ", d.Deps, registry); err != nil {
+		resolved, _, err := field[string](file, at, d, "resolved", "a string")
+		if err != nil {
+			return err
+		}
+		nested, _, err := field[map[string]any](file, at, d, "dependencies", "an object")
+		if err != nil {
+			return err
+		}
+		name := parent + name
+		if resolved != "" && !inRegistry(resolved, registry) {
+			return &SourceError{File: file, Name: name, Spec: resolved, Reason: "resolved outside the registry"}
+		}
+		if r := specSource(version); r != "" {
+			return &SourceError{File: file, Name: name, Spec: version, Reason: r}
+		}
+		if err := checkLockDeps(file, member(at, "dependencies"), name+" > ", nested, registry); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkSpecs(file string, deps map[string]json.RawMessage) error {
+func checkSpecs(file string, deps map[string]any) error {
 	for _, name := range slices.Sorted(maps.Keys(deps)) {
-		var spec string
-		if json.Unmarshal(deps[name], &spec) != nil {
-			return &SourceError{File: file, Name: name, Spec: string(deps[name]), Reason: "not a version string"}
+		spec, ok := deps[name].(string)
+		if !ok {
+			b, _ := json.Marshal(deps[name])
+			return &SourceError{File: file, Name: name, Spec: string(b), Reason: "not a version string"}
 		}
 		if r := specSource(spec); r != "" {
 			return &SourceError{File: file, Name: name, Spec: spec, Reason: r}
@@ -167,33 +216,28 @@ func checkSpecs(file string, deps map[string]json.RawMessage) error {
 	return nil
 }
 
-// checkOverrides checks the specs of package.json's overrides, nested
-// objects whose "." or package keys name specs ("$name" refers to a
-// direct dependency's spec, already checked).
-func checkOverrides(raw json.RawMessage) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	var spec string
-	if json.Unmarshal(raw, &spec) == nil {
-		if strings.HasPrefix(spec, "$") {
+// checkOverrides checks the specs of package.json's overrides (at path): a
+// spec, or an object whose "." or package keys name specs or nest further
+// ("$name" refers to a direct dependency's spec, already checked).
+func checkOverrides(path string, v any) error {
+	switch o := v.(type) {
+	case string:
+		if strings.HasPrefix(o, "$") {
 			return nil
 		}
-		if r := specSource(spec); r != "" {
-			return &SourceError{File: "package.json", Name: "overrides", Spec: spec, Reason: r}
+		if r := specSource(o); r != "" {
+			return &SourceError{File: "package.json", Name: "overrides", Spec: o, Reason: r}
+		}
+		return nil
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(o)) {
+			if err := checkOverrides(member(path, k), o[k]); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
-	var nested map[string]json.RawMessage
-	if json.Unmarshal(raw, &nested) != nil {
-		return nil
-	}
-	for _, k := range slices.Sorted(maps.Keys(nested)) {
-		if err := checkOverrides(nested[k]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return wrongType("package.json", path, "a version string or an object of them", v)
 }
 
 // inRegistry reports whether a resolved URL is a file of the registry (or

@@ -291,3 +291,14 @@ func DecisionStatus(ctx context.Context, db DBTX, taskID uuid.UUID, decisionID s
 	}
 	return status, nil
 }
+
+// DropChangeEntries removes the staged changes of paths from the change
+// set of the task held by f, checkpointed or not: the build sees those
+// files as storage holds them again.
+func DropChangeEntries(ctx context.Context, db DBTX, f Fence, paths []string) error {
+	if _, err := fenced(ctx, db, f, `w AS (DELETE FROM change_set_entries
+		WHERE task_id = $1 AND path = ANY($3::text[]) AND EXISTS (SELECT 1 FROM fence) RETURNING 1)`, paths); err != nil {
+		return fmt.Errorf("drop the staged changes of %v in task %s: %w", paths, f.TaskID, err)
+	}
+	return nil
+}

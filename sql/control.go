@@ -91,6 +91,9 @@ type ControlOpts struct {
 	Actor string
 	// Answer is the reply to the agent's question; required by ActionAnswer.
 	Answer string
+	// Children, with ActionRetry, also retries the task's children that a
+	// cancel left cancelled, and theirs (ControlResult.Children).
+	Children bool
 }
 
 // ControlResult is what agentworker_control_task returns.
@@ -105,6 +108,9 @@ type ControlResult struct {
 	// Pending is set when a pause of a running task was requested: the
 	// task stays running until its loop reaches the next iteration boundary.
 	Pending bool `json:"pending,omitempty"`
+	// Children are the results of retrying the task's cancelled children
+	// (ControlOpts.Children).
+	Children []ControlResult `json:"children,omitempty"`
 }
 
 // ControlError is a refused control action. It wraps ErrIllegalTransition,
@@ -128,14 +134,19 @@ func (e *ControlError) Unwrap() error { return e.kind }
 // statement under the row's lock before the function runs, so no other
 // move comes between (agentworker_control_task answers no from then).
 func ControlTask(ctx context.Context, db DBTX, id uuid.UUID, action Action, o ControlOpts) (ControlResult, error) {
+	if o.Children && action != ActionRetry {
+		return ControlResult{}, fmt.Errorf("%s task %s with its children: %w", action, id, ErrInvalidAction)
+	}
+	call, args := `agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`, []any{id, string(action), o.ExpectedVersion, o.Actor, o.Answer}
+	if o.Children {
+		call, args = `agentworker_retry_with_children($1, $2, nullif($3, ''))`, []any{id, o.ExpectedVersion, o.Actor}
+	}
 	var raw []byte
 	var from *string
 	// The join makes the locked row's scan come before the select list,
 	// where the function runs.
 	if err := db.QueryRow(ctx, `WITH locked AS MATERIALIZED (SELECT status FROM ai_tasks WHERE id = $1 FOR UPDATE)
-		SELECT l.status, agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))
-		FROM (SELECT 1) one LEFT JOIN locked l ON true`,
-		id, string(action), o.ExpectedVersion, o.Actor, o.Answer).Scan(&from, &raw); err != nil {
+		SELECT l.status, `+call+` FROM (SELECT 1) one LEFT JOIN locked l ON true`, args...).Scan(&from, &raw); err != nil {
 		return ControlResult{}, fmt.Errorf("%s task %s: %w", action, id, err)
 	}
 	var res ControlResult

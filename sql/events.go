@@ -312,14 +312,18 @@ func eventBatchOutcome(ctx context.Context, db DBTX, b EventBatch, out []EventRo
 // TaskEventsAfter returns a task's events with seq > afterSeq, in seq order.
 // Per-task seq order is commit order (seq is taken under the task row lock),
 // so a reader that advances its cursor to the last seq it saw never skips one.
+// It reads the task's floor first; a reader that follows a task keeps it
+// (TaskCursor) and reads with TasksEventsAfter.
 func TaskEventsAfter(ctx context.Context, db DBTX, taskID uuid.UUID, afterSeq, limit int) ([]EventRow, error) {
-	floor, err := taskEventFloor(ctx, db, []uuid.UUID{taskID})
+	floors, err := TaskEventFloors(ctx, db, []uuid.UUID{taskID})
 	if err != nil {
 		return nil, fmt.Errorf("read events of task %s after seq %d: %w", taskID, afterSeq, err)
 	}
+	// Prepared: created_at >= $4 prunes at planning in a custom plan and
+	// when the executor starts in a generic one (a parameter known then).
 	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM agent_events
 		WHERE task_id = $1 AND seq > $2 AND created_at >= $4 ORDER BY seq LIMIT $3`,
-		pgx.QueryExecModeCacheDescribe, taskID, afterSeq, limit, floor)
+		taskID, afterSeq, limit, floors[0].at)
 	if err != nil {
 		return nil, fmt.Errorf("read events of task %s after seq %d: %w", taskID, afterSeq, err)
 	}
@@ -330,33 +334,53 @@ func TaskEventsAfter(ctx context.Context, db DBTX, taskID uuid.UUID, afterSeq, l
 	return out, nil
 }
 
-// TaskCursor is a position in one task's timeline: the last seq read.
+// TaskCursor is a position in one task's timeline: the last seq read, and
+// the task's event floor once known.
 type TaskCursor struct {
 	Task     uuid.UUID
 	AfterSeq int
+	// Floor is the task's (TaskEventFloors); unknown (the zero value), the
+	// read looks it up, one statement more.
+	Floor EventFloor
 }
 
 // TasksEventsAfter reads the events of several tasks after their cursors in
 // one statement: at most limit per task, ordered by task (as given) then
-// seq. A task that gets limit rows may have more.
+// seq. A task that gets limit rows may have more. The read plans (or runs)
+// only the days from the least of the cursors' floors.
 func TasksEventsAfter(ctx context.Context, db DBTX, cursors []TaskCursor, limit int) ([]EventRow, error) {
 	if len(cursors) == 0 {
 		return nil, nil
 	}
 	ids := make([]uuid.UUID, len(cursors))
 	after := make([]int32, len(cursors))
+	var floor EventFloor
+	var unknown []uuid.UUID
 	for i, c := range cursors {
 		ids[i], after[i] = c.Task, int32(c.AfterSeq)
+		if c.Floor.Known() {
+			floor = floor.lower(c.Floor)
+		} else {
+			unknown = append(unknown, c.Task)
+		}
 	}
-	floor, err := taskEventFloor(ctx, db, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
+	if len(unknown) > 0 {
+		floors, err := TaskEventFloors(ctx, db, unknown)
+		if err != nil {
+			return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
+		}
+		for _, f := range floors {
+			floor = floor.lower(f)
+		}
 	}
+	// Prepared, as TaskEventsAfter: one floor for all, so that it is a
+	// parameter ($4) and not a value of each task's row, which would prune
+	// only while each row's scan runs, every day planned and set up.
 	rows, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at
 		FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS c(task_id, after_seq, n)
 		CROSS JOIN LATERAL (SELECT `+eventColumns+` FROM agent_events
 			WHERE task_id = c.task_id AND seq > c.after_seq AND created_at >= $4 ORDER BY seq LIMIT $3) e
-		ORDER BY c.n, e.seq`, pgx.QueryExecModeCacheDescribe, ids, after, limit, floor)
+		ORDER BY c.n, e.seq`, ids, after, limit, floor.at)
 	if err != nil {
 		return nil, fmt.Errorf("read events of %d tasks: %w", len(cursors), err)
 	}
@@ -468,18 +492,48 @@ func eventFloor(ctx context.Context, db DBTX, xid, id *int64) (pgtype.Timestampt
 	return floor, nil
 }
 
-// taskEventFloor is the earliest created_at an event of the tasks can
-// have: the floor (eventFloor) of the lowest id their events are above
-// (ai_tasks.events_id_floor, set on insert), or -infinity when a task has
-// none or is not found. A separate statement for the reason eventFloor is.
-func taskEventFloor(ctx context.Context, db DBTX, tasks []uuid.UUID) (pgtype.Timestamptz, error) {
-	var floor pgtype.Timestamptz
-	if err := db.QueryRow(ctx, `SELECT CASE WHEN bool_or(t.events_id_floor IS NULL) THEN '-infinity'::timestamptz
-			ELSE agentworker_event_floor(NULL, min(t.events_id_floor) + 1) END
-		FROM unnest($1::uuid[]) AS c(id) LEFT JOIN ai_tasks t ON t.id = c.id`, tasks).Scan(&floor); err != nil {
-		return floor, fmt.Errorf("floor of the events of %d tasks: %w", len(tasks), err)
+// EventFloor is no later than the created_at of every event of a task: the
+// floor (agentworker_event_floor) of the lowest id its events are above
+// (ai_tasks.events_id_floor, set on insert and never changed). A read
+// bounded by it (created_at >= floor) skips the days sealed below the
+// task's events. Seals only add up, so a floor once read bounds the task's
+// events for good: a reader that follows a task keeps it rather than
+// reading it again. The zero value is unknown.
+type EventFloor struct{ at pgtype.Timestamptz }
+
+// Known reports whether f was read.
+func (f EventFloor) Known() bool { return f.at.Valid }
+
+// lower returns the earlier of f and g, or g when f is unknown.
+func (f EventFloor) lower(g EventFloor) EventFloor {
+	switch {
+	case !f.Known(), g.at.InfinityModifier == pgtype.NegativeInfinity:
+		return g
+	case f.at.InfinityModifier == pgtype.NegativeInfinity, !g.at.Time.Before(f.at.Time):
+		return f
 	}
-	return floor, nil
+	return g
+}
+
+// TaskEventFloors reads the event floors of tasks, in their order. A task
+// without an id floor (from before the column) or not found gets none: a
+// read bounded by it reads every day.
+func TaskEventFloors(ctx context.Context, db DBTX, tasks []uuid.UUID) ([]EventFloor, error) {
+	rows, err := db.Query(ctx, `SELECT CASE WHEN t.events_id_floor IS NULL THEN '-infinity'::timestamptz
+			ELSE agentworker_event_floor(NULL, t.events_id_floor + 1) END
+		FROM unnest($1::uuid[]) WITH ORDINALITY AS c(id, n) LEFT JOIN ai_tasks t ON t.id = c.id
+		ORDER BY c.n`, tasks)
+	if err != nil {
+		return nil, fmt.Errorf("floors of the events of %d tasks: %w", len(tasks), err)
+	}
+	floors, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventFloor, error) {
+		var f EventFloor
+		return f, row.Scan(&f.at)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("floors of the events of %d tasks: %w", len(tasks), err)
+	}
+	return floors, nil
 }
 
 // EventCursor returns the project cursor of the event with the given id, for

@@ -1,7 +1,6 @@
 package sql_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
-	"github.com/agentworker/agentworker/testing/poll"
 )
 
 // graph is a test's project of tasks on a real database.
@@ -408,45 +406,6 @@ func TestCancelParentCancelsChildren(t *testing.T) {
 
 	_, err = agentsql.InsertTask(ctx, g.pool, agentsql.NewTask{ProjectID: uuid.New(), Type: "chat", Prompt: "x", ParentTaskID: &parent.ID})
 	wantErrorContaining(t, err, "INVALID_PARENT_TASK")
-}
-
-// TestConcurrentEdgesCannotCloseACycle: two transactions adding the two
-// halves of a cycle at once: one of them is refused.
-func TestConcurrentEdgesCannotCloseACycle(t *testing.T) {
-	t.Parallel()
-	g := newGraph(t)
-	ctx := t.Context()
-	var a, b agentsql.Task
-	var err error
-	if a, err = agentsql.InsertTask(ctx, g.pool, agentsql.NewTask{ProjectID: g.project, Type: "chat", Prompt: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if b, err = agentsql.InsertTask(ctx, g.pool, agentsql.NewTask{ProjectID: g.project, Type: "chat", Prompt: "b"}); err != nil {
-		t.Fatal(err)
-	}
-	tx1, err := g.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx1.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx1.Exec(ctx, `INSERT INTO task_dependencies (task_id, depends_on_task_id) VALUES ($1, $2)`, a.ID, b.ID); err != nil {
-		t.Fatal(err)
-	}
-	second := make(chan error, 1)
-	go func() {
-		_, err := g.pool.Exec(ctx, `INSERT INTO task_dependencies (task_id, depends_on_task_id) VALUES ($1, $2)`, b.ID, a.ID)
-		second <- err
-	}()
-	poll.Until(t, "the second half to wait for the first's transaction", 10*time.Second, func() bool {
-		var waiting bool
-		err := g.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO task_dependencies%')`).Scan(&waiting)
-		return err == nil && waiting
-	})
-	if err := tx1.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wantErrorContaining(t, <-second, "INVALID_TASK_DEPENDENCY")
 }
 
 // TestExpandPlanOnceUnderItsFence: a plan's tasks are created under the

@@ -60,7 +60,7 @@ var apiFunctions = []string{
 	"agentworker_cancel_task(uuid,integer,text)",
 	"agentworker_pause_task(uuid,integer,text)",
 	"agentworker_resume_task(uuid,integer,text)",
-	"agentworker_retry_task(uuid,integer,text)",
+	"agentworker_retry_task(uuid,integer,text,boolean)",
 	"agentworker_answer_input(uuid,text,integer,text)",
 	"agentworker_broadcast_tasks(text,uuid,text[],uuid[],jsonb,text,uuid,integer)",
 	"agentworker_approve_task(uuid,integer,text)",

@@ -52,9 +52,11 @@ func ProjectLogs(ctx context.Context, db DBTX, projectID uuid.UUID, q LogQuery) 
 		}
 	}
 	if task != uuid.Nil {
-		if floor, err = taskEventFloor(ctx, db, []uuid.UUID{task}); err != nil {
+		floors, err := TaskEventFloors(ctx, db, []uuid.UUID{task})
+		if err != nil {
 			return nil, 0, fmt.Errorf("read logs of project %s: %w", projectID, err)
 		}
+		floor = floors[0].at
 	}
 	query, args := projectLogsStatement(projectID, q, floor)
 	rows, err := db.Query(ctx, query, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...)

@@ -1,5 +1,7 @@
-// Package sql holds the database schema of agentworker (embedded migrations)
-// and the queries every other package runs, kept together in one place.
+// Package sql holds the database schema of agentworker (embedded versioned
+// migrations for tables, and function files for functions, triggers, views
+// and policies) and the queries every other package runs, kept together in
+// one place.
 // River's own tables are migrated through rivermigrate, in the same
 // transaction as ours.
 //
@@ -10,11 +12,14 @@ package sql
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,8 +30,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
+//go:embed migrations/*.sql functions/*.sql
+var schemaFiles embed.FS
 
 // migrateLockKey serialises concurrent Migrate calls from several replicas.
 const migrateLockKey int64 = 0x6167656e74776b72 // "agentwkr"
@@ -40,7 +45,7 @@ type Migration struct {
 
 // Migrations returns our embedded migrations in version order.
 func Migrations() ([]Migration, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
+	sub, err := fs.Sub(schemaFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("read embedded migrations: %w", err)
 	}
@@ -83,23 +88,65 @@ func ReadMigrations(fsys fs.FS) ([]Migration, error) {
 	return out, nil
 }
 
-// The schema was built by 15 migrations before they were squashed into the
-// baseline; a database migrated then holds exactly the baseline's schema.
-const (
-	historyFirst = "001_pipeline"
-	historyLast  = "015_lz4_for_written_values"
-	historyCount = 15
-)
+// FunctionFile is one file of sql/functions: the functions, triggers,
+// views and policies of one concern with their settings, written so that
+// applying it again replaces them (CREATE OR REPLACE, DROP … IF EXISTS).
+type FunctionFile struct {
+	Name     string
+	SQL      string
+	Checksum string // hex SHA-256 of SQL
+}
 
-// MigrateResult says which of our migrations were applied by this call.
+// Functions returns the embedded function files in name order, the order
+// they are applied in.
+func Functions() ([]FunctionFile, error) {
+	sub, err := fs.Sub(schemaFiles, "functions")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded function files: %w", err)
+	}
+	return ReadFunctions(sub)
+}
+
+// ReadFunctions reads the *.sql files at the top of fsys in name order.
+func ReadFunctions(fsys fs.FS) ([]FunctionFile, error) {
+	entries, err := fs.ReadDir(fsys, ".") // sorted by name
+	if err != nil {
+		return nil, fmt.Errorf("read function files: %w", err)
+	}
+	var out []FunctionFile
+	for _, e := range entries {
+		if e.IsDir() || path.Ext(e.Name()) != ".sql" {
+			continue
+		}
+		body, err := fs.ReadFile(fsys, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read function file %q: %w", e.Name(), err)
+		}
+		sum := sha256.Sum256(body)
+		out = append(out, FunctionFile{Name: e.Name(), SQL: string(body), Checksum: hex.EncodeToString(sum[:])})
+	}
+	return out, nil
+}
+
+// The migrations 001_baseline took in when the functions moved to
+// sql/functions; a database migrated with them holds the baseline's tables.
+var folded = []string{"001_baseline", "002_task_graph", "003_token_revocation", "004_exactly_once",
+	"005_provider_budget", "006_operator", "007_review", "008_documents", "009_trace", "010_partitions",
+	"011_archive", "012_task_event_floor", "013_event_days"}
+
+// MigrateResult says which of our migrations and function files were
+// applied by this call.
 type MigrateResult struct {
 	RiverVersions []int
 	Applied       []string
+	Functions     []string
 }
 
-// Migrate applies River's migrations, then ours in one transaction, under an
-// advisory lock, so it is idempotent and safe to run from several replicas at
-// once: the second waits, then finds nothing left to do.
+// Migrate applies River's migrations, then ours, then each function file
+// that is new or changed since it was last applied (by checksum), ours and
+// the files in one transaction, under an advisory lock, so it is idempotent
+// and safe to run from several replicas at once: the second waits, then
+// finds nothing left to do.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := MigrateWithResult(ctx, pool, nil)
 	return err
@@ -111,12 +158,16 @@ func MigrateWithResult(ctx context.Context, pool *pgxpool.Pool, logger *slog.Log
 	if err != nil {
 		return MigrateResult{}, err
 	}
-	return MigrateList(ctx, pool, logger, migrations)
+	functions, err := Functions()
+	if err != nil {
+		return MigrateResult{}, err
+	}
+	return MigrateList(ctx, pool, logger, migrations, functions)
 }
 
-// MigrateList is MigrateWithResult with the given migrations in place of
-// the embedded ones (the tests apply the pre-baseline history with it).
-func MigrateList(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, migrations []Migration) (MigrateResult, error) {
+// MigrateList is MigrateWithResult with the given migrations and function
+// files in place of the embedded ones.
+func MigrateList(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, migrations []Migration, functions []FunctionFile) (MigrateResult, error) {
 	var res MigrateResult
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
 	if err != nil {
@@ -151,6 +202,12 @@ func MigrateList(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, m
 			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return fmt.Errorf("create agentworker_migrations: %w", err)
 		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS agentworker_function_files (
+			name text PRIMARY KEY,
+			checksum text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create agentworker_function_files: %w", err)
+		}
 		applied, err := appliedMigrations(ctx, tx, migrations)
 		if err != nil {
 			return err
@@ -170,9 +227,12 @@ func MigrateList(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, m
 			}
 			res.Applied = append(res.Applied, m.Name)
 		}
-		if len(res.RiverVersions) > 0 {
-			// Tables a newer River adds are internal too (the baseline's row level security);
-			// on Supabase they were just granted to the API roles.
+		if res.Functions, err = applyFunctions(ctx, tx, functions); err != nil {
+			return err
+		}
+		if len(res.RiverVersions) > 0 || len(res.Applied) > 0 || len(res.Functions) > 0 {
+			// River's tables are internal too, and so are those of a newer
+			// River (on Supabase they were just granted to the API roles).
 			if _, err := tx.Exec(ctx, `DO $$ BEGIN
 				IF to_regprocedure('agentworker_seal_internal()') IS NOT NULL THEN
 					PERFORM agentworker_seal_internal();
@@ -186,15 +246,15 @@ func MigrateList(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, m
 		return res, err
 	}
 	if logger != nil {
-		logger.InfoContext(ctx, "migrations applied", slog.Any("river_versions", res.RiverVersions), slog.Any("applied", res.Applied))
+		logger.InfoContext(ctx, "migrations applied", slog.Any("river_versions", res.RiverVersions), slog.Any("applied", res.Applied), slog.Any("functions", res.Functions))
 	}
 	return res, nil
 }
 
 // appliedMigrations reads which migrations the database holds, by version.
-// A database migrated with the pre-baseline history (when migrations lists
-// the baseline) is recorded again as holding the baseline, which is the
-// same schema.
+// A database migrated with the migrations the baseline folded in (when
+// migrations lists the folded baseline) is recorded again as holding the
+// baseline, which has the same tables; its functions are the files'.
 func appliedMigrations(ctx context.Context, tx pgx.Tx, migrations []Migration) (map[int]string, error) {
 	rows, err := tx.Query(ctx, "SELECT version, name FROM agentworker_migrations")
 	if err != nil {
@@ -209,17 +269,58 @@ func appliedMigrations(ctx context.Context, tx pgx.Tx, migrations []Migration) (
 	}); err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
-	if applied[1] != historyFirst || len(migrations) == 0 || migrations[0].Name == historyFirst {
+	last := len(folded)
+	if applied[2] != folded[1] || slices.ContainsFunc(migrations, func(m Migration) bool { return m.Name == folded[1] }) {
 		return applied, nil
 	}
-	if len(applied) != historyCount || applied[historyCount] != historyLast {
-		return nil, fmt.Errorf("the database holds %d of the %d migrations that preceded the baseline (last %q): migrate it with a build from before the squash first", len(applied), historyCount, historyLast)
+	if len(applied) != last || applied[last] != folded[last-1] {
+		return nil, fmt.Errorf("the database holds %d of the %d migrations the baseline folded in (last %q): migrate it with a build from before the fold first", len(applied), last, folded[last-1])
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM agentworker_migrations"); err != nil {
-		return nil, fmt.Errorf("record the pre-baseline history as the baseline: %w", err)
+	if _, err := tx.Exec(ctx, "DELETE FROM agentworker_migrations WHERE version > 1"); err != nil {
+		return nil, fmt.Errorf("record the folded migrations as the baseline: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO agentworker_migrations (version, name) VALUES ($1, $2)", migrations[0].Version, migrations[0].Name); err != nil {
-		return nil, fmt.Errorf("record the pre-baseline history as the baseline: %w", err)
+	return map[int]string{1: applied[1]}, nil
+}
+
+// applyFunctions applies, in order, each function file whose checksum is
+// not the one recorded for it, and records the new one. Function bodies are
+// not checked at creation (as pg_dump restores them): a body may call a
+// function of a later file; a trigger, view or policy still needs what it
+// names to exist, so it sits in the file of its function or a later one.
+func applyFunctions(ctx context.Context, tx pgx.Tx, functions []FunctionFile) ([]string, error) {
+	rows, err := tx.Query(ctx, "SELECT name, checksum FROM agentworker_function_files")
+	if err != nil {
+		return nil, fmt.Errorf("read applied function files: %w", err)
 	}
-	return map[int]string{migrations[0].Version: migrations[0].Name}, nil
+	recorded, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var nc [2]string
+		return nc, r.Scan(&nc[0], &nc[1])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read applied function files: %w", err)
+	}
+	checksums := map[string]string{}
+	for _, nc := range recorded {
+		checksums[nc[0]] = nc[1]
+	}
+	var applied []string
+	for _, f := range functions {
+		if checksums[f.Name] == f.Checksum {
+			continue
+		}
+		if len(applied) == 0 {
+			if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = off"); err != nil {
+				return nil, fmt.Errorf("apply function files: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, f.SQL); err != nil {
+			return nil, fmt.Errorf("apply function file %s: %w", f.Name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO agentworker_function_files (name, checksum) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()`, f.Name, f.Checksum); err != nil {
+			return nil, fmt.Errorf("record function file %s: %w", f.Name, err)
+		}
+		applied = append(applied, f.Name)
+	}
+	return applied, nil
 }

@@ -414,7 +414,7 @@ func TestSealedDaysSkipped(t *testing.T) {
 // TestTaskReadsSkipSealedDays: a task inserted after days were sealed
 // reads its events (TaskEventsAfter, TasksEventsAfter) without planning or
 // locking a sealed day, and gets every one; a task from before the seal,
-// or with no floor (NULL: rows from before migration 012), still reads its
+// or with no floor (NULL), still reads its
 // events in the sealed days. The floor is the database's: an inserter's
 // value is replaced, and no writer changes it.
 func TestTaskReadsSkipSealedDays(t *testing.T) {

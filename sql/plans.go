@@ -1,6 +1,7 @@
 package sql
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,4 +49,34 @@ func QueueExpandPlan(p *Pipeline, f Fence, tasks []PlannedTask) error {
 		return nil
 	})
 	return nil
+}
+
+// TaskInput is the input of one task.
+type TaskInput struct {
+	ID    uuid.UUID
+	Input json.RawMessage
+}
+
+// maxTaskDepth bounds the walk up a task's parents.
+const maxTaskDepth = 32
+
+// AncestorInputs returns the inputs of the tasks task id is part of: its
+// parent's first, then the parent's parent's, up to maxTaskDepth.
+func AncestorInputs(ctx context.Context, db DBTX, id uuid.UUID) ([]TaskInput, error) {
+	rows, err := db.Query(ctx, `WITH RECURSIVE up(id, parent, input, depth) AS (
+			SELECT p.id, p.parent_task_id, p.input, 1 FROM ai_tasks c JOIN ai_tasks p ON p.id = c.parent_task_id WHERE c.id = $1
+			UNION ALL
+			SELECT p.id, p.parent_task_id, p.input, u.depth + 1 FROM up u JOIN ai_tasks p ON p.id = u.parent WHERE u.depth < $2)
+		SELECT id, input FROM up ORDER BY depth`, id, maxTaskDepth)
+	if err != nil {
+		return nil, fmt.Errorf("read the parents of task %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInput, error) {
+		var t TaskInput
+		return t, r.Scan(&t.ID, &t.Input)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the parents of task %s: %w", id, err)
+	}
+	return out, nil
 }

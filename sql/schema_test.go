@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,61 +35,159 @@ const (
 	docsEnd    = "<!-- end of the generated part -->"
 )
 
-// TestBaselineEqualsHistory: the baseline builds, object for object, the
-// schema the 15 migrations before it built (kept in testdata/history), and
-// a database migrated with that history is recognised as holding the
-// baseline and takes the later migrations.
-func TestBaselineEqualsHistory(t *testing.T) {
+// foldedAt is the last commit whose sql/migrations held the 13 migrations
+// 001_baseline folded in when functions moved to sql/functions.
+const foldedAt = "1290efbfaface2e5205adb7175cc491fb6e3c0a4"
+
+// TestFoldEqualsFoldedMigrations: a database migrated from empty holds,
+// object for object, the schema of one migrated with the 13 migrations the
+// baseline folded in and then with this build (which records it as holding
+// the baseline, applies the migrations after it and every function file
+// over the old functions).
+func TestFoldEqualsFoldedMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	history, err := agentsql.ReadMigrations(os.DirFS("testdata/history"))
+	old := foldedMigrations(t)
+	if len(old) != 13 {
+		t.Fatalf("%s holds %d migrations, want the 13 the baseline folded in", foldedAt, len(old))
+	}
+	oldURL, newURL := dbtest.NewEmptyURL(t), dbtest.NewEmptyURL(t)
+	oldPool, newPool := openPool(t, oldURL), openPool(t, newURL)
+	if _, err := agentsql.MigrateList(ctx, oldPool, nil, old, nil); err != nil {
+		t.Fatalf("migrate with the folded migrations: %v", err)
+	}
+	if err := agentsql.Migrate(ctx, newPool); err != nil {
+		t.Fatalf("migrate from empty: %v", err)
+	}
+	res, err := agentsql.MigrateWithResult(ctx, oldPool, nil)
+	if err != nil {
+		t.Fatalf("migrate a database that holds the folded migrations: %v", err)
+	}
+	functions, err := agentsql.Functions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(history) != 15 {
-		t.Fatalf("testdata/history holds %d migrations, want the 15 the baseline squashed", len(history))
+	var files []string
+	for _, f := range functions {
+		files = append(files, f.Name)
 	}
 	migrations, err := agentsql.Migrations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	histURL, baseURL := dbtest.NewEmptyURL(t), dbtest.NewEmptyURL(t)
-	histPool, basePool := openPool(t, histURL), openPool(t, baseURL)
-	if _, err := agentsql.MigrateList(ctx, histPool, nil, history); err != nil {
-		t.Fatalf("migrate with the history: %v", err)
+	var all, later []string // every migration; those after the baseline
+	for _, m := range migrations {
+		all = append(all, m.Name)
+		if m.Version > 1 {
+			later = append(later, m.Name)
+		}
 	}
-	if _, err := agentsql.MigrateList(ctx, basePool, nil, migrations[:1]); err != nil {
-		t.Fatalf("migrate with the baseline: %v", err)
+	if !slices.Equal(res.Applied, later) || !slices.Equal(res.Functions, files) {
+		t.Errorf("a database that holds the folded migrations applied %v and the function files %v, want %v and %v", res.Applied, res.Functions, later, files)
+	}
+	if got := queryStrings(t, oldPool, "SELECT name FROM agentworker_migrations ORDER BY version"); !slices.Equal(got, all) {
+		t.Errorf("agentworker_migrations holds %v, want the baseline and the migrations after it, %v", got, all)
 	}
 
-	hist, base := comparableDump(pgDump(t, histURL)), comparableDump(pgDump(t, baseURL))
-	if hist != base {
-		t.Errorf("the baseline's schema differs from the history's:\n%s", lineDiff(hist, base))
+	folded, fresh := comparableDump(pgDump(t, oldURL)), comparableDump(pgDump(t, newURL))
+	if folded != fresh {
+		t.Errorf("the schema migrated from empty differs from the folded migrations':\n%s", lineDiff(folded, fresh))
 	}
 	for _, table := range []string{"agentworker_task_transitions", "agentworker_run_transitions"} {
 		q := "SELECT from_status || ' -> ' || to_status FROM " + table + " ORDER BY 1"
-		if h, b := queryStrings(t, histPool, q), queryStrings(t, basePool, q); !slices.Equal(h, b) {
-			t.Errorf("%s: the history holds %v, the baseline %v", table, h, b)
+		if o, n := queryStrings(t, oldPool, q), queryStrings(t, newPool, q); !slices.Equal(o, n) {
+			t.Errorf("%s: the folded migrations hold %v, the baseline %v", table, o, n)
 		}
 	}
+}
 
-	res, err := agentsql.MigrateWithResult(ctx, histPool, nil)
+// foldedMigrations reads sql/migrations as it was at foldedAt from git.
+func foldedMigrations(t *testing.T) []agentsql.Migration {
+	t.Helper()
+	bin, err := exec.LookPath("git")
 	if err != nil {
-		t.Fatalf("migrate a database that holds the history: %v", err)
+		prereq.MissingFromMachine(t, "git", "install the git package", err)
 	}
-	var later []string
-	for _, m := range migrations[1:] {
-		later = append(later, m.Name)
+	run := func(args ...string) []byte {
+		t.Helper()
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(t.Context(), bin, args...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %s (the folded migrations are read from the repository's history; a shallow clone lacks them): %v: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return out
 	}
-	if !slices.Equal(res.Applied, later) {
-		t.Errorf("a database that holds the history applied %v, want the migrations after the baseline %v", res.Applied, later)
+	fsys := fstest.MapFS{}
+	for name := range strings.Lines(string(run("ls-tree", "--name-only", "--full-tree", foldedAt, "sql/migrations/"))) {
+		name = strings.TrimSpace(name)
+		fsys[path.Base(name)] = &fstest.MapFile{Data: run("show", foldedAt+":"+name)}
 	}
-	var names []string
-	for _, m := range migrations {
-		names = append(names, m.Name)
+	ms, err := agentsql.ReadMigrations(fsys)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := queryStrings(t, histPool, "SELECT name FROM agentworker_migrations ORDER BY version"); !slices.Equal(got, names) {
-		t.Errorf("agentworker_migrations holds %v, want %v", got, names)
+	return ms
+}
+
+// TestMigrateAppliesChangedFunctionFiles: a function file is applied again
+// when its checksum changes, and only that file; an unchanged one is not
+// run again (a function's setting reset by hand stays reset).
+func TestMigrateAppliesChangedFunctionFiles(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.New(t)
+	migrations, err := agentsql.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	functions, err := agentsql.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// By hand, a setting access.sql gives; applying access.sql again would
+	// give it back.
+	if _, err := pool.Exec(ctx, "ALTER FUNCTION agentworker_jwt_projects() RESET ALL"); err != nil {
+		t.Fatal(err)
+	}
+
+	i := slices.IndexFunc(functions, func(f agentsql.FunctionFile) bool { return f.Name == "control.sql" })
+	if i < 0 || functions[0].Name != "access.sql" {
+		t.Fatalf("the function files are %v, want access.sql first and a control.sql", functions)
+	}
+	changed := slices.Clone(functions)
+	changed[i] = agentsql.FunctionFile{
+		Name:     "control.sql",
+		SQL:      changed[i].SQL + "\nCOMMENT ON FUNCTION agentworker_cancel_task(uuid, integer, text) IS 'the file changed';\n",
+		Checksum: "changed",
+	}
+	for _, step := range []struct {
+		name      string
+		functions []agentsql.FunctionFile
+		applied   []string
+	}{
+		{"Unchanged", functions, nil},
+		{"OneChanged", changed, []string{"control.sql"}},
+		{"ChangedAgain", changed, nil},
+	} {
+		res, err := agentsql.MigrateList(ctx, pool, nil, migrations, step.functions)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if len(res.Applied) != 0 || !slices.Equal(res.Functions, step.applied) {
+			t.Errorf("%s: applied %v and the function files %v, want none and %v", step.name, res.Applied, res.Functions, step.applied)
+		}
+	}
+	var got string
+	if err := pool.QueryRow(ctx, "SELECT obj_description('agentworker_cancel_task(uuid, integer, text)'::regprocedure, 'pg_proc')").Scan(&got); err != nil || got != "the file changed" {
+		t.Errorf("the changed file's comment is %q (%v), want it applied", got, err)
+	}
+	if got := queryStrings(t, pool, "SELECT coalesce(array_to_string(proconfig, ','), '') FROM pg_proc WHERE oid = 'agentworker_jwt_projects()'::regprocedure"); !slices.Equal(got, []string{""}) {
+		t.Errorf("access.sql, unchanged, was applied again: agentworker_jwt_projects has the settings %v again", got)
+	}
+	if got := queryStrings(t, pool, "SELECT checksum FROM agentworker_function_files WHERE name = 'control.sql'"); !slices.Equal(got, []string{"changed"}) {
+		t.Errorf("control.sql is recorded with checksum %v, want the changed file's", got)
 	}
 }
 
@@ -106,9 +206,9 @@ func TestMigrateRefusesAnotherBuildsMigrations(t *testing.T) {
 	}
 }
 
-// TestSchemaFile keeps sql/schema.sql, the schema as every migration leaves
-// it, generated from a migrated database: it reads in one place, and a
-// migration that changes it changes the file in the same commit.
+// TestSchemaFile keeps sql/schema.sql, the schema as the migrations and
+// the function files leave it, generated from a migrated database: it reads
+// in one place, and a change to it changes the file in the same commit.
 func TestSchemaFile(t *testing.T) {
 	t.Parallel()
 	got := schemaSQL(pgDump(t, dbtest.NewURL(t)))
@@ -122,7 +222,7 @@ func TestSchemaFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(want) != got {
-		t.Errorf("sql/%s is out of date with the migrations; run go test ./sql -run TestSchemaFile -update\n%s", schemaFile, lineDiff(string(want), got))
+		t.Errorf("sql/%s is out of date with the migrations and function files; run go test ./sql -run TestSchemaFile -update\n%s", schemaFile, lineDiff(string(want), got))
 	}
 }
 
@@ -248,9 +348,10 @@ var dayPartition = regexp.MustCompile(`agent_events_p[0-9]{8}`)
 // and pg_dump's session settings and per-run key say nothing of the schema.
 func schemaSQL(dump string) string {
 	var b strings.Builder
-	b.WriteString("-- The schema as every migration in sql/migrations leaves it: generated by\n" +
+	b.WriteString("-- The schema as sql/migrations and sql/functions leave it: generated by\n" +
 		"-- TestSchemaFile (go test ./sql -run TestSchemaFile -update) from pg_dump of a\n" +
-		"-- migrated database, without River's own objects. Do not edit: add a migration.\n")
+		"-- migrated database, without River's own objects. Do not edit: add a migration\n" +
+		"-- or change a function file.\n")
 	heads := dumpHeader.FindAllStringSubmatchIndex(dump, -1)
 	for i, h := range heads {
 		end := len(dump)
@@ -302,7 +403,7 @@ func schemaMarkdown(t *testing.T, pool *pgxpool.Pool) string {
 		SELECT c.oid, c.relname, c.relkind::text, coalesce(obj_description(c.oid, 'pg_class'), '')
 		FROM pg_class c
 		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'v')
-		  AND c.relname NOT LIKE 'river\_%' AND c.relname <> 'agentworker_migrations'
+		  AND c.relname NOT LIKE 'river\_%' AND c.relname NOT IN ('agentworker_migrations', 'agentworker_function_files')
 		  AND c.relname !~ '^agent_events_p[0-9]{8}$'
 		ORDER BY c.relkind = 'v', c.oid`)
 	if err != nil {

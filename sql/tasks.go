@@ -472,6 +472,22 @@ func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duratio
 	return orphans, nil
 }
 
+// ReleaseStranded queues, as the last dependency's success would have,
+// up to limit tasks waiting for longer than minAge whose dependencies have
+// all succeeded, and returns them: the reconciler's backstop for a release
+// the graph's triggers missed.
+func ReleaseStranded(ctx context.Context, db DBTX, minAge time.Duration, limit int) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, `SELECT agentworker_release_stranded($1::interval, $2)`, minAge, limit)
+	if err != nil {
+		return nil, fmt.Errorf("release stranded waiting tasks: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("release stranded waiting tasks: %w", err)
+	}
+	return ids, nil
+}
+
 // Orphan is a queued task without a live job, and the priority its job gets.
 type Orphan struct {
 	ID       uuid.UUID

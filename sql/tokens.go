@@ -40,3 +40,26 @@ func TokensNotBefore(ctx context.Context, db DBTX, scopes []string) (time.Time, 
 	}
 	return *nb, nil
 }
+
+// TokenRevocations returns the latest revocation of each of the scopes that
+// has one.
+func TokenRevocations(ctx context.Context, db DBTX, scopes []string) (map[string]time.Time, error) {
+	rows, err := db.Query(ctx, `SELECT scope, not_before FROM agentworker_token_epochs WHERE scope = ANY($1::text[])`, scopes)
+	if err != nil {
+		return nil, fmt.Errorf("read token revocations of %d scopes: %w", len(scopes), err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var scope string
+		var nb time.Time
+		if err := rows.Scan(&scope, &nb); err != nil {
+			return nil, fmt.Errorf("read token revocations of %d scopes: %w", len(scopes), err)
+		}
+		out[scope] = nb
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read token revocations of %d scopes: %w", len(scopes), err)
+	}
+	return out, nil
+}

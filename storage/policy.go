@@ -92,6 +92,8 @@ func CheckSensitive(p string) error {
 // every path.
 type Scope struct {
 	patterns [][]string
+	// outer is a scope this one was narrowed from: a path must be in both.
+	outer *Scope
 }
 
 // NewScope validates the patterns.
@@ -119,10 +121,25 @@ func NewScope(patterns []string) (*Scope, error) {
 	return s, nil
 }
 
+// Within returns the scope of the paths in both s and outer: a scope can be
+// narrowed by another, never widened.
+func (s *Scope) Within(outer *Scope) *Scope {
+	if s == nil {
+		return outer
+	}
+	return &Scope{patterns: s.patterns, outer: outer.Within(s.outer)}
+}
+
 // Check returns an error wrapping ErrOutOfScope unless p, a cleaned
 // project-relative path, matches one of the patterns.
 func (s *Scope) Check(p string) error {
-	if s == nil || len(s.patterns) == 0 {
+	if s == nil {
+		return nil
+	}
+	if err := s.outer.Check(p); err != nil {
+		return err
+	}
+	if len(s.patterns) == 0 {
 		return nil
 	}
 	segs := strings.Split(p, "/")

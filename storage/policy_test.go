@@ -94,3 +94,41 @@ func TestCheckSize(t *testing.T) {
 		t.Errorf("over the cap: %v", err)
 	}
 }
+
+// TestScopeWithin: a scope narrowed by another allows only what both allow,
+// whichever is empty (empty allows everything).
+func TestScopeWithin(t *testing.T) {
+	t.Parallel()
+	scope := func(p ...string) *storage.Scope {
+		s, err := storage.NewScope(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tests := []struct {
+		name         string
+		inner, outer *storage.Scope
+		path         string
+		want         bool
+	}{
+		{"InnerEmpty", scope(), scope("docs/**"), "README.md", false},
+		{"InnerEmptyInside", scope(), scope("docs/**"), "docs/a.md", true},
+		{"InnerWider", scope("**"), scope("docs/**"), "src/a.ts", false},
+		{"InnerNarrower", scope("docs/api/*"), scope("docs/**"), "docs/guide.md", false},
+		{"Both", scope("docs/api/*"), scope("docs/**"), "docs/api/a.md", true},
+		{"OuterEmpty", scope("src/**"), scope(), "docs/a.md", false},
+		{"NilOuter", scope("src/**"), nil, "src/a.ts", true},
+		{"NilInner", nil, scope("src/**"), "docs/a.md", false},
+		{"ThreeDeep", scope().Within(scope("src/**")), scope("src/app/**"), "src/lib/a.ts", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.inner.Within(tt.outer).Check(tt.path)
+			if got := err == nil; got != tt.want {
+				t.Errorf("Check(%q) = %v, want allowed=%v", tt.path, err, tt.want)
+			}
+		})
+	}
+}

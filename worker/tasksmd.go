@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -35,14 +38,18 @@ type tasksMDArgs struct{}
 
 func (tasksMDArgs) Kind() string { return TasksMDKind }
 
+// InsertOpts: one job queued or running at a time, whichever replica
+// inserts it.
 func (tasksMDArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: MaintenanceQueue, MaxAttempts: 1}
+	return river.InsertOpts{Queue: MaintenanceQueue, MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning, rivertype.JobStateScheduled}}}
 }
 
 // tasksMDWorker rewrites the tasks.md of every project whose tasks changed
-// status since it last ran. Periodic on the leader; a burst of changes in a
-// project between two runs is one write, and a run that finds another
-// still at work leaves the changes to it.
+// status since it last ran. Inserted when events were announced
+// (scheduleTasksMD); a burst of changes in a project between two runs is
+// one write, and a run that finds another still at work leaves the
+// changes to it.
 type tasksMDWorker struct {
 	river.WorkerDefaults[tasksMDArgs]
 	svc *Service
@@ -54,6 +61,92 @@ func (w *tasksMDWorker) Work(ctx context.Context, _ *river.Job[tasksMDArgs]) err
 		w.svc.cfg.Logger.DebugContext(ctx, "tasks.md rewritten", slog.Int("projects", n))
 	}
 	return err
+}
+
+const (
+	tasksMDMinBackoff = 100 * time.Millisecond
+	tasksMDMaxBackoff = 5 * time.Second
+)
+
+// scheduleTasksMD inserts the tasks.md job once events were announced on
+// agent_events (every status change writes one), at most once an interval,
+// until ctx ends: a service whose projects do not change runs none. It
+// also inserts one whenever it starts to listen, for the changes made
+// while it did not.
+func (s *Service) scheduleTasksMD(ctx context.Context) {
+	changed := make(chan struct{}, 1)
+	mark := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // already marked
+		}
+	}
+	var listening sync.WaitGroup
+	defer listening.Wait()
+	listening.Go(func() { s.listenForChanges(ctx, mark) })
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		// The changes of one interval are one job.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.TasksMDInterval):
+		}
+		res, err := s.client.Insert(ctx, tasksMDArgs{}, nil)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.cfg.Logger.WarnContext(ctx, "insert the tasks.md job; retrying", slog.String("err", err.Error()))
+			mark()
+		case res.UniqueSkippedAsDuplicate:
+			// A job is queued or running: the running one may have read
+			// its changes before these committed, so one more follows it.
+			mark()
+		}
+	}
+}
+
+// listenForChanges calls mark after each notification on agent_events,
+// and once it listens (again), until ctx ends.
+func (s *Service) listenForChanges(ctx context.Context, mark func()) {
+	backoff := tasksMDMinBackoff
+	for {
+		err := s.listenOnce(ctx, mark)
+		if ctx.Err() != nil {
+			return
+		}
+		s.cfg.Logger.WarnContext(ctx, "tasks.md: listener connection lost; reconnecting", slog.String("err", err.Error()), slog.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, tasksMDMaxBackoff)
+	}
+}
+
+func (s *Service) listenOnce(ctx context.Context, mark func()) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire listener connection: %w", err)
+	}
+	conn := pc.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+agentsql.EventsChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", agentsql.EventsChannel, err)
+	}
+	mark()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		mark()
+	}
 }
 
 // RenderTasksMD rewrites the tasks.md of every project whose tasks changed

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,58 @@ func TestTasksMDWrittenByTheLeader(t *testing.T) {
 	}
 	poll.Until(t, "tasks.md to list the cancelled task", 20*time.Second, func() bool {
 		c, _, err := h.store.Read(t.Context(), project.String(), "tasks.md")
+		return err == nil && strings.Contains(string(c), "| cancelled | 1 |")
+	})
+}
+
+// TestTasksMDIdleRunsNoJob: a service whose projects do not change runs no
+// tasks.md job after its first; a status change runs one that rewrites
+// the project's tasks.md.
+func TestTasksMDIdleRunsNoJob(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{noService: true})
+	ctx := t.Context()
+	const interval = 50 * time.Millisecond
+	svc, err := worker.New(h.pool, nil, worker.Config{TasksMD: worker.TasksMDConfig{Store: h.store, Path: "tasks.md"}, TasksMDInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := func() (all, done int) {
+		t.Helper()
+		if err := h.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'completed') FROM river_job WHERE kind = $1`,
+			worker.TasksMDKind).Scan(&all, &done); err != nil {
+			t.Fatal(err)
+		}
+		return all, done
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop(context.WithoutCancel(ctx)) })
+	// The first render, at start, catches up on what changed while no
+	// service listened.
+	poll.Until(t, "the tasks.md job at start", 20*time.Second, func() bool {
+		all, done := jobs()
+		return all > 0 && all == done
+	})
+	before, _ := jobs()
+	// Forty intervals with nothing changed: an idle window, not a wait for
+	// something to happen.
+	time.Sleep(40 * interval)
+	if after, _ := jobs(); after != before {
+		t.Errorf("%d tasks.md jobs in %s with nothing changed, want none", after-before, 40*interval)
+	}
+
+	project := uuid.New()
+	task, err := agentsql.InsertTask(ctx, h.pool, agentsql.NewTask{ProjectID: project, Type: "chat", Prompt: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.ControlTask(ctx, h.pool, task.ID, agentsql.ActionCancel, agentsql.ControlOpts{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "tasks.md to list the cancelled task", 20*time.Second, func() bool {
+		c, _, err := h.store.Read(ctx, project.String(), "tasks.md")
 		return err == nil && strings.Contains(string(c), "| cancelled | 1 |")
 	})
 }

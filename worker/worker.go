@@ -102,8 +102,9 @@ type Config struct {
 	// list at Path in its storage, rewritten within about TasksMDInterval of
 	// a status change. Defaults to off.
 	TasksMD TasksMDConfig
-	// TasksMDInterval is how often the leader renders the changed projects'
-	// task lists. Defaults to 1 second.
+	// TasksMDInterval is how long after events were announced the changed
+	// projects' task lists are rendered: the changes of one interval are
+	// one render, none when nothing changed. Defaults to 1 second.
 	TasksMDInterval time.Duration
 	// Retention is what River's leader keeps of finished work, and how it
 	// makes agent_events' partitions ahead of time. Defaults to keeping
@@ -219,6 +220,8 @@ type Service struct {
 	swept     chan struct{} // closed when the lease sweeper returned
 	stopAnn   func()        // stops the announcer; set by Start
 	announced chan struct{} // closed when the announcer returned
+	stopMD    func()        // stops the tasks.md scheduler; set by Start
+	scheduled chan struct{} // closed when the tasks.md scheduler returned
 }
 
 // New builds the service. handlers maps task type to its handler.
@@ -249,9 +252,6 @@ func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Conf
 		if err := river.AddWorkerSafely(workers, &tasksMDWorker{svc: s}); err != nil {
 			return nil, fmt.Errorf("register tasks.md worker: %w", err)
 		}
-		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(cfg.TasksMDInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return tasksMDArgs{}, nil },
-			&river.PeriodicJobOpts{RunOnStart: true}))
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                cfg.ID,
@@ -285,6 +285,18 @@ func (s *Service) Start(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopSweep, s.swept = cancel, make(chan struct{})
 	go s.sweepLeases(sctx)
+	s.scheduled = make(chan struct{})
+	if s.cfg.TasksMD.Store != nil && s.cfg.TasksMD.Path != "" {
+		mctx, mcancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopMD = mcancel
+		go func() {
+			defer close(s.scheduled)
+			s.scheduleTasksMD(mctx)
+		}()
+	} else {
+		close(s.scheduled)
+		s.stopMD = func() {}
+	}
 	s.announced = make(chan struct{})
 	if s.cfg.Announcer == nil {
 		close(s.announced)
@@ -317,6 +329,8 @@ func (s *Service) Stop(ctx context.Context) error {
 	if s.stopSweep != nil {
 		s.stopSweep()
 		<-s.swept
+		s.stopMD()
+		<-s.scheduled
 	}
 	defer s.stopAnnouncer()
 	err := s.client.Stop(ctx)
@@ -516,7 +530,7 @@ func (reconcileArgs) InsertOpts() river.InsertOpts {
 
 // reconcileWorker enqueues queued tasks that have no live job: the backstop
 // for a lost pickup (rows copied in with triggers disabled, a job deleted by
-// hand).
+// hand); and queues waiting tasks whose dependencies have all succeeded.
 type reconcileWorker struct {
 	river.WorkerDefaults[reconcileArgs]
 	svc *Service
@@ -527,12 +541,17 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 	if n > 0 {
 		w.svc.cfg.Logger.InfoContext(ctx, "reconciler enqueued orphaned tasks", slog.Int("count", n))
 	}
+	stranded, serr := agentsql.ReleaseStranded(ctx, w.svc.pool, w.svc.cfg.ReconcileMinAge, 1000)
+	if len(stranded) > 0 {
+		w.svc.cfg.Logger.WarnContext(ctx, "reconciler released waiting tasks whose dependencies had all succeeded",
+			slog.Int("count", len(stranded)), slog.Any("task_ids", stranded))
+	}
 	idle, ierr := agentsql.FlagIdle(ctx, w.svc.pool, w.svc.cfg.StuckIdleTimeout)
 	for _, id := range idle {
 		w.svc.cfg.Logger.WarnContext(ctx, "task looks stuck: no progress", slog.String("task_id", id.String()),
 			slog.Duration("idle_timeout", w.svc.cfg.StuckIdleTimeout))
 	}
-	return errors.Join(err, ierr)
+	return errors.Join(err, serr, ierr)
 }
 
 // Reconcile enqueues a River job for every queued task older than

@@ -55,6 +55,8 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"rss_mb.tasks_1": r.RSSMB.Tasks1, "rss_mb.tasks_10": r.RSSMB.Tasks10, "rss_mb.tasks_100": r.RSSMB.Tasks100,
 		"graph.handoff_ms.p50": r.Graph.HandoffMS.P50, "graph.pickup_ms.p50": r.Graph.PickupMS.P50, "graph.handoff_ratio": r.Graph.HandoffRatio,
 		"graph.tasks_per_s": r.Graph.TasksPerS, "graph.flat_tasks_per_s": r.Graph.FlatTasksPerS,
+		"graph.diamond_handoff_ms.p50": r.Graph.DiamondHandoffMS.P50, "graph.fan_in_handoff_ms.p50": r.Graph.FanInHandoffMS.P50,
+		"graph.fan_in_handoff_ms.p99": r.Graph.FanInHandoffMS.P99, "graph.diamond_tasks_per_s": r.Graph.DiamondTasksPerS,
 		"retention.full.insert_ms.p50": r.Retention.Full.InsertMS.P50, "retention.full.stream_read_ms.p50": r.Retention.Full.StreamReadMS.P50,
 		"retention.full.task_list_ms.p50": r.Retention.Full.TaskListMS.P50, "retention.empty.stream_read_ms.p50": r.Retention.Empty.StreamReadMS.P50,
 		"retention.unpartitioned_full.stream_read_ms.p50": r.Retention.UnpartitionedFull.StreamReadMS.P50,

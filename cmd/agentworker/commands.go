@@ -293,9 +293,13 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	mux := healthMux(pool, st, commands)
 	mux.Handle("GET /metrics", api.RequireToken(cfg.MetricsToken, m.Handler()))
 	streams := sse.NewStreams(pool, hub, sse.Config{Heartbeat: cfg.SSEHeartbeat, Logger: log, Archive: arch})
+	prices, err := cfg.prices()
+	if err != nil {
+		return nil, err
+	}
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
 		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute,
-		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
+		Prices: prices, RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }
@@ -334,7 +338,7 @@ func migrate(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "river migrations applied: %v\nagentworker migrations applied: %v\n", res.RiverVersions, res.Applied)
+	fmt.Fprintf(out, "river migrations applied: %v\nagentworker migrations applied: %v\nfunction files applied: %v\n", res.RiverVersions, res.Applied, res.Functions)
 	return nil
 }
 

@@ -56,7 +56,7 @@ type config struct {
 	MaxIterations          int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
 	BudgetMaxTokens        int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"token budget of a task and its ceiling, all attempts (0: none; input.budget.max_tokens may lower it, or set one where this is 0)"`
 	BudgetMaxCostUSD       float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
-	LLMPrices              string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
+	LLMPrices              string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices (gpt-4o, gpt-4o-mini, gpt-4.1, gpt-4.1-mini, gpt-4.1-nano, o3, o4-mini); a model not listed is refused where it is named (an agent's model: 400 MODEL_UNPRICED; a task of such an agent, even one inserted by SQL, fails model_unpriced before calling it) and LLM_MODEL must be listed; 0:0 prices a self-hosted model"`
 	TaskLease              time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
 	TasksMDPath            string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it; every task's context holds it, the first thing trimmed when over CONTEXT_BUDGET_BYTES (empty: off)"`
 	RulesFallbacks         []string      `envconfig:"RULES_FALLBACKS" default:"CLAUDE.md" desc:"rules file names looked for in a folder after AGENTS.override.md and AGENTS.md, comma separated, first found wins (empty: none); the root's rules are in every task's system prompt, a folder's come with the first tool result under it, 32 KiB of rules a task"`
@@ -159,8 +159,16 @@ func loadConfig() (config, error) {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return c, err
 	}
-	if _, err := c.prices(); err != nil {
+	prices, err := c.prices()
+	if err != nil {
 		return c, err
+	}
+	// The worker's own model is priced too, or no cost budget would stop
+	// the tasks that use it (the demo model prices itself at 0).
+	if c.llmConfigured() {
+		if err := prices.Check(c.LLMModel); err != nil {
+			return c, fmt.Errorf("config: LLM_MODEL: %w", err)
+		}
 	}
 	return c, nil
 }

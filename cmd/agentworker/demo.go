@@ -139,6 +139,8 @@ func startDemoModel(cfg *config, log *slog.Logger) (stop func(), err error) {
 		return nil, err
 	}
 	cfg.OpenAIBaseURL, cfg.LLMModel = model.URL, "agentworker-demo"
+	// The scripted model costs nothing; LLM_PRICES may still say otherwise.
+	cfg.LLMPrices = cfg.LLMModel + "=0:0," + cfg.LLMPrices
 	return func() {
 		if err := model.Close(); err != nil {
 			log.Warn("stop the demo model", slog.String("err", err.Error()))

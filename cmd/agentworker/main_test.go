@@ -54,6 +54,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"TASKS_MD_PATH": "../tasks.md"}, "TASKS_MD_PATH"},
 		{map[string]string{"TASKS_MD_PATH": ".env"}, "TASKS_MD_PATH"},
 		{map[string]string{"CONTEXT_BUDGET_BYTES": "1023"}, "CONTEXT_BUDGET_BYTES must be at least 1024"},
+		{map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "LLM_MODEL": "o1-pro"}, `LLM_MODEL: model "o1-pro" has no price`},
+		{map[string]string{"LLM_PRICES": "o1-pro=NaN:0"}, "LLM_PRICES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -94,7 +94,8 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 	)
 	cmd.Env = append(cmd.Env, e.env...)
 	if e.llm != nil {
-		cmd.Env = append(cmd.Env, "OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model)
+		cmd.Env = append(cmd.Env, "OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model,
+			"LLM_PRICES="+llmtest.Model+"=0:0")
 	}
 	p := &proc{cmd: cmd, out: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out

@@ -38,7 +38,7 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	model := llmtest.New(t, llmtest.Text("hello"), llmtest.Text("hello"), llmtest.Text("hello"), llmtest.Text("hello"))
 	const secret = "trace-test-secret-0123456789"
 	for k, v := range map[string]string{"DATABASE_URL": dbtest.NewURL(t), "STORAGE_DIR": t.TempDir(),
-		"OPENAI_BASE_URL": model.URL(), "OPENAI_API_KEY": "sk-test-not-a-real-key-000000", "LLM_MODEL": llmtest.Model,
+		"OPENAI_BASE_URL": model.URL(), "OPENAI_API_KEY": "sk-test-not-a-real-key-000000", "LLM_MODEL": llmtest.Model, "LLM_PRICES": llmtest.Model + "=0:0",
 		"JWT_SECRET": secret, "LOG_LEVEL": "debug", "LOG_FORMAT": "json", "TASKS_MD_PATH": ""} {
 		t.Setenv(k, v)
 	}

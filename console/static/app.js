@@ -7,7 +7,7 @@
 // a reload shows the same page.
 import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, ask } from "./board.js";
+import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, cascadeText, ask } from "./board.js";
 import { openAgents, reloadOnRefusal, agentName } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
 import { renderChanges, renderGeneral, selectLine } from "./review.js";
@@ -223,6 +223,7 @@ function followProject(after) {
   projectSource.onopen = () => setConn("project-conn", "live");
   projectSource.onerror = () => setConn("project-conn", projectSource.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   projectSource.addEventListener("expired", expired);
+  projectSource.addEventListener("revoked", revoked);
   projectSource.onmessage = (m) => {
     const ev = JSON.parse(m.data);
     if (!ev.task_id) return;
@@ -237,11 +238,21 @@ function followProject(after) {
 // expired stops both streams when the server says the token expired
 // (reconnecting with it would only be refused).
 function expired() {
+  endStreams("expired", "The token expired: paste a new one and press Open.");
+}
+
+// revoked stops both streams when the server says an operator revoked the
+// token.
+function revoked() {
+  endStreams("revoked", "The token was revoked: paste a new one and press Open.");
+}
+
+function endStreams(state, message) {
   if (projectSource) projectSource.close();
   if (source) source.close();
-  setConn("project-conn", "expired");
-  setConn("conn", "expired");
-  say("The token expired: paste a new one and press Open.");
+  setConn("project-conn", state);
+  setConn("conn", state);
+  say(message);
 }
 
 function setConn(id, state) {
@@ -343,7 +354,7 @@ for (const action of Object.keys(CONTROLS)) {
     const id = current.id;
     if (action === "cancel") {
       const more = cascade(tasks.rows(), [id]);
-      if (more.length && !(await ask(`Cancel this task? ${more.length} task${more.length === 1 ? "" : "s"} waiting on it will be blocked too.`, `Cancel ${more.length + 1} tasks`))) return;
+      if (more.length && !(await ask(`Cancel this task? ${cascadeText(more.length)}`, `Cancel ${more.length + 1} tasks`))) return;
     }
     const res = await client.post(`/v1/tasks/${enc(id)}/${action}`);
     say(res.pending ? `${action}: requested; the task stops at its next iteration` : "");
@@ -446,6 +457,7 @@ function watch(taskId) {
     setConn("conn", es.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   };
   es.addEventListener("expired", expired);
+  es.addEventListener("revoked", revoked);
   es.onmessage = (m) => {
     if (es !== source) return;
     const ev = JSON.parse(m.data);

@@ -63,8 +63,9 @@ export function boardColumns(rows) {
   return cols;
 }
 
-// cascade is the open tasks a cancel of ids would block: those depending
-// on them, directly or through others, and not finished.
+// cascade is the open tasks a cancel of ids takes with it: their
+// unfinished children (cancelled) and the tasks depending on any of
+// these (blocked), through any number of steps.
 export function cascade(rows, ids) {
   const open = new Set(["waiting", "queued", "running", "paused", "awaiting_input", "review"]);
   const hit = new Set(ids);
@@ -73,7 +74,7 @@ export function cascade(rows, ids) {
     grew = false;
     for (const t of rows) {
       if (hit.has(t.id) || !open.has(t.status)) continue;
-      if ((t.depends_on || []).some((d) => hit.has(d))) {
+      if ((t.depends_on || []).some((d) => hit.has(d)) || hit.has(t.parent_task_id)) {
         hit.add(t.id);
         blocked.add(t.id);
         grew = true;
@@ -81,6 +82,11 @@ export function cascade(rows, ids) {
     }
   }
   return [...blocked];
+}
+
+// cascadeText says how many more tasks a cancel takes with it.
+export function cascadeText(n) {
+  return `${n} more task${n === 1 ? " goes" : "s go"} with it: unfinished children are cancelled, tasks waiting on a cancelled one blocked.`;
 }
 
 // ask shows the page's confirmation with text and resolves to whether the
@@ -117,7 +123,7 @@ export function onBroadcast(fn) {
       const cmd = b.dataset.command;
       if (cmd === "cancel") {
         const more = cascade(lastRows, ids);
-        if (more.length && !(await ask(`Cancel ${ids.length} task${ids.length === 1 ? "" : "s"}? ${more.length} task${more.length === 1 ? "" : "s"} waiting on ${ids.length === 1 ? "it" : "them"} will be blocked too.`, `Cancel ${ids.length + more.length} tasks`))) return;
+        if (more.length && !(await ask(`Cancel ${ids.length} task${ids.length === 1 ? "" : "s"}? ${cascadeText(more.length)}`, `Cancel ${ids.length + more.length} tasks`))) return;
       }
       $("board-result").textContent = `${cmd}…`;
       try {

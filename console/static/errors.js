@@ -28,6 +28,7 @@ export const ADVICE = {
   INVALID_TASK_DEPENDENCY: { say: "A task may depend only on other tasks of this project, and never on itself through others: untick the dependency that makes the cycle or is gone." },
   TASK_HAS_DEPENDENTS: { say: "Other tasks depend on this one, so it cannot be removed: remove or re-plan them first." },
   AGENT_HAS_TASKS: { say: "This agent still has unfinished tasks, so it cannot be deleted: disable it instead, or wait until they finish." },
+  MODEL_UNPRICED: { say: "That model has no price set (LLM_PRICES), so the server will not run it: choose a priced model, or ask the operator to price it.", detail: true },
   AGENT_NAME_TAKEN: { say: "This project already has an agent of that name: choose another name." },
 };
 

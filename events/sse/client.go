@@ -79,7 +79,8 @@ func (c *Client) Stream(ctx context.Context, url, lastEventID string, fn func(Me
 		line := sc.Bytes()
 		if len(line) == 0 { // dispatch
 			// Events are unnamed ("message"); a named one, such as the
-			// "expired" that ends a stream, is not an event of a task.
+			// "expired" or "revoked" that ends a stream, is not an event
+			// of a task.
 			if len(data) > 0 && (typ == "" || typ == "message") {
 				var ev events.Event
 				if err := json.Unmarshal(data, &ev); err != nil {

@@ -43,6 +43,9 @@ type Hub struct {
 	byTask map[uuid.UUID]map[*Subscription]struct{}
 	byProj map[uuid.UUID]map[*Subscription]struct{}
 	want   map[uuid.UUID]struct{} // announced tasks the reader has yet to read
+	// The event floors of the tasks followed, read once (a task's floor
+	// never moves back), so that a read is one statement.
+	floors map[uuid.UUID]agentsql.EventFloor
 	wantC  chan struct{}
 	// Tasks announced since the last sweep, and in the interval before.
 	announced, announcedBefore map[uuid.UUID]struct{}
@@ -86,6 +89,7 @@ func NewHub(pool *pgxpool.Pool, logger *slog.Logger, opts ...HubOption) *Hub {
 		byTask:    map[uuid.UUID]map[*Subscription]struct{}{},
 		byProj:    map[uuid.UUID]map[*Subscription]struct{}{},
 		want:      map[uuid.UUID]struct{}{},
+		floors:    map[uuid.UUID]agentsql.EventFloor{},
 		wantC:     make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		announced: map[uuid.UUID]struct{}{}, announcedBefore: map[uuid.UUID]struct{}{},
@@ -151,6 +155,7 @@ func (s *Subscription) Close() {
 		if len(h.byTask[s.task]) == 0 {
 			delete(h.byTask, s.task)
 			delete(h.want, s.task)
+			delete(h.floors, s.task)
 		}
 	} else {
 		delete(h.byProj[s.project], s)
@@ -341,9 +346,13 @@ func (h *Hub) readLoop(ctx context.Context) {
 func (h *Hub) readRound(ctx context.Context) (again bool) {
 	h.mu.Lock()
 	cursors := make([]agentsql.TaskCursor, 0, len(h.want))
+	var unknown []uuid.UUID
 	for t := range h.want {
 		if after, ok := h.least(t); ok {
-			cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: after})
+			cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: after, Floor: h.floors[t]})
+			if !h.floors[t].Known() {
+				unknown = append(unknown, t)
+			}
 		}
 	}
 	clear(h.want)
@@ -351,7 +360,7 @@ func (h *Hub) readRound(ctx context.Context) (again bool) {
 	if len(cursors) == 0 {
 		return false
 	}
-	rows, err := agentsql.TasksEventsAfter(ctx, h.pool, cursors, hubReadLimit)
+	rows, err := h.readAfter(ctx, cursors, unknown)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err != nil {
@@ -379,6 +388,33 @@ func (h *Hub) readRound(ctx context.Context) (again bool) {
 		rows = rows[n:]
 	}
 	return again
+}
+
+// readAfter reads the tasks' events after cursors, first reading the
+// floors of the tasks in unknown (those of cursors without one) and keeping
+// them while the tasks are followed.
+func (h *Hub) readAfter(ctx context.Context, cursors []agentsql.TaskCursor, unknown []uuid.UUID) ([]agentsql.EventRow, error) {
+	if len(unknown) > 0 {
+		floors, err := agentsql.TaskEventFloors(ctx, h.pool, unknown)
+		if err != nil {
+			return nil, err
+		}
+		known := make(map[uuid.UUID]agentsql.EventFloor, len(unknown))
+		h.mu.Lock()
+		for i, t := range unknown {
+			known[t] = floors[i]
+			if h.byTask[t] != nil {
+				h.floors[t] = floors[i]
+			}
+		}
+		h.mu.Unlock()
+		for i, c := range cursors {
+			if f, ok := known[c.Task]; ok {
+				cursors[i].Floor = f
+			}
+		}
+	}
+	return agentsql.TasksEventsAfter(ctx, h.pool, cursors, hubReadLimit)
 }
 
 // least is the least position of a task's subscribers that said theirs;

@@ -9,7 +9,8 @@
 // last_event_id or after query parameter, else at the beginning. It ends
 // when the client leaves, the hub stops, or the request's context ends;
 // when that context ends with cause ErrExpired (the bearer's token expired)
-// it first sends an "expired" event. A task's events that were archived and
+// it first sends an "expired" event, with cause ErrRevoked (an operator
+// revoked it) a "revoked" one. A task's events that were archived and
 // dropped from agent_events are read from Config.Archive, in their place.
 // A task's events are also served as one JSON page, to a request that
 // accepts application/json and not text/event-stream.
@@ -85,11 +86,18 @@ var (
 	// event: the bearer's token ran out, and a client must come back with a
 	// fresh one.
 	ErrExpired = errors.New("stream authorization expired")
+	// ErrRevoked, as the cause of a stream request's context, ends the
+	// stream with a final "revoked" event: an operator revoked the bearer's
+	// token.
+	ErrRevoked = errors.New("stream authorization revoked")
 )
 
 // expiredEvent is the last message of a stream whose token expired; its
 // type is not "message", so EventSource's onmessage and Client skip it.
 const expiredEvent = "event: expired\ndata: {\"message\":\"token expired\"}\n\n"
+
+// revokedEvent is the last message of a stream whose token was revoked.
+const revokedEvent = "event: revoked\ndata: {\"message\":\"token revoked\"}\n\n"
 
 // pathID parses the {id} path value.
 func pathID(r *http.Request) (uuid.UUID, error) {
@@ -326,8 +334,15 @@ func (s *Streams) stream(w http.ResponseWriter, r *http.Request, sub *Subscripti
 		return
 	}
 	defer func() {
-		if errors.Is(context.Cause(ctx), ErrExpired) {
-			_, _ = fmt.Fprint(w, expiredEvent)
+		last := ""
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, ErrExpired):
+			last = expiredEvent
+		case errors.Is(cause, ErrRevoked):
+			last = revokedEvent
+		}
+		if last != "" {
+			_, _ = fmt.Fprint(w, last)
 			_ = rc.Flush()
 		}
 	}()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 	"sync"
 
 	"github.com/agentworker/agentworker/storage"
@@ -29,6 +29,34 @@ type guarded struct {
 
 // ErrReservedPath refuses a change to a path the service writes itself.
 var ErrReservedPath = errors.New("the service writes this file itself; read it, but do not change it")
+
+// ReservedPathError refuses a path that is, is under, or is a directory of
+// a file the service writes itself: a file at tasks.md/evil (or at docs,
+// for docs/tasks.md) would leave the service no place for its own.
+type ReservedPathError struct {
+	Path     string // the path refused
+	Reserved string // the file the service writes
+}
+
+func (e *ReservedPathError) Error() string {
+	if e.Path == e.Reserved {
+		return fmt.Sprintf("%s: %v", e.Path, ErrReservedPath)
+	}
+	return fmt.Sprintf("%s: the service writes %s itself, and a file at %s would take its place", e.Path, e.Reserved, e.Path)
+}
+
+func (e *ReservedPathError) Unwrap() error { return ErrReservedPath }
+
+// reservedBy returns the reserved file that clean is, is under, or is a
+// directory of.
+func reservedBy(reserved []string, clean string) (string, bool) {
+	for _, r := range reserved {
+		if clean == r || strings.HasPrefix(clean, r+"/") || strings.HasPrefix(r, clean+"/") {
+			return r, true
+		}
+	}
+	return "", false
+}
 
 // outage holds the first outage a tool call met.
 type outage struct {
@@ -139,8 +167,8 @@ func (g guarded) writable(p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if slices.Contains(g.reserved, clean) {
-		return "", fmt.Errorf("%s: %w", clean, ErrReservedPath)
+	if r, ok := reservedBy(g.reserved, clean); ok {
+		return "", &ReservedPathError{Path: clean, Reserved: r}
 	}
 	return clean, g.scope.Check(clean)
 }

@@ -1,6 +1,8 @@
 package tools_test
 
 import (
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -139,6 +141,50 @@ func TestRequestInputForEveryTaskType(t *testing.T) {
 		if r := reg.Call(t.Context(), tools.Env{}, "request_input", `{"question":"  "}`); r.Success {
 			t.Errorf("%s: an empty question was accepted", typ)
 		}
+	}
+}
+
+// TestReservedPathPrefixes: a path under a reserved file (tasks.md/evil)
+// or a file where a reserved file's directory is (docs) is refused at the
+// tool, with a structured error naming the reserved file, and nothing is
+// written: the service could not write its file after it. Siblings are not.
+func TestReservedPathPrefixes(t *testing.T) {
+	t.Parallel()
+	reg, env := setup(t, map[string]string{"notes.md": "n\n"})
+	env.Reserved = []string{"tasks.md", "docs/plan.md"}
+	for _, tt := range []struct{ name, tool, args, path, reserved string }{
+		{"WriteUnder", "write_file", `{"path":"tasks.md/evil","content":"x"}`, "tasks.md/evil", "tasks.md"},
+		{"WriteDeepUnder", "write_file", `{"path":"./tasks.md/a/b","content":"x"}`, "tasks.md/a/b", "tasks.md"},
+		{"WriteUnderNested", "write_file", `{"path":"docs/plan.md/x","content":"x"}`, "docs/plan.md/x", "docs/plan.md"},
+		{"WriteOverDirectory", "write_file", `{"path":"docs","content":"x"}`, "docs", "docs/plan.md"},
+		{"PatchAddUnder", "apply_patch", `{"patch":"*** Begin Patch\n*** Add File: tasks.md/evil\n+x\n*** End Patch"}`, "tasks.md/evil", "tasks.md"},
+		{"MoveUnder", "move_file", `{"fromPath":"notes.md","toPath":"tasks.md/evil"}`, "tasks.md/evil", "tasks.md"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := reg.Call(t.Context(), env, tt.tool, tt.args)
+			var body struct {
+				Success bool   `json:"success"`
+				Error   string `json:"error"`
+				Hint    string `json:"hint"`
+			}
+			if err := json.Unmarshal([]byte(r.Output), &body); err != nil {
+				t.Fatalf("%s %s: output %q is not a structured error: %v", tt.tool, tt.args, r.Output, err)
+			}
+			if r.Success || body.Success || !strings.Contains(body.Error, "the service writes "+tt.reserved+" itself") || body.Hint == "" {
+				t.Fatalf("%s %s = %+v, want refused as under reserved %s", tt.tool, tt.args, r, tt.reserved)
+			}
+			if _, err := env.Store.Stat(t.Context(), "p", tt.path); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("%s: %s written (%v)", tt.name, tt.path, err)
+			}
+		})
+	}
+	for _, p := range []string{"tasks.md.bak", "tasks.mdx/a", "docs/other.md", "doc"} {
+		if r := reg.Call(t.Context(), env, "write_file", args(map[string]string{"path": p, "content": "x"})); !r.Success {
+			t.Errorf("write_file %s, beside the reserved files = %+v", p, r)
+		}
+	}
+	if r := reg.Call(t.Context(), env, "read_file", `{"path":"notes.md"}`); !r.Success {
+		t.Errorf("notes.md moved: %+v", r)
 	}
 }
 

@@ -55,6 +55,15 @@ func storageFail(op, p string, err error) Result {
 		return Fail(fmt.Sprintf("%s: refused: %v", op, err), "work with smaller files, or split the content")
 	case errors.Is(err, storage.ErrExists):
 		return Fail(fmt.Sprintf("%s: file already exists: %s", op, p), "")
+	case errors.As(err, new(*ReservedPathError)):
+		var re *ReservedPathError
+		errors.As(err, &re)
+		extra := map[string]any{"path": re.Path, "reserved": re.Reserved}
+		if re.Path == re.Reserved {
+			return FailWith(fmt.Sprintf("%s: refused: %s: %v", op, re.Path, ErrReservedPath), "leave this file to the service", extra)
+		}
+		return FailWith(fmt.Sprintf("%s: refused: %s is reserved: the service writes %s itself, and a file at %s would take its place", op, re.Path, re.Reserved, re.Path),
+			"choose a path that is neither under nor a directory of "+re.Reserved, extra)
 	default:
 		return Fail(fmt.Sprintf("%s %s failed: %v", op, p, err), "")
 	}

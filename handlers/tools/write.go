@@ -120,7 +120,8 @@ func moveFileTool() Tool {
 				r = Fail("source file does not exist: "+from, "")
 			case errors.Is(err, storage.ErrExists):
 				r = Fail("target file already exists: "+to, "set overwrite to true to replace it")
-			case errors.Is(err, storage.ErrSensitive), errors.Is(err, storage.ErrOutOfScope), errors.Is(err, storage.ErrTooLarge):
+			case errors.Is(err, storage.ErrSensitive), errors.Is(err, storage.ErrOutOfScope), errors.Is(err, storage.ErrTooLarge),
+				errors.Is(err, ErrReservedPath):
 				r = storageFail("move_file", from+" → "+to, err)
 			case err != nil:
 				r = Fail(fmt.Sprintf("move file failed: %v", err), "")

@@ -1,22 +1,31 @@
--- The baseline: agentworker's schema as one file, each object defined once,
--- grouped by concern. Later migrations only add to it (002_…, 003_…); this
--- file never changes again. sql/schema.sql shows the schema as it is after
--- every migration, generated from a migrated database.
+-- The baseline: agentworker's tables, as one file, grouped by concern:
+-- their columns, keys, indexes, comments, the rows they start with, and
+-- their privileges. Functions, triggers, views and policies are not here:
+-- each is defined once, in its file under sql/functions, applied after the
+-- migrations and again whenever the file changes. Later migrations (002_…)
+-- hold tables, columns, indexes, data moves and drops only, and a landed
+-- migration never changes: this file took in 002 to 013 while nothing was
+-- deployed. sql/schema.sql shows the schema as it is, generated from a
+-- migrated database.
 --
 --   1. Tables
---   2. State machines and guards
---   3. Pickup and claim
---   4. Events and announcements
---   5. Change sets and checkpoints
---   6. Control functions
---   7. Usage
---   8. Row level security
+--   2. State machines
+--   3. Row level security
+--   4. The task graph
+--   5. Token revocation
+--   6. The machine's columns
+--   7. Provider budgets
+--   8. Refusals audited
+--   9. Review
+--   10. Documents
+--   11. Trace ids
+--   12. Usage that outlives its runs
+--   13. The events archive
+--   14. A task's event id floor
+--   15. Sealed days
 --
--- Two settings of a transaction steer the triggers, and only the worker and
--- our own functions set them: agentworker.skip_enqueue ('on': the writer
--- inserts the River job itself) and agentworker.requeue ('on': a move from
--- running back to queued is a hand-back). agentworker.seq and
--- agentworker.announce mark a single statement of events (section 4).
+-- A migration runs before the function files: it calls none of our
+-- functions (a data move is plain SQL).
 
 ------------------------------------------------------------------------------
 -- 1. Tables
@@ -30,7 +39,7 @@ CREATE TABLE ai_tasks (
     type             text NOT NULL CHECK (type IN ('chat', 'plan', 'build')),
     status           text NOT NULL DEFAULT 'queued' CHECK (status IN (
                          'queued', 'running', 'succeeded', 'failed', 'blocked',
-                         'cancelled', 'paused', 'awaiting_input')),
+                         'cancelled', 'paused', 'awaiting_input', 'waiting', 'review')),
     prompt           text,
     input            jsonb NOT NULL DEFAULT '{}',
     result           jsonb,
@@ -107,38 +116,38 @@ COMMENT ON COLUMN task_runs.idempotency_key IS '<task id>/<attempt>.';
 COMMENT ON COLUMN task_runs.status IS 'The run state machine (agentworker_run_transitions).';
 COMMENT ON COLUMN task_runs.next_retry_at IS 'When a retry_scheduled run goes on; NULL in every other status.';
 
--- agent_events: the typed, ordered timeline of each task. task_id names a
--- task without a foreign key: every insert naming a task updates that
--- task's row in the same statement, under its row lock, or fails
--- (section 4), which proves what the key's per-row check proved.
+CREATE SEQUENCE agent_events_id_seq;
 CREATE TABLE agent_events (
-    id          bigserial PRIMARY KEY,
+    id          bigint NOT NULL DEFAULT nextval('agent_events_id_seq'),
     task_id     uuid,
     project_id  uuid NOT NULL,
     seq         integer,
-    type        text NOT NULL CHECK (type IN (
+    type        text NOT NULL CONSTRAINT agent_events_type_check CHECK (type IN (
                     'agent_phase', 'tool_call', 'file_update', 'self_repair',
                     'log', 'error', 'progress')),
     payload     jsonb NOT NULL DEFAULT '{}',
     created_at  timestamptz NOT NULL DEFAULT now(),
     xid         xid8 NOT NULL DEFAULT pg_current_xact_id(),
     batch       uuid,
-    UNIQUE (task_id, seq),
-    CHECK (task_id IS NULL OR seq IS NOT NULL)
-);
+    PRIMARY KEY (id, created_at),
+    CONSTRAINT agent_events_task_id_seq_key UNIQUE (task_id, seq, created_at),
+    CONSTRAINT agent_events_check CHECK (task_id IS NULL OR seq IS NOT NULL)
+) PARTITION BY RANGE (created_at);
 
--- A bigserial id can become visible out of order across transactions, so a
--- project-wide reader orders by (xid, id) and reads only events whose xid
--- is below its snapshot's xmin: nothing can later appear before its cursor.
-CREATE INDEX agent_events_project_xid_idx ON agent_events (project_id, xid, id);
-CREATE UNIQUE INDEX agent_events_batch_idx ON agent_events (task_id, batch) WHERE batch IS NOT NULL;
+ALTER SEQUENCE agent_events_id_seq OWNED BY agent_events.id;
 
-COMMENT ON TABLE agent_events IS 'The typed, ordered timeline of each task (and project-level events with no task).';
+COMMENT ON TABLE agent_events IS 'The typed, ordered timeline of each task (and project-level events with no task), partitioned by UTC day of created_at.';
 COMMENT ON COLUMN agent_events.task_id IS 'The task, without a foreign key: an insert for a missing task fails with SQLSTATE 23503, deleting a task deletes its events.';
-COMMENT ON COLUMN agent_events.seq IS 'Per task, from 1, in commit order for the task whoever writes; always the database''s.';
+COMMENT ON COLUMN agent_events.seq IS 'Per task, from 1, in commit order for the task whoever writes; always the database''s. Unique per task across partitions: taken from ai_tasks.last_seq under the task row''s lock.';
 COMMENT ON COLUMN agent_events.type IS 'agent_phase | tool_call | file_update | self_repair | log | error | progress.';
+COMMENT ON COLUMN agent_events.created_at IS 'The partition key; one partition a UTC day (agent_events_pYYYYMMDD), agent_events_default for days without one.';
 COMMENT ON COLUMN agent_events.xid IS 'The writing transaction: a project cursor is (xid, id), read below the snapshot''s xmin.';
 COMMENT ON COLUMN agent_events.batch IS 'Idempotency key of one write of events, on its first row: a write resent after a lost reply inserts nothing.';
+
+CREATE INDEX agent_events_project_xid_idx ON agent_events (project_id, xid, id);
+CREATE UNIQUE INDEX agent_events_batch_idx ON agent_events (task_id, batch, created_at) WHERE batch IS NOT NULL;
+CREATE INDEX agent_events_phase_xid_idx ON agent_events (xid) WHERE type = 'agent_phase';
+CREATE INDEX agent_events_log_idx ON agent_events (project_id, id) WHERE type = 'log';
 
 -- inbox_items: what waits for a person.
 CREATE TABLE inbox_items (
@@ -146,7 +155,7 @@ CREATE TABLE inbox_items (
     project_id  uuid NOT NULL,
     task_id     uuid REFERENCES ai_tasks (id) ON DELETE CASCADE,
     run_id      uuid REFERENCES task_runs (id) ON DELETE SET NULL,
-    kind        text NOT NULL CHECK (kind IN ('await_user_input', 'task_completed')),
+    kind        text NOT NULL CHECK (kind IN ('await_user_input', 'task_completed', 'review_requested')),
     reason      text NOT NULL DEFAULT 'question',
     title       text NOT NULL,
     content     text NOT NULL DEFAULT '',
@@ -160,12 +169,13 @@ CREATE TABLE inbox_items (
 );
 
 CREATE INDEX inbox_items_project_idx ON inbox_items (project_id, created_at DESC) WHERE status = 'open';
+
 -- One open item per run and reason: stuck detection and budgets never pile up duplicates.
 CREATE UNIQUE INDEX inbox_items_open_per_run_idx ON inbox_items (run_id, kind, reason)
     WHERE status = 'open' AND run_id IS NOT NULL;
 
 COMMENT ON TABLE inbox_items IS 'What waits for a person: a question the agent asked, a budget or stuck alert, a finished task.';
-COMMENT ON COLUMN inbox_items.kind IS 'await_user_input | task_completed.';
+COMMENT ON COLUMN inbox_items.kind IS 'await_user_input | task_completed | review_requested.';
 COMMENT ON COLUMN inbox_items.reason IS 'Why an await_user_input item exists: question, budget, stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
 
 -- change_sets: one per build task. A build's writes are staged here and
@@ -266,8 +276,14 @@ EXCEPTION WHEN feature_not_supported THEN
 END
 $$;
 
+-- Days no day partition covers: the leader moves their rows into their
+-- day's partition. Made after the compression of payload, which it takes.
+CREATE TABLE agent_events_default PARTITION OF agent_events DEFAULT;
+
+COMMENT ON TABLE agent_events_default IS 'Events of a time no day partition covers; the leader moves them into their day''s partition.';
+
 ------------------------------------------------------------------------------
--- 2. State machines and guards
+-- 2. State machines
 ------------------------------------------------------------------------------
 
 -- The task state machine. sql.CanTransition in Go is the same table; a test
@@ -305,501 +321,24 @@ INSERT INTO agentworker_run_transitions (from_status, to_status) VALUES
 
 COMMENT ON TABLE agentworker_run_transitions IS 'The legal moves of task_runs.status; sql.CanTransitionRun mirrors it.';
 
--- Every status change of a task, by any writer (the worker, a control
--- function, PostgREST, psql), must be a legal move, and a task starts queued
--- or paused. A status change bumps version when the writer did not. A move
--- into running starts a new holder (fence + 1); a task that stops running
--- loses its lease. A move from running back to queued is a hand-back only
--- the lease sweeper, the worker and the control functions make (they say so
--- with agentworker.requeue): any other writer would leave the holder running
--- while a new job starts a second run.
-CREATE FUNCTION ai_tasks_guard_status() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.status NOT IN ('queued', 'paused') THEN
-            RAISE EXCEPTION 'a task starts queued or paused, not % (task %)', NEW.status, NEW.id
-                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_status_transition';
-        END IF;
-        NEW.lease_owner := NULL;
-        NEW.lease_expires_at := NULL;
-        RETURN NEW;
-    END IF;
-    IF NEW.status IS DISTINCT FROM OLD.status THEN
-        IF NOT EXISTS (SELECT 1 FROM agentworker_task_transitions
-                       WHERE from_status = OLD.status AND to_status = NEW.status) THEN
-            RAISE EXCEPTION 'illegal task status transition: % -> % (task %)', OLD.status, NEW.status, OLD.id
-                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_status_transition';
-        END IF;
-        IF OLD.status = 'running' AND NEW.status = 'queued'
-           AND coalesce(current_setting('agentworker.requeue', true), '') <> 'on' THEN
-            RAISE EXCEPTION 'running -> queued is a hand-back made by the lease sweeper or a control function, not by an update (task %)', OLD.id
-                USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_status_transition';
-        END IF;
-        IF NEW.version = OLD.version THEN
-            NEW.version := OLD.version + 1;
-        END IF;
-        IF NEW.status = 'running' THEN
-            NEW.fence := OLD.fence + 1;
-        ELSE
-            NEW.lease_owner := NULL;
-            NEW.lease_expires_at := NULL;
-        END IF;
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON ai_tasks
-    FOR EACH ROW EXECUTE FUNCTION ai_tasks_guard_status();
-
--- The WHEN clause of each status trigger is exactly the test its function
--- starts with, so an update that would do nothing calls nothing.
-CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)
-    EXECUTE FUNCTION ai_tasks_guard_status();
-
--- A run starts queued or running and moves only as its machine allows;
--- next_retry_at belongs to retry_scheduled alone.
-CREATE FUNCTION task_runs_guard_status() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.status NOT IN ('queued', 'running') THEN
-            RAISE EXCEPTION 'a run starts queued or running, not % (task %)', NEW.status, NEW.task_id
-                USING ERRCODE = 'check_violation', CONSTRAINT = 'task_runs_status_transition';
-        END IF;
-    ELSIF NEW.status IS DISTINCT FROM OLD.status
-          AND NOT EXISTS (SELECT 1 FROM agentworker_run_transitions
-                          WHERE from_status = OLD.status AND to_status = NEW.status) THEN
-        RAISE EXCEPTION 'illegal run status transition: % -> % (task %, attempt %)',
-            OLD.status, NEW.status, OLD.task_id, OLD.attempt
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'task_runs_status_transition';
-    END IF;
-    IF NEW.status <> 'retry_scheduled' THEN
-        NEW.next_retry_at := NULL;
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER task_runs_guard_status BEFORE INSERT OR UPDATE OF status ON task_runs
-    FOR EACH ROW EXECUTE FUNCTION task_runs_guard_status();
-
--- A task that succeeded leaves a task_completed inbox item, whoever finished it.
-CREATE FUNCTION ai_tasks_inbox_completed() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    IF NEW.status = 'succeeded' AND OLD.status <> 'succeeded' THEN
-        INSERT INTO inbox_items (project_id, task_id, kind, reason, title, content)
-        VALUES (NEW.project_id, NEW.id, 'task_completed', 'completed',
-                NEW.type || ' task completed',
-                coalesce(NEW.result ->> 'summary', ''));
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status = 'succeeded' AND OLD.status <> 'succeeded')
-    EXECUTE FUNCTION ai_tasks_inbox_completed();
-
-------------------------------------------------------------------------------
--- 3. Pickup and claim
-------------------------------------------------------------------------------
-
--- One River job for a task, as River's own insert makes it; River's insert
--- channel is notified so a worker fetches it at once instead of on its poll.
-CREATE FUNCTION agentworker_enqueue_task(p_task_id uuid) RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_job_id bigint;
-BEGIN
-    INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    VALUES (jsonb_build_object('task_id', p_task_id), 'ai_task', 'ai_tasks', 5, 1, 'available')
-    RETURNING id INTO v_job_id;
-    PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
-    RETURN v_job_id;
-END
-$$;
-
--- Pickup: queued tasks inserted by anyone (psql, PostgREST, an edge
--- function) get their River jobs in the same transaction, one insert and
--- one notification per statement, however many rows it inserts. Submit from
--- Go inserts the job itself with River's InsertTx (agentworker.skip_enqueue).
-CREATE FUNCTION ai_tasks_enqueue() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    -- Submit from Go inserts the job itself with River's InsertTx.
-    IF coalesce(current_setting('agentworker.skip_enqueue', true), '') = 'on' THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    SELECT jsonb_build_object('task_id', n.id), 'ai_task', 'ai_tasks', 5, 1, 'available'
-    FROM new_rows n WHERE n.status = 'queued';
-    IF FOUND THEN
-        PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON ai_tasks
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION ai_tasks_enqueue();
-
--- A task moved back to queued (resume, retry, answer, takeover, or an app's
--- own UPDATE) gets a fresh job, exactly as an inserted one does, except when
--- the writer keeps the job it has (a worker snoozing a task until its retry).
-CREATE FUNCTION ai_tasks_requeue() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    IF NEW.status = 'queued' AND OLD.status <> 'queued'
-       AND coalesce(current_setting('agentworker.skip_enqueue', true), '') <> 'on' THEN
-        PERFORM agentworker_enqueue_task(NEW.id);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued')
-    EXECUTE FUNCTION ai_tasks_requeue();
-
 -- The reconciler looks up live jobs by task id.
 CREATE INDEX river_job_ai_task_idx ON river_job ((args ->> 'task_id')) WHERE kind = 'ai_task';
 
--- River's job cancellation, as river.Client.JobCancel does it: a job not yet
--- running is cancelled at once; a running one is marked (so River's rescuer
--- never retries it) and its client is told on River's control channel, which
--- cancels the job's context within milliseconds.
-CREATE FUNCTION agentworker_cancel_river_job(p_job_id bigint) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_queue text;
-BEGIN
-    SELECT queue INTO v_queue FROM river_job
-    WHERE id = p_job_id AND state NOT IN ('cancelled', 'completed', 'discarded') AND finalized_at IS NULL
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    PERFORM pg_notify(current_schema() || '.river_control',
-        json_build_object('action', 'cancel', 'job_id', p_job_id, 'queue', v_queue)::text);
-    UPDATE river_job SET
-        state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
-        finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE now() END,
-        metadata = jsonb_set(metadata, '{cancel_attempted_at}', to_jsonb(now()), true)
-    WHERE id = p_job_id;
-END
-$$;
-
--- A claim is one statement: lock the task, check it is still claimable
--- (queued, or running under this very job, as when River retries a job
--- whose worker crashed), move it to running under a new fence, give it the
--- claimer's lease, close a run left running by a dead attempt, open (or
--- resume) this attempt's run, and say whether a checkpoint waits.
--- No row: the task does not exist. claimed false: nothing changed.
--- p_start_events writes the claim's three events in the same update of the
--- task row (their seqs are taken there):
---   progress    {"kind": "stage_enter", "stage": "claim", "timestamp": …}
---   agent_phase {"phase": "started", "status": "running", "taskType": …, "attempt": n}
---   progress    {"kind": "stage_exit", "stage": "claim", "message": "attempt n on <worker>", "timestamp": …}
--- (the payloads of events.Progress and events.AgentPhase; a test in the
--- worker holds the two in step). 'after_commit': the caller announces them
--- once it committed; 'notify': the announce trigger notifies as for any
--- writer; NULL: no events. p_open_change_set opens a claimed build's change
--- set under the fence the claim just took and returns its status
--- (change_set_created: the claim made it, so it holds nothing yet).
-CREATE FUNCTION agentworker_claim_task(p_task uuid, p_job bigint, p_worker text, p_lease interval,
-                                       p_start_events text DEFAULT NULL, p_open_change_set boolean DEFAULT false)
-RETURNS TABLE (claimed boolean, checkpointed boolean, change_set_status text, change_set_created boolean, task ai_tasks)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    v          ai_tasks;
-    v_key      text;
-    v_n        integer := CASE WHEN p_start_events IS NULL THEN 0 ELSE 3 END;
-    v_cs       text;
-    v_cs_new   boolean;
-BEGIN
-    IF p_start_events IS NOT NULL AND p_start_events NOT IN ('after_commit', 'notify') THEN
-        RAISE EXCEPTION 'agentworker_claim_task: p_start_events must be after_commit, notify or NULL, not %', p_start_events
-            USING ERRCODE = '22023';
-    END IF;
-    SELECT * INTO v FROM ai_tasks t WHERE t.id = p_task FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF NOT (v.status = 'queued' OR (v.status = 'running' AND v.river_job_id = p_job)) THEN
-        RETURN QUERY SELECT false, false, NULL::text, NULL::boolean, v;
-        RETURN;
-    END IF;
-    -- The guard trigger moves the fence of a task that starts running; a
-    -- task running under this job already is fenced here.
-    UPDATE ai_tasks t SET status = 'running', attempt = t.attempt + 1,
-        fence = CASE WHEN t.status = 'running' THEN t.fence + 1 ELSE t.fence END,
-        river_job_id = p_job, started_at = coalesce(t.started_at, now()), finished_at = NULL,
-        updated_at = now(), version = t.version + 1,
-        lease_owner = p_worker, lease_expires_at = now() + p_lease,
-        last_seq = t.last_seq + v_n
-    WHERE t.id = p_task
-    RETURNING t.* INTO v;
-    UPDATE task_runs r SET status = 'interrupted', finished_at = now()
-    WHERE r.task_id = p_task AND r.status = 'running';
-    -- A run waiting for its retry goes on as this attempt (retry_scheduled
-    -- -> running); otherwise the attempt opens a run of its own.
-    v_key := p_task::text || '/' || v.attempt;
-    UPDATE task_runs r SET status = 'running', attempt = v.attempt, idempotency_key = v_key,
-        river_job_id = p_job, worker_id = p_worker, started_at = now(), finished_at = NULL
-    WHERE r.task_id = p_task AND r.status = 'retry_scheduled';
-    IF NOT FOUND THEN
-        INSERT INTO task_runs (task_id, attempt, idempotency_key, river_job_id, worker_id, status, started_at)
-        VALUES (p_task, v.attempt, v_key, p_job, p_worker, 'running', now());
-    END IF;
-    IF v_n > 0 THEN
-        -- The seqs were taken above (the statement mark keeps the row
-        -- trigger from taking them again); the announce trigger consumes
-        -- both marks.
-        PERFORM set_config('agentworker.seq', 'statement', true);
-        IF p_start_events = 'after_commit' THEN
-            PERFORM set_config('agentworker.announce', 'after_commit', true);
-        END IF;
-        INSERT INTO agent_events (task_id, project_id, seq, type, payload) VALUES
-            (p_task, v.project_id, v.last_seq - 2, 'progress', jsonb_build_object(
-                'kind', 'stage_enter', 'stage', 'claim',
-                'timestamp', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))),
-            (p_task, v.project_id, v.last_seq - 1, 'agent_phase', jsonb_build_object(
-                'phase', 'started', 'status', 'running', 'taskType', v.type, 'attempt', v.attempt)),
-            (p_task, v.project_id, v.last_seq, 'progress', jsonb_build_object(
-                'kind', 'stage_exit', 'stage', 'claim', 'message', format('attempt %s on %s', v.attempt, p_worker),
-                'timestamp', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')));
-    END IF;
-    IF p_open_change_set AND v.type = 'build' THEN
-        -- A retried attempt finds the set its predecessor left, whatever
-        -- its status (applying: the handler finishes that apply).
-        INSERT INTO change_sets (task_id, project_id) VALUES (p_task, v.project_id)
-        ON CONFLICT (task_id) DO NOTHING
-        RETURNING status INTO v_cs;
-        v_cs_new := FOUND;
-        IF NOT v_cs_new THEN
-            SELECT s.status INTO v_cs FROM change_sets s WHERE s.task_id = p_task;
-        END IF;
-    END IF;
-    RETURN QUERY SELECT true, EXISTS (SELECT 1 FROM task_checkpoints c WHERE c.task_id = p_task), v_cs, v_cs_new, v;
-END
-$$;
-
--- Takeover: running tasks whose lease lapsed (their worker died or lost the
--- database), or that run without one (set running by a writer that is not a
--- worker), go back to the queue; their run is interrupted and their old job
--- cancelled so River's rescuer never runs it again. Any replica may call
--- this; SKIP LOCKED keeps two sweeps from taking the same task.
-CREATE FUNCTION agentworker_take_over_lapsed(p_limit integer DEFAULT 100)
-RETURNS TABLE (task_id uuid, lease_owner text, lapsed_for interval)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    v_task ai_tasks%ROWTYPE;
-BEGIN
-    PERFORM set_config('agentworker.requeue', 'on', true);
-    FOR v_task IN
-        SELECT * FROM ai_tasks t
-        WHERE t.status = 'running' AND (t.lease_expires_at < now() OR t.lease_expires_at IS NULL)
-        ORDER BY t.lease_expires_at NULLS FIRST
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        UPDATE task_runs r SET status = 'interrupted', error_code = 'lease_lapsed',
-            error_message = format('lease of %s lapsed', coalesce(v_task.lease_owner, 'nobody')), finished_at = now()
-        WHERE r.task_id = v_task.id AND r.status = 'running';
-        IF v_task.river_job_id IS NOT NULL THEN
-            PERFORM agentworker_cancel_river_job(v_task.river_job_id);
-        END IF;
-        UPDATE ai_tasks SET status = 'queued', updated_at = now() WHERE id = v_task.id;
-        INSERT INTO agent_events (task_id, project_id, type, payload)
-        VALUES (v_task.id, v_task.project_id, 'agent_phase', jsonb_build_object(
-            'phase', 'retrying', 'status', 'queued', 'taskType', v_task.type, 'attempt', v_task.attempt,
-            'summary', CASE WHEN v_task.lease_expires_at IS NULL
-                            THEN 'running without a lease; handed to a worker'
-                            ELSE format('lease of %s lapsed %s ago; handed to another worker',
-                                        v_task.lease_owner, now() - v_task.lease_expires_at) END));
-        task_id := v_task.id;
-        lease_owner := v_task.lease_owner;
-        lapsed_for := coalesce(now() - v_task.lease_expires_at, interval '0');
-        RETURN NEXT;
-    END LOOP;
-    PERFORM set_config('agentworker.requeue', '', true);
-END
-$$;
-
--- Stuck detection, the part that needs no help from the loop: a running task
--- whose timeline (alerts aside) has not moved for p_idle gets a warning event
--- and one open await_user_input item for its run (the unique index drops
--- duplicates).
-CREATE FUNCTION agentworker_flag_idle(p_idle interval)
-RETURNS TABLE (task_id uuid, idle_for interval)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    v record;
-    v_item uuid;
-BEGIN
-    FOR v IN
-        SELECT t.id, t.project_id, r.id AS run_id, now() - coalesce(max(e.created_at) FILTER (WHERE e.payload -> 'metadata' ->> 'alert' IS NULL), t.started_at) AS idle
-        FROM ai_tasks t
-        JOIN task_runs r ON r.task_id = t.id AND r.attempt = t.attempt AND r.status = 'running'
-        LEFT JOIN agent_events e ON e.task_id = t.id
-        WHERE t.status = 'running'
-        GROUP BY t.id, t.project_id, r.id
-        HAVING now() - coalesce(max(e.created_at) FILTER (WHERE e.payload -> 'metadata' ->> 'alert' IS NULL), t.started_at) > p_idle
-    LOOP
-        INSERT INTO inbox_items (project_id, task_id, run_id, kind, reason, title, content)
-        VALUES (v.project_id, v.id, v.run_id, 'await_user_input', 'stuck_idle',
-                'Task looks stuck', format('no progress for %s', date_trunc('second', v.idle)))
-        ON CONFLICT (run_id, kind, reason) WHERE status = 'open' AND run_id IS NOT NULL DO NOTHING
-        RETURNING id INTO v_item;
-        IF v_item IS NOT NULL THEN
-            INSERT INTO agent_events (task_id, project_id, type, payload)
-            VALUES (v.id, v.project_id, 'log', jsonb_build_object(
-                'level', 'warn', 'message', format('alert: no progress for %s', date_trunc('second', v.idle)),
-                'metadata', jsonb_build_object('alert', 'stuck_idle', 'inboxItemId', v_item, 'runId', v.run_id)));
-            task_id := v.id;
-            idle_for := v.idle;
-            RETURN NEXT;
-        END IF;
-        v_item := NULL;
-    END LOOP;
-END
-$$;
-
-------------------------------------------------------------------------------
--- 4. Events and announcements
-------------------------------------------------------------------------------
-
--- seq is always the database's, taken under the task row's lock, so seq
--- order is commit order for one task, whoever writes. A holder's batch of n
--- events takes last_seq+1 … last_seq+n in its own update of the task row
--- (which is also its fence check) and marks the statement with
--- agentworker.seq = 'statement'; the row trigger then leaves the seqs it was
--- given alone. Every other writer's rows get their seq here; a row for a
--- missing task fails with foreign_key_violation.
-CREATE FUNCTION agent_events_assign_seq() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    NEW.seq := NULL;
-    IF NEW.task_id IS NOT NULL THEN
-        UPDATE ai_tasks SET last_seq = last_seq + 1
-        WHERE id = NEW.task_id
-        RETURNING last_seq INTO NEW.seq;
-        IF NEW.seq IS NULL THEN
-            RAISE EXCEPTION 'agent_events: task % does not exist', NEW.task_id
-                USING ERRCODE = 'foreign_key_violation';
-        END IF;
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER agent_events_assign_seq BEFORE INSERT ON agent_events
-    FOR EACH ROW
-    WHEN (NEW.seq IS NULL OR current_setting('agentworker.seq', true) IS DISTINCT FROM 'statement')
-    EXECUTE FUNCTION agent_events_assign_seq();
-
--- Announcements: NOTIFY takes one cluster-wide lock held through commit, so
--- the worker writes events without notifying and announces them after
--- commit, coalesced per process (events.Announcer); it marks its statement
--- with agentworker.announce = 'after_commit'. Events written by anyone else
--- (psql, PostgREST, the control functions) are announced here, once per
--- statement. A payload names the tasks and projects with new events, never
--- content:
---   {"tasks": ["<task id>", …], "projects": ["<project id>", …]}
--- Listeners read from their own cursor, so a merged or lost announcement
--- costs latency only. The trigger consumes both statement marks, so neither
--- outlives the statement that set it.
-
--- Task/project pairs split into payloads that fit NOTIFY's 8000-byte limit
--- (90 pairs: json_agg writes ~40 bytes an id, so at most ~7,300 bytes).
-CREATE FUNCTION agentworker_announce_payloads(p_tasks uuid[], p_projects uuid[])
-RETURNS SETOF text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT json_build_object(
-               'tasks', coalesce(json_agg(DISTINCT t) FILTER (WHERE t IS NOT NULL), '[]'),
-               'projects', json_agg(DISTINCT p))::text
-    FROM unnest(p_tasks, p_projects) WITH ORDINALITY AS k(t, p, n)
-    GROUP BY (n - 1) / 90
-$$;
-
-CREATE FUNCTION agent_events_announce() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-DECLARE
-    v_payload text;
-BEGIN
-    IF current_setting('agentworker.seq', true) = 'statement' THEN
-        PERFORM set_config('agentworker.seq', '', true);
-    END IF;
-    IF current_setting('agentworker.announce', true) = 'after_commit' THEN
-        PERFORM set_config('agentworker.announce', '', true);
-        RETURN NULL;
-    END IF;
-    FOR v_payload IN
-        SELECT agentworker_announce_payloads(array_agg(task_id), array_agg(project_id))
-        FROM (SELECT DISTINCT task_id, project_id FROM new_rows) k
-        HAVING count(*) > 0
-    LOOP
-        PERFORM pg_notify('agent_events', v_payload);
-    END LOOP;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER agent_events_announce AFTER INSERT ON agent_events
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION agent_events_announce();
-
--- What a foreign key on agent_events.task_id would do besides checking:
--- a deleted task's events go with it (one delete per statement), and
--- TRUNCATE ai_tasks CASCADE empties the events of tasks (project events name
--- no task and stay).
-CREATE FUNCTION ai_tasks_delete_events() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    DELETE FROM agent_events e USING old_rows o WHERE e.task_id = o.id;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_delete_events AFTER DELETE ON ai_tasks
-    REFERENCING OLD TABLE AS old_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION ai_tasks_delete_events();
-
-CREATE FUNCTION ai_tasks_truncate_events() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    DELETE FROM agent_events WHERE task_id IS NOT NULL;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_truncate_events AFTER TRUNCATE ON ai_tasks
-    FOR EACH STATEMENT EXECUTE FUNCTION ai_tasks_truncate_events();
-
--- PostgREST's computed relationships (ai_tasks?select=*,agent_events(*) and
--- back): to-many from a task, to-one from an event. Invoker's rights: a
--- caller embeds only rows its policies show.
-CREATE FUNCTION agent_events(ai_tasks) RETURNS SETOF agent_events
-LANGUAGE sql STABLE AS $$ SELECT * FROM agent_events WHERE task_id = $1.id $$;
-
-CREATE FUNCTION ai_tasks(agent_events) RETURNS SETOF ai_tasks ROWS 1
-LANGUAGE sql STABLE AS $$ SELECT * FROM ai_tasks WHERE id = $1.task_id $$;
-
 -- Supabase: where the supabase_realtime publication exists, publish
 -- agent_events with full row images (REPLICA IDENTITY FULL), so a
--- supabase-js postgres_changes subscriber works unchanged. Elsewhere, skip.
+-- supabase-js postgres_changes subscriber works unchanged, as the parent
+-- table (publish_via_partition_root: changes arrive as agent_events', not
+-- as a day partition's). Elsewhere, skip.
 DO $$
+DECLARE
+    v regclass;
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'supabase_realtime') THEN
         ALTER TABLE agent_events REPLICA IDENTITY FULL;
+        FOR v IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'agent_events'::regclass LOOP
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', v);
+        END LOOP;
+        ALTER PUBLICATION supabase_realtime SET (publish_via_partition_root = true);
         IF NOT EXISTS (SELECT 1 FROM pg_publication_tables
                        WHERE pubname = 'supabase_realtime'
                          AND schemaname = current_schema()
@@ -811,282 +350,7 @@ END
 $$;
 
 ------------------------------------------------------------------------------
--- 5. Change sets and checkpoints
-------------------------------------------------------------------------------
-
--- A pause request lives while the task may still run: any other status
--- clears it.
-CREATE FUNCTION ai_tasks_clear_pause() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    IF NEW.status IS DISTINCT FROM OLD.status AND NEW.status NOT IN ('running', 'queued') THEN
-        NEW.pause_requested := false;
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_clear_pause BEFORE UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status AND NEW.status NOT IN ('running', 'queued'))
-    EXECUTE FUNCTION ai_tasks_clear_pause();
-
--- A task that ended (succeeded, failed, blocked, cancelled) has nothing to
--- continue: its checkpoint goes, and a change set still open (a paused task
--- cancelled, say) is discarded. A retry starts over.
-CREATE FUNCTION ai_tasks_drop_checkpoint() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-BEGIN
-    IF NEW.status IN ('succeeded', 'failed', 'blocked', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status THEN
-        DELETE FROM task_checkpoints WHERE task_id = NEW.id;
-        UPDATE change_sets SET status = 'discarded', updated_at = now() WHERE task_id = NEW.id AND status = 'open';
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER ai_tasks_drop_checkpoint AFTER UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status IN ('succeeded', 'failed', 'blocked', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION ai_tasks_drop_checkpoint();
-
-------------------------------------------------------------------------------
--- 6. Control functions
-------------------------------------------------------------------------------
-
--- agentworker_control_task is every control action: it checks the action
--- against the state machine and the optimistic version, applies it, writes
--- an audit event whatever the outcome, and notifies agentworker_control.
--- It never raises for a refused action, so the audit event commits; the
--- returned object says what happened:
---   {"outcome": "applied" | "rejected" | "conflict" | "invalid" | "not_found",
---    "task_id", "action", "from", "status", "version", "error", "pending"}
--- Pausing a running task sets pause_requested ("pending": true): its loop
--- pauses itself at the next iteration boundary, after a checkpoint; resume
--- before then withdraws the request. Cancel or pause of a task whose change
--- set is being applied is refused with the reason: its files are landing,
--- and a cancel never reports one outcome while another happens. Retry starts
--- the task's retry budget over; resume closes its open budget items.
-CREATE FUNCTION agentworker_control_task(
-    p_task_id uuid, p_action text, p_expected_version integer DEFAULT NULL,
-    p_actor text DEFAULT NULL, p_answer text DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_task    ai_tasks%ROWTYPE;
-    -- Through PostgREST the caller's JWT names the actor, whatever p_actor says.
-    v_actor   text := coalesce(
-        'user:' || (nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub'),
-        nullif(p_actor, ''), session_user::text);
-    v_target  text;
-    v_sources text[];
-    v_outcome text;
-    v_error   text;
-    v_result  jsonb;
-    v_pending boolean := false;
-    v_withdraw boolean := false;
-BEGIN
-    SELECT * INTO v_task FROM ai_tasks WHERE id = p_task_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('outcome', 'not_found', 'task_id', p_task_id, 'action', p_action,
-            'error', format('task %s not found', p_task_id));
-    END IF;
-
-    CASE p_action
-        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input'];
-        WHEN 'pause'  THEN v_target := 'paused';    v_sources := ARRAY['queued', 'running'];
-        WHEN 'resume' THEN v_target := 'queued';    v_sources := ARRAY['paused'];
-        WHEN 'retry'  THEN v_target := 'queued';    v_sources := ARRAY['failed', 'blocked', 'cancelled'];
-        WHEN 'answer' THEN v_target := 'queued';    v_sources := ARRAY['awaiting_input'];
-        ELSE v_target := NULL;
-    END CASE;
-    v_withdraw := p_action = 'resume' AND v_task.status = 'running' AND v_task.pause_requested;
-
-    IF v_target IS NULL THEN
-        v_outcome := 'invalid';
-        v_error := format('unknown action %L: want cancel, pause, resume, retry or answer', p_action);
-    ELSIF p_action = 'answer' AND coalesce(btrim(p_answer), '') = '' THEN
-        v_outcome := 'invalid';
-        v_error := 'an answer is required';
-    ELSIF p_expected_version IS NOT NULL AND p_expected_version <> v_task.version THEN
-        v_outcome := 'conflict';
-        v_error := format('task %s is at version %s, not the expected %s', p_task_id, v_task.version, p_expected_version);
-    ELSIF v_withdraw THEN
-        v_outcome := 'applied';
-    ELSIF NOT (v_task.status = ANY (v_sources))
-          OR NOT EXISTS (SELECT 1 FROM agentworker_task_transitions
-                         WHERE from_status = v_task.status AND to_status = v_target) THEN
-        v_outcome := 'rejected';
-        v_error := format('cannot %s a %s task', p_action, v_task.status);
-    ELSIF p_action IN ('cancel', 'pause')
-          AND EXISTS (SELECT 1 FROM change_sets WHERE task_id = p_task_id AND status = 'applying') THEN
-        v_outcome := 'rejected';
-        v_error := format('cannot %s task %s: its finished build is being applied to the project', p_action, p_task_id);
-    ELSE
-        v_outcome := 'applied';
-    END IF;
-
-    PERFORM set_config('agentworker.requeue', 'on', true);
-    IF v_outcome = 'applied' AND v_withdraw THEN
-        -- The loop has not reached its boundary yet: it simply goes on.
-        UPDATE ai_tasks SET pause_requested = false, version = version + 1, updated_at = now()
-        WHERE id = p_task_id
-        RETURNING * INTO v_task;
-    ELSIF v_outcome = 'applied' AND p_action = 'pause' AND v_task.status = 'running' THEN
-        -- A running loop pauses itself at its next iteration boundary, after
-        -- a checkpoint; nothing is stopped mid-call.
-        v_pending := true;
-        UPDATE ai_tasks SET pause_requested = true, version = version + 1, updated_at = now()
-        WHERE id = p_task_id
-        RETURNING * INTO v_task;
-    ELSIF v_outcome = 'applied' THEN
-        IF p_action IN ('cancel', 'pause') THEN
-            -- Stop the running loop (or the job that has not started yet).
-            IF v_task.river_job_id IS NOT NULL THEN
-                PERFORM agentworker_cancel_river_job(v_task.river_job_id);
-            END IF;
-            UPDATE task_runs SET
-                status = CASE WHEN p_action = 'pause' AND status = 'running' THEN 'interrupted' ELSE 'cancelled' END,
-                error_code = CASE WHEN p_action = 'pause' THEN 'paused' ELSE 'cancelled' END,
-                error_message = format('%s by %s', CASE WHEN p_action = 'pause' THEN 'paused' ELSE 'cancelled' END, v_actor),
-                finished_at = coalesce(finished_at, now())
-            WHERE task_id = p_task_id
-              AND status IN ('queued', 'running', 'retry_scheduled', 'interrupted')
-              AND NOT (p_action = 'pause' AND status = 'interrupted');
-        END IF;
-        IF p_action = 'retry' THEN
-            UPDATE ai_tasks SET error = NULL, result = NULL, retries = 0 WHERE id = p_task_id;
-        END IF;
-        IF p_action = 'resume' THEN
-            -- A budget pause is acknowledged by resuming.
-            UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
-            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'budget' AND status = 'open';
-        END IF;
-        IF p_action = 'answer' THEN
-            UPDATE inbox_items SET status = 'closed', answer = p_answer, resolver = v_actor,
-                resolved_at = now(), version = version + 1
-            WHERE task_id = p_task_id AND kind = 'await_user_input' AND status = 'open';
-        END IF;
-        -- The status move; ai_tasks_requeue enqueues a job for a move to queued.
-        UPDATE ai_tasks SET status = v_target, version = version + 1, updated_at = now(),
-            finished_at = CASE WHEN v_target = 'cancelled' THEN now() ELSE NULL END
-        WHERE id = p_task_id
-        RETURNING * INTO v_task;
-    END IF;
-    PERFORM set_config('agentworker.requeue', '', true);
-
-    v_result := jsonb_build_object('outcome', v_outcome, 'task_id', p_task_id, 'action', p_action,
-        'from', CASE WHEN v_outcome = 'applied' THEN NULL ELSE v_task.status END,
-        'status', v_task.status, 'version', v_task.version, 'error', v_error, 'pending', v_pending);
-
-    -- The audit event: who, what, outcome, whatever the outcome.
-    INSERT INTO agent_events (task_id, project_id, type, payload)
-    VALUES (p_task_id, v_task.project_id, 'log', jsonb_build_object(
-        'level', CASE WHEN v_outcome = 'applied' THEN 'info' ELSE 'warn' END,
-        'message', CASE WHEN v_outcome = 'applied'
-                        THEN CASE WHEN v_pending
-                                  THEN format('pause requested by %s: the task pauses at its next iteration boundary', v_actor)
-                                  WHEN v_withdraw
-                                  THEN format('resume by %s: the pending pause is withdrawn; the task goes on', v_actor)
-                                  ELSE format('%s by %s: task is now %s', p_action, v_actor, v_task.status) END
-                        ELSE format('%s by %s refused (%s): %s', p_action, v_actor, v_outcome, v_error) END,
-        'metadata', jsonb_build_object('audit', true, 'actor', v_actor, 'action', p_action,
-            'outcome', v_outcome, 'status', v_task.status, 'version', v_task.version, 'pending', v_pending,
-            'expectedVersion', p_expected_version, 'error', v_error)));
-
-    IF v_outcome = 'applied' AND NOT v_pending AND NOT v_withdraw THEN
-        -- The lifecycle event; cancelled is terminal for followers.
-        INSERT INTO agent_events (task_id, project_id, type, payload)
-        VALUES (p_task_id, v_task.project_id, 'agent_phase', jsonb_build_object(
-            'phase', CASE p_action WHEN 'cancel' THEN 'cancelled' WHEN 'pause' THEN 'paused' ELSE 'queued' END,
-            'status', v_task.status, 'taskType', v_task.type,
-            'summary', format('%s by %s', p_action, v_actor)));
-    END IF;
-    IF v_outcome = 'applied' THEN
-        PERFORM pg_notify('agentworker_control', json_build_object(
-            'task_id', p_task_id, 'action', p_action, 'status', v_task.status, 'version', v_task.version,
-            'pending', v_pending)::text);
-    END IF;
-    RETURN v_result;
-END
-$$;
-
--- The control functions apps call, checked against the caller. A task the
--- caller may not see gets the answer a missing task gets, with no audit
--- event either, so the two cannot be told apart.
-CREATE FUNCTION agentworker_control_for_caller(
-    p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text DEFAULT NULL)
-RETURNS jsonb
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM ai_tasks WHERE id = p_task_id AND agentworker_caller_may_access(project_id)) THEN
-        RETURN jsonb_build_object('outcome', 'not_found', 'task_id', p_task_id, 'action', p_action,
-            'error', format('task %s not found', p_task_id));
-    END IF;
-    RETURN agentworker_control_task(p_task_id, p_action, p_expected_version, p_actor, p_answer);
-END
-$$;
-
--- The per-action entry points, for PostgREST (POST /rpc/agentworker_cancel_task).
-CREATE FUNCTION agentworker_cancel_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-AS $$ SELECT agentworker_control_for_caller(task_id, 'cancel', expected_version, actor) $$;
-
-CREATE FUNCTION agentworker_pause_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-AS $$ SELECT agentworker_control_for_caller(task_id, 'pause', expected_version, actor) $$;
-
-CREATE FUNCTION agentworker_resume_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-AS $$ SELECT agentworker_control_for_caller(task_id, 'resume', expected_version, actor) $$;
-
-CREATE FUNCTION agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-AS $$ SELECT agentworker_control_for_caller(task_id, 'retry', expected_version, actor) $$;
-
-CREATE FUNCTION agentworker_answer_input(task_id uuid, answer text, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
-RETURNS jsonb LANGUAGE sql SECURITY DEFINER
-AS $$ SELECT agentworker_control_for_caller(task_id, 'answer', expected_version, actor, answer) $$;
-
-------------------------------------------------------------------------------
--- 7. Usage
-------------------------------------------------------------------------------
-
--- No row shared between tasks is updated on a task's path: every run's
--- tokens and cost stay on its own task_runs row and these views sum them on
--- read (security_invoker: a reader sees the runs its policies show).
-
--- Every project together, for service_role: a run counts once it stopped
--- running, on the UTC day it finished.
-CREATE VIEW usage_daily WITH (security_invoker = true) AS
-SELECT (coalesce(r.finished_at, r.created_at) AT TIME ZONE 'UTC')::date AS day,
-       coalesce(t.model, 'unknown') AS model,
-       count(*) AS runs,
-       sum(r.tokens_in)::bigint AS tokens_in,
-       sum(r.tokens_out)::bigint AS tokens_out,
-       sum(r.cost)::numeric(14, 6) AS cost
-FROM task_runs r
-JOIN ai_tasks t ON t.id = r.task_id
-WHERE r.status NOT IN ('queued', 'running')
-GROUP BY 1, 2;
-
-COMMENT ON VIEW usage_daily IS 'Tokens and cost by UTC day and model, every project together, summed on read from finished runs.';
-
--- By project, for apps: runs still running count with what they spent so far.
-CREATE VIEW project_usage_daily WITH (security_invoker = true) AS
-SELECT t.project_id,
-       (coalesce(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC')::date AS day,
-       coalesce(t.model, 'unknown') AS model,
-       count(*) AS runs,
-       sum(r.tokens_in)::bigint AS tokens_in,
-       sum(r.tokens_out)::bigint AS tokens_out,
-       sum(r.cost) AS cost
-FROM task_runs r
-JOIN ai_tasks t ON t.id = r.task_id
-GROUP BY 1, 2, 3;
-
-COMMENT ON VIEW project_usage_daily IS 'Tokens and cost by project, UTC day and model, read with the caller''s rights.';
-
-------------------------------------------------------------------------------
--- 8. Row level security
+-- 3. Row level security
 ------------------------------------------------------------------------------
 
 -- Apps reach these tables through PostgREST, Supabase Realtime or SQL, and
@@ -1110,20 +374,23 @@ COMMENT ON VIEW project_usage_daily IS 'Tokens and cost by project, UTC day and 
 -- owner of the tables (the role that runs the migrations, which the worker
 -- connects as) is not subject to row level security.
 --
--- THE RULE FOR EVERY LATER MIGRATION. sql/isolation_test.go reads the
--- catalog and fails on any table, view, sequence or function of the schema
--- that breaks it (Supabase's default privileges grant everything a
--- migration creates in public to anon, authenticated and service_role):
+-- THE RULE FOR EVERY LATER MIGRATION AND FUNCTION FILE. sql/isolation_test.go
+-- reads the catalog and fails on any table, view, sequence or function of
+-- the schema that breaks it (Supabase's default privileges grant
+-- everything a migration creates in public to anon, authenticated and
+-- service_role):
 --   * table: ALTER TABLE t ENABLE ROW LEVEL SECURITY;
 --            REVOKE ALL ON t FROM PUBLIC, anon, authenticated, service_role;
---     That makes it internal. A table apps may read also gets its GRANTs
---     and policies keyed on agentworker_jwt_projects() like agent_events
---     below, and a line in the test's access table.
---   * view: the same REVOKE; one apps read is WITH (security_invoker = true)
---     so the tables' policies apply to the caller.
+--     That makes it internal. A table apps may read also gets its GRANTs,
+--     policies keyed on agentworker_jwt_projects() (sql/functions/access.sql)
+--     and a line in the test's access table.
+--   * view (in a function file): the same REVOKE; one apps read is
+--     WITH (security_invoker = true) so the tables' policies apply to the
+--     caller.
 --   * sequence: the same REVOKE.
---   * function: REVOKE ALL ON FUNCTION f FROM PUBLIC, anon, authenticated,
---     service_role; ALTER FUNCTION f SET search_path = <schema>, pg_temp.
+--   * function (in a function file): named in the file's call of
+--     agentworker_make_internal, which revokes it from everyone and pins
+--     its search_path (SET search_path = <schema>, pg_temp).
 --     A trigger function of a table apps write is SECURITY DEFINER, so the
 --     bookkeeping it does runs as the owner whoever writes. A function apps
 --     call is SECURITY DEFINER, refuses what agentworker_caller_may_access
@@ -1157,67 +424,7 @@ BEGIN
 END
 $$;
 
--- The project ids the caller's token names: request.jwt.claims ->
--- 'projects', ids that are not uuids ignored. Policies call it as
--- (SELECT agentworker_jwt_projects())::uuid[]: a subquery, which Postgres
--- evaluates once per query, not once per row (the cast keeps "= ANY" from
--- reading it as a set of rows).
-CREATE FUNCTION agentworker_jwt_projects() RETURNS uuid[]
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(array_agg(p::uuid), '{}')
-    FROM jsonb_array_elements_text(
-        CASE WHEN jsonb_typeof(nullif(current_setting('request.jwt.claims', true), '')::jsonb -> 'projects') = 'array'
-             THEN nullif(current_setting('request.jwt.claims', true), '')::jsonb -> 'projects'
-             ELSE '[]'::jsonb END) AS p
-    WHERE p ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-$$;
-
--- Whether the caller of a SECURITY DEFINER function may act on a project,
--- by the rule row level security applies to the tables: the owner and
--- service_role (and roles that have their privileges) on every project,
--- anyone else on the projects its token names. Inside SECURITY DEFINER,
--- current_user is the owner; the caller is the role PostgREST (or the
--- session) SET, else the session user.
-CREATE FUNCTION agentworker_caller_may_access(p_project_id uuid) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT pg_has_role(c.caller, 'service_role', 'USAGE')
-        OR pg_has_role(c.caller, (SELECT relowner FROM pg_class WHERE oid = 'ai_tasks'::regclass), 'USAGE')
-        OR p_project_id = ANY (agentworker_jwt_projects())
-    FROM (SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text)::name AS caller) AS c
-$$;
-
--- River's objects and agentworker_migrations: internal. A function, so
--- Migrate applies it again after River adds tables in a later version.
-CREATE FUNCTION agentworker_seal_internal() RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v record;
-BEGIN
-    FOR v IN
-        SELECT c.oid::regclass AS rel, c.relkind
-        FROM pg_class c
-        WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
-          AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
-          AND (c.relname LIKE 'river\_%' OR c.relname = 'agentworker_migrations')
-    LOOP
-        IF v.relkind IN ('r', 'p') THEN
-            EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', v.rel);
-        END IF;
-        EXECUTE format('REVOKE ALL ON %s FROM PUBLIC, anon, authenticated, service_role', v.rel);
-    END LOOP;
-    FOR v IN
-        SELECT p.oid::regprocedure AS fn
-        FROM pg_proc p
-        WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND p.proname LIKE 'river\_%'
-    LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, anon, authenticated, service_role', v.fn);
-    END LOOP;
-END
-$$;
-
--- Every table and view of ours is internal until granted below; every
--- function of ours is executable by the owner only, with the pinned
--- search_path, until granted below.
+-- Every table of ours is internal until granted below.
 DO $$
 DECLARE
     v_schema text := current_schema();
@@ -1228,62 +435,481 @@ BEGIN
         FROM pg_class c
         WHERE c.relnamespace = v_schema::regnamespace
           AND c.relkind IN ('r', 'p', 'v', 'S')
-          AND c.relname NOT LIKE 'river\_%' AND c.relname <> 'agentworker_migrations'
+          AND c.relname NOT LIKE 'river\_%' AND c.relname NOT IN ('agentworker_migrations', 'agentworker_function_files')
     LOOP
         IF v.relkind IN ('r', 'p') THEN
             EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', v.rel);
         END IF;
         EXECUTE format('REVOKE ALL ON %s FROM PUBLIC, anon, authenticated, service_role', v.rel);
     END LOOP;
-    FOR v IN
-        SELECT p.oid::regprocedure AS fn
-        FROM pg_proc p
-        WHERE p.pronamespace = v_schema::regnamespace AND p.proname NOT LIKE 'river\_%'
-    LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, anon, authenticated, service_role', v.fn);
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v.fn, v_schema);
-    END LOOP;
 END
 $$;
-
-SELECT agentworker_seal_internal();
 
 -- ai_tasks: owners read their projects' tasks and insert queued ones.
 GRANT SELECT, INSERT, UPDATE, DELETE ON ai_tasks TO service_role;
 GRANT SELECT ON ai_tasks TO authenticated;
 GRANT INSERT (project_id, type, prompt, input) ON ai_tasks TO authenticated;
-CREATE POLICY ai_tasks_service ON ai_tasks TO service_role USING (true) WITH CHECK (true);
-CREATE POLICY ai_tasks_read_own ON ai_tasks FOR SELECT TO authenticated
-    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
-CREATE POLICY ai_tasks_insert_own ON ai_tasks FOR INSERT TO authenticated
-    WITH CHECK (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]) AND status = 'queued');
 
 -- agent_events and inbox_items: read by project.
 GRANT SELECT ON agent_events, inbox_items TO authenticated, service_role;
-CREATE POLICY agent_events_service ON agent_events TO service_role USING (true) WITH CHECK (true);
-CREATE POLICY agent_events_read_own ON agent_events FOR SELECT TO authenticated
-    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
-CREATE POLICY inbox_items_service ON inbox_items TO service_role USING (true) WITH CHECK (true);
-CREATE POLICY inbox_items_read_own ON inbox_items FOR SELECT TO authenticated
-    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
 
 -- task_runs: read by the project of their task.
 GRANT SELECT ON task_runs TO authenticated, service_role;
-CREATE POLICY task_runs_service ON task_runs TO service_role USING (true) WITH CHECK (true);
-CREATE POLICY task_runs_read_own ON task_runs FOR SELECT TO authenticated
-    USING (task_id IN (SELECT id FROM ai_tasks WHERE project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[])));
 
--- Usage: every project's together for service_role only; by project for both.
-GRANT SELECT ON usage_daily TO service_role;
-GRANT SELECT ON project_usage_daily TO authenticated, service_role;
+------------------------------------------------------------------------------
+-- 4. The task graph
+------------------------------------------------------------------------------
 
-GRANT EXECUTE ON FUNCTION
-    agentworker_jwt_projects(),
-    agentworker_cancel_task(uuid, integer, text),
-    agentworker_pause_task(uuid, integer, text),
-    agentworker_resume_task(uuid, integer, text),
-    agentworker_retry_task(uuid, integer, text),
-    agentworker_answer_input(uuid, text, integer, text),
-    agent_events(ai_tasks),
-    ai_tasks(agent_events)
-TO authenticated, service_role;
+-- A project's work as a graph: agents that tasks run as, dependencies
+-- between tasks (a task waits until every task it depends on succeeded),
+-- a priority River works by, and a parent task.
+
+------------------------------------------------------------------------------
+-- Agents
+------------------------------------------------------------------------------
+
+CREATE TABLE agents (
+    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    project_id uuid NOT NULL,
+    name       text NOT NULL CHECK (btrim(name) <> '' AND length(name) <= 100),
+    role       text NOT NULL DEFAULT '',
+    model      text,
+    persona    text NOT NULL DEFAULT '',
+    tools      text[],
+    status     text NOT NULL DEFAULT 'enabled' CHECK (status IN ('enabled', 'disabled')),
+    version    integer NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (project_id, name)
+);
+
+COMMENT ON TABLE agents IS 'The agents a project''s tasks run as: a persona in every prompt, a model, the tools it may use.';
+COMMENT ON COLUMN agents.name IS 'Unique in its project; a plan names agents by it.';
+COMMENT ON COLUMN agents.persona IS 'The agent''s persona, in the system prompt of every model call of its tasks.';
+COMMENT ON COLUMN agents.model IS 'The model of its tasks that name none; the worker''s LLM_MODEL when NULL.';
+COMMENT ON COLUMN agents.tools IS 'The tools it may use, narrowing what its task type allows (never widening it); NULL: all the type allows.';
+COMMENT ON COLUMN agents.version IS 'Optimistic version: an update or delete names the version it read.';
+
+------------------------------------------------------------------------------
+-- Tasks: agent, priority, parent, waiting
+------------------------------------------------------------------------------
+
+ALTER TABLE ai_tasks
+    ADD COLUMN agent_id       uuid REFERENCES agents (id) ON DELETE SET NULL,
+    ADD COLUMN priority       smallint NOT NULL DEFAULT 2 CHECK (priority BETWEEN 1 AND 4),
+    ADD COLUMN parent_task_id uuid REFERENCES ai_tasks (id) ON DELETE SET NULL;
+
+CREATE INDEX ai_tasks_agent_idx ON ai_tasks (agent_id) WHERE agent_id IS NOT NULL;
+CREATE INDEX ai_tasks_parent_idx ON ai_tasks (parent_task_id) WHERE parent_task_id IS NOT NULL;
+
+COMMENT ON COLUMN ai_tasks.agent_id IS 'The agent the task runs as (an enabled agent of its project).';
+COMMENT ON COLUMN ai_tasks.priority IS '1 (most urgent) … 4; River''s job priority, so urgent tasks start first when more are ready than workers.';
+COMMENT ON COLUMN ai_tasks.parent_task_id IS 'A task of the same project this one is part of: cancelling it cancels its unfinished children.';
+
+-- waiting: the task has a dependency that has not succeeded yet, and no
+-- River job.
+INSERT INTO agentworker_task_transitions (from_status, to_status) VALUES
+    ('queued', 'waiting'),    -- a dependency is added before the task starts
+    ('waiting', 'queued'),    -- its last dependency succeeded
+    ('waiting', 'blocked'),   -- a dependency failed, was cancelled or blocked
+    ('waiting', 'cancelled'),
+    ('waiting', 'paused'),
+    ('blocked', 'waiting');   -- the failed dependency is retried
+
+------------------------------------------------------------------------------
+-- Dependencies
+------------------------------------------------------------------------------
+
+-- task_dependencies: task_id waits until depends_on_task_id succeeded. Rows
+-- come in the task's own transaction, or later while it has not started.
+-- depends_on_task_id has no foreign key: deleting a task others depend on is
+-- refused with TASK_HAS_DEPENDENTS (ai_tasks_delete_dependencies), which a
+-- key's own error could not say.
+CREATE TABLE task_dependencies (
+    task_id            uuid NOT NULL REFERENCES ai_tasks (id) ON DELETE CASCADE,
+    depends_on_task_id uuid NOT NULL,
+    project_id         uuid NOT NULL,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (task_id, depends_on_task_id)
+);
+
+CREATE INDEX task_dependencies_depends_on_idx ON task_dependencies (depends_on_task_id);
+
+COMMENT ON TABLE task_dependencies IS 'task_id waits (status waiting, no River job) until depends_on_task_id succeeded.';
+COMMENT ON COLUMN task_dependencies.project_id IS 'The project of both tasks; set by the database.';
+
+CREATE TABLE tasks_md_cursor (
+    id  boolean PRIMARY KEY DEFAULT true CHECK (id),
+    xid xid8 NOT NULL DEFAULT '0'
+);
+
+INSERT INTO tasks_md_cursor DEFAULT VALUES;
+
+COMMENT ON TABLE tasks_md_cursor IS 'How far the tasks.md renderer has read the agent_phase events: every event below xid is rendered.';
+
+------------------------------------------------------------------------------
+-- Row level security (the baseline's rule)
+------------------------------------------------------------------------------
+
+ALTER TABLE agents ENABLE ROW LEVEL SECURITY;
+ALTER TABLE task_dependencies ENABLE ROW LEVEL SECURITY;
+ALTER TABLE tasks_md_cursor ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON agents, task_dependencies, tasks_md_cursor FROM PUBLIC, anon, authenticated, service_role;
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON agents TO authenticated, service_role;
+GRANT SELECT, INSERT, DELETE ON task_dependencies TO service_role;
+GRANT SELECT ON task_dependencies TO authenticated;
+GRANT INSERT (task_id, depends_on_task_id) ON task_dependencies TO authenticated;
+GRANT INSERT (agent_id, priority, parent_task_id) ON ai_tasks TO authenticated;
+
+------------------------------------------------------------------------------
+-- 5. Token revocation
+------------------------------------------------------------------------------
+
+-- An operator refuses every bearer token issued
+-- before a moment, for one project or for every token (scope '*', service
+-- tokens included). serve's /v1 guard refuses a token whose iat is before
+-- the latest not_before of its scopes (its projects and '*'), or that has no
+-- iat once one applies. `agentworker revoke` writes the rows.
+CREATE TABLE agentworker_token_epochs (
+    scope      text PRIMARY KEY
+               CHECK (scope = '*' OR scope ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'),
+    not_before timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Internal: for the owner only (the rule of section 3).
+ALTER TABLE agentworker_token_epochs ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON agentworker_token_epochs FROM PUBLIC, anon, authenticated, service_role;
+
+------------------------------------------------------------------------------
+-- 6. The machine's columns
+------------------------------------------------------------------------------
+
+-- Column privileges: service_role inserts and updates every column of
+-- ai_tasks but the machine's (the trigger above refuses them from any
+-- writer; the privileges refuse them before a row is touched).
+DO $$
+DECLARE
+    v_cols text;
+    v_schema text := current_schema();
+BEGIN
+    SELECT string_agg(format('%I', c.column_name), ', ' ORDER BY c.ordinal_position) INTO v_cols
+    FROM information_schema.columns c
+    WHERE c.table_schema = v_schema AND c.table_name = 'ai_tasks' AND c.is_generated = 'NEVER'
+      AND c.column_name NOT IN ('attempt', 'retries', 'last_seq', 'fence', 'river_job_id', 'lease_owner', 'lease_expires_at');
+    EXECUTE 'REVOKE INSERT, UPDATE ON ai_tasks FROM service_role';
+    EXECUTE format('GRANT INSERT (%s), UPDATE (%s) ON ai_tasks TO service_role', v_cols, v_cols);
+END
+$$;
+
+------------------------------------------------------------------------------
+-- 7. Provider budgets
+------------------------------------------------------------------------------
+
+-- The model providers' rate limits, shared by the replicas calling them.
+--
+-- A provider limits an API key, not a process. Every replica calling an
+-- endpoint and model keeps one row here: its view of the key's limit and
+-- a lease it renews about every second while it calls. Each replica paces
+-- itself at its part of the limit the live rows agree on, by the calls
+-- each had queued (demand), so together they stay within it; a replica that stops renewing (idle, or
+-- dead) stops taking a share when its lease ends. Rows are small and
+-- rewritten often: the table is internal and never read by apps.
+CREATE TABLE llm_provider_budget (
+    endpoint      text NOT NULL,
+    model         text NOT NULL,
+    replica       text NOT NULL,
+    -- Requests and tokens per second the provider allows the key, all
+    -- replicas together, as this replica sees it (0: unknown).
+    rps           double precision NOT NULL CHECK (rps >= 0),
+    tps           double precision NOT NULL DEFAULT 0 CHECK (tps >= 0),
+    -- rps was read from the provider's x-ratelimit headers, rather than
+    -- estimated from its refusals.
+    learned       boolean NOT NULL DEFAULT false,
+    -- rps is still being raised from a cautious start.
+    probing       boolean NOT NULL DEFAULT false,
+    -- When rps last changed, by the database's clock: the newest estimate
+    -- is the one the replicas follow.
+    changed_at    timestamptz NOT NULL DEFAULT now(),
+    -- This replica's weight in the share: the calls it had queued, and 1.
+    demand        double precision NOT NULL DEFAULT 1 CHECK (demand >= 1),
+    -- The provider asked every caller to wait until then.
+    blocked_until timestamptz,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (endpoint, model, replica)
+) WITH (fillfactor = 50);
+
+ALTER TABLE llm_provider_budget ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON llm_provider_budget FROM PUBLIC, anon, authenticated, service_role;
+
+------------------------------------------------------------------------------
+-- 8. Refusals audited
+------------------------------------------------------------------------------
+
+-- One row per refused API request (a bad or expired token, another
+-- project's resource, a sensitive file, an illegal transition), written by
+-- the API, at most so many per actor and minute: suppressed counts the
+-- refusals of the actor left out since its previous row. Allowed control
+-- actions are audited as events of their task. Read by service_role only.
+CREATE TABLE audit_log (
+    id          bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    at          timestamptz NOT NULL DEFAULT now(),
+    actor       text NOT NULL,
+    action      text NOT NULL,
+    resource    text NOT NULL,
+    outcome     text NOT NULL DEFAULT 'denied' CHECK (outcome = 'denied'),
+    reason      text NOT NULL,
+    remote_addr text NOT NULL DEFAULT '',
+    suppressed  integer NOT NULL DEFAULT 0 CHECK (suppressed >= 0)
+);
+
+CREATE INDEX audit_log_at_idx ON audit_log (at);
+
+ALTER TABLE audit_log ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON audit_log FROM PUBLIC, anon, authenticated, service_role;
+REVOKE ALL ON SEQUENCE audit_log_id_seq FROM PUBLIC, anon, authenticated, service_role;
+
+GRANT SELECT ON audit_log TO service_role;
+
+COMMENT ON TABLE audit_log IS 'Refused API requests, at most AuditPerActorPerMinute rows per actor a minute; service_role reads it.';
+COMMENT ON COLUMN audit_log.actor IS 'user:<sub> or role:<role> of a valid token; anonymous without one.';
+COMMENT ON COLUMN audit_log.action IS 'The route: METHOD and path pattern.';
+COMMENT ON COLUMN audit_log.resource IS 'The request path.';
+COMMENT ON COLUMN audit_log.reason IS 'Why it was refused: the error code and message (redacted).';
+COMMENT ON COLUMN audit_log.suppressed IS 'Refusals of this actor left out since its previous row (over its allowance).';
+
+------------------------------------------------------------------------------
+-- 9. Review
+------------------------------------------------------------------------------
+
+-- Review before apply: a build whose input says review = true ends, once
+-- its checks passed, in review: its change set stays staged (open), its
+-- checkpoint is kept, its run is finished and it holds no lease. A person
+-- approves it (a worker applies the set, fenced, exactly as a build that
+-- succeeds does; a file changed since the build read it sends the task
+-- back to review with the conflict), or rejects it: with feedback the
+-- task is queued and continues from its checkpoint with the feedback and
+-- the comments since its revision as the next user message; without, it
+-- is cancelled and its change set discarded. A task in review has not
+-- succeeded: its dependents keep waiting.
+
+INSERT INTO agentworker_task_transitions (from_status, to_status) VALUES
+    ('running', 'review'),    -- a build to review finished cleanly
+    ('review', 'succeeded'),
+    ('review', 'queued'),     -- approved (to apply) or rejected with feedback
+    ('review', 'cancelled');  -- rejected without feedback, or cancelled
+
+-- approved: the next attempt only applies the staged change set.
+ALTER TABLE ai_tasks ADD COLUMN approved boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN ai_tasks.approved IS 'A task in review was approved: its next attempt applies its change set and nothing else.';
+
+-- task_comments: what people said about a task's change set, the feedback
+-- of a reject among them; path and line name a place in its diff.
+CREATE TABLE task_comments (
+    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    task_id    uuid NOT NULL REFERENCES ai_tasks (id) ON DELETE CASCADE,
+    project_id uuid NOT NULL,
+    author     text NOT NULL,
+    body       text NOT NULL CHECK (btrim(body) <> ''),
+    path       text,
+    line       integer CHECK (line > 0),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CHECK (line IS NULL OR path IS NOT NULL)
+);
+
+CREATE INDEX task_comments_task_idx ON task_comments (task_id, created_at);
+
+COMMENT ON TABLE task_comments IS 'Comments on a task''s change set; those since its last revision go to the model with a reject''s feedback.';
+
+ALTER TABLE task_comments ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON task_comments FROM PUBLIC, anon, authenticated, service_role;
+
+GRANT SELECT, INSERT ON task_comments TO service_role;
+GRANT SELECT ON task_comments TO authenticated;
+
+------------------------------------------------------------------------------
+-- 10. Documents
+------------------------------------------------------------------------------
+
+-- An agent may ask for review: a build it runs ends in review as one whose
+-- input says review = true does. And the project's documents: its Markdown
+-- under docs/ and its rules files, indexed by their front matter so that a
+-- task's context inlines the mandatory ones and lists the others.
+
+ALTER TABLE agents ADD COLUMN review boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN agents.review IS 'A build task run by this agent that finishes cleanly ends in review, as one with input.review = true does.';
+
+-- documents: one row per Markdown document of a project's files, as its
+-- storage listing last showed it (etag) and its front matter says. The
+-- worker keeps it: when a task builds its context, after a build applied
+-- changes to documents, and on POST /v1/projects/{id}/docs/index. Front
+-- matter is the project's text, hostile input: a malformed or oversized
+-- one is ignored (problem says why) and the document is still listed.
+CREATE TABLE documents (
+    project_id uuid NOT NULL,
+    path       text NOT NULL CHECK (path <> '' AND length(path) <= 1024),
+    title      text NOT NULL DEFAULT '' CHECK (length(title) <= 200),
+    doc_type   text NOT NULL DEFAULT '' CHECK (length(doc_type) <= 50),
+    mandatory  boolean NOT NULL DEFAULT false,
+    tags       text[] NOT NULL DEFAULT '{}' CHECK (cardinality(tags) <= 20),
+    etag       text NOT NULL,
+    problem    text CHECK (length(problem) <= 500),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (project_id, path)
+);
+
+COMMENT ON TABLE documents IS 'A project''s Markdown documents (docs/**/*.md and its rules files) with their front matter; kept current from the storage listing''s etags.';
+COMMENT ON COLUMN documents.path IS 'The document''s path in the project''s files.';
+COMMENT ON COLUMN documents.title IS 'Front matter title, else the first heading, else the file name.';
+COMMENT ON COLUMN documents.doc_type IS 'Front matter type (free text, e.g. rules, guide, adr); rules for a rules file without one.';
+COMMENT ON COLUMN documents.mandatory IS 'Front matter mandatory: true: the document''s text is in every task''s prompt (within the context budget); else it is listed by path and title.';
+COMMENT ON COLUMN documents.tags IS 'Front matter tags.';
+COMMENT ON COLUMN documents.etag IS 'The storage etag the row was read at: a listing with another etag re-reads the document.';
+COMMENT ON COLUMN documents.problem IS 'Why the front matter was ignored (malformed, too large), if it was.';
+COMMENT ON COLUMN documents.updated_at IS 'When the row was last read from the document.';
+
+ALTER TABLE documents ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON documents FROM PUBLIC, anon, authenticated, service_role;
+
+GRANT SELECT ON documents TO authenticated, service_role;
+
+------------------------------------------------------------------------------
+-- 11. Trace ids
+------------------------------------------------------------------------------
+
+-- Trace ids: the trace of the request that created a task (X-Trace-ID, or
+-- an id the API made), kept with the task so its events and its model
+-- calls' log lines can name it. Set on insert, by the API or by an app's
+-- own INSERT, or taken from the parent task, or left NULL; never changed
+-- after.
+
+ALTER TABLE ai_tasks ADD COLUMN trace_id text
+    CONSTRAINT ai_tasks_trace_id_check CHECK (trace_id ~ '^[A-Za-z0-9._-]{1,64}$');
+
+COMMENT ON COLUMN ai_tasks.trace_id IS 'The trace of the request that created the task (1-64 of A-Z a-z 0-9 . _ -), or NULL; set on insert, never changed.';
+
+GRANT INSERT (trace_id) ON ai_tasks TO authenticated, service_role;
+
+-- Rate-limit waits: how long a run waited for the provider's rate limit
+-- (its pace, and the waits its refusals asked for), added with the run's
+-- tokens and cost by the statements that already write them.
+ALTER TABLE task_runs ADD COLUMN rate_limit_wait_ms bigint NOT NULL DEFAULT 0;
+
+COMMENT ON COLUMN task_runs.rate_limit_wait_ms IS 'Milliseconds the run''s model calls waited for the provider''s rate limit.';
+
+------------------------------------------------------------------------------
+-- 12. Usage that outlives its runs
+------------------------------------------------------------------------------
+
+-- usage_rollup holds what deleted runs spent, grouped as the usage views
+-- group: a run's row is added to it in the transaction that deletes the
+-- run, by a trigger (sql/functions/usage.sql), and the views read rollup and live runs
+-- together. A deleted run is in one or the other, never both.
+CREATE TABLE usage_rollup (
+    project_id uuid NOT NULL,
+    day        date NOT NULL,
+    usage_day  date NOT NULL,
+    model      text NOT NULL,
+    stopped    boolean NOT NULL,
+    runs       bigint NOT NULL DEFAULT 0,
+    tokens_in  bigint NOT NULL DEFAULT 0,
+    tokens_out bigint NOT NULL DEFAULT 0,
+    cost       numeric NOT NULL DEFAULT 0,
+    PRIMARY KEY (project_id, day, usage_day, model, stopped)
+);
+
+COMMENT ON TABLE usage_rollup IS 'What deleted runs spent, by project, day and model: added in the transaction that deletes them, read by the usage views with the live runs.';
+COMMENT ON COLUMN usage_rollup.day IS 'UTC day of the run''s finish, else start, else creation (project_usage_daily''s day).';
+COMMENT ON COLUMN usage_rollup.usage_day IS 'UTC day of the run''s finish, else creation (usage_daily''s day).';
+COMMENT ON COLUMN usage_rollup.stopped IS 'The runs had stopped running (usage_daily counts only those).';
+
+ALTER TABLE usage_rollup ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON usage_rollup FROM PUBLIC, anon, authenticated, service_role;
+
+GRANT SELECT ON usage_rollup TO authenticated, service_role;
+
+CREATE INDEX ai_tasks_finished_idx ON ai_tasks (coalesce(finished_at, updated_at))
+    WHERE status IN ('succeeded', 'failed', 'blocked', 'cancelled');
+
+------------------------------------------------------------------------------
+-- 13. The events archive
+------------------------------------------------------------------------------
+
+-- The events archive: a finished task's timeline is written to object
+-- storage as one gzip-compressed JSONL object (package archive) before its
+-- agent_events rows are dropped. The task row says where, and through which
+-- seq: readers take seq <= events_archived_seq from the object and the rest
+-- from agent_events. The archiver writes the object first and marks the row
+-- after, so a crash between the two leaves the mark as it was and a re-run
+-- rewrites the same key.
+ALTER TABLE ai_tasks
+    ADD COLUMN events_archive_key  text,
+    ADD COLUMN events_archived_seq integer NOT NULL DEFAULT 0,
+    ADD COLUMN events_archived_at  timestamptz;
+
+COMMENT ON COLUMN ai_tasks.events_archive_key IS 'Object key of the task''s archived timeline (gzip JSONL, one event a line in seq order), under ARCHIVE_PREFIX; NULL until archived. The worker''s.';
+COMMENT ON COLUMN ai_tasks.events_archived_seq IS 'The last seq the archive holds: events up to it are read from the archive once their agent_events rows are gone. The worker''s.';
+COMMENT ON COLUMN ai_tasks.events_archived_at IS 'When the archive was last written and marked. The worker''s.';
+
+------------------------------------------------------------------------------
+-- 14. A task's event id floor
+------------------------------------------------------------------------------
+
+-- A task's event id floor: every event of the task has an id above it, so
+-- the task's reads plan only the days not sealed below it
+-- (agentworker_event_floor(NULL, events_id_floor + 1)) instead of every
+-- day. Set by the database on insert from the event id sequence: an
+-- event's id is drawn (nextval, CACHE 1) when the event is inserted, after
+-- the task row it names exists, so it is above the sequence's position
+-- read at the task's insert. NULL: no bound, every day is read.
+
+ALTER TABLE ai_tasks ADD COLUMN events_id_floor bigint;
+
+COMMENT ON COLUMN ai_tasks.events_id_floor IS 'Every event of the task has an id above this (the event id sequence''s position when the task was inserted), or NULL: no bound. Set by the database on insert, whatever the inserter gave; never changed.';
+
+------------------------------------------------------------------------------
+-- 15. Sealed days
+------------------------------------------------------------------------------
+
+-- A read's floor (agentworker_event_floor) is no later than the default
+-- partition's oldest row: found by this index, the partition being empty
+-- but while the leader is away.
+CREATE INDEX agent_events_default_created_idx ON agent_events_default (created_at);
+
+-- The day partitions of agent_events, written with them (a read's floor
+-- is looked up here, not in the catalog), and their seals: once sealed,
+-- every row of the partition has an xid below xid_below and an id below
+-- id_below, which its CHECK constraint <partition>_sealed enforces.
+CREATE TABLE agent_event_days (
+    partition text PRIMARY KEY,
+    day       date NOT NULL UNIQUE,
+    xid_below xid8,
+    id_below  bigint,
+    CHECK ((xid_below IS NULL) = (id_below IS NULL))
+);
+
+COMMENT ON TABLE agent_event_days IS 'The day partitions of agent_events and their seals: a sealed day''s rows all have an xid below xid_below and an id below id_below (the partition''s CHECK constraint <partition>_sealed), so a read after an xid, or of an id, skips it.';
+COMMENT ON COLUMN agent_event_days.xid_below IS 'NULL until sealed; then the xmax of a snapshot taken under the partition''s exclusive lock once its day ended.';
+COMMENT ON COLUMN agent_event_days.id_below IS 'NULL until sealed; then the id sequence''s next value, taken under the same lock.';
+
+ALTER TABLE agent_event_days ENABLE ROW LEVEL SECURITY;
+
+REVOKE ALL ON agent_event_days FROM PUBLIC, anon, authenticated, service_role;
+
+-- What a batch of deleted tasks takes with it is found by index: the
+-- inbox items of each task and run (the foreign keys' cascades would scan
+-- the table once a row), and the events of the batch, read from every
+-- partition's (task_id, seq, created_at) index with the batch's ids as one
+-- array (a join with the deleted rows scanned every partition whole).
+CREATE INDEX inbox_items_task_idx ON inbox_items (task_id);
+CREATE INDEX inbox_items_run_idx ON inbox_items (run_id) WHERE run_id IS NOT NULL;

@@ -631,28 +631,119 @@ func (s *Set) precheck(ctx context.Context, entries []agentsql.ChangeEntry) ([]a
 		if e.Applied {
 			continue
 		}
-		content, info, err := s.base.Read(ctx, s.projectID, e.Path)
-		prior := agentsql.Prior{Path: e.Path, Known: true, Exists: err == nil, Content: content}
-		cur := info.ETag
-		switch {
-		case errors.Is(err, storage.ErrNotFound):
-			cur = ""
-		case err != nil:
-			return nil, nil, fmt.Errorf("check %q before applying: %w", e.Path, err)
+		prior, conflict, err := check(ctx, s.base, s.projectID, e)
+		if err != nil {
+			return nil, nil, err
 		}
-		if cur != e.BaseETag {
-			done, err := s.holds(ctx, e)
-			if err != nil {
-				return nil, nil, err
-			}
-			if !done {
-				return nil, nil, s.conflict(ctx, e.Path)
-			}
+		if conflict {
+			return nil, nil, s.conflict(ctx, e.Path)
 		}
 		pending = append(pending, e)
 		priors = append(priors, prior)
 	}
 	return pending, priors, nil
+}
+
+// Dropped is a staged change that DropConflicts removed, with what its
+// file holds in storage now.
+type Dropped struct {
+	Staged  agentsql.ChangeEntry
+	Exists  bool
+	Current []byte
+}
+
+// DropConflicts removes the staged changes whose files changed in storage
+// since the build read them, with the other half of a move, so that a
+// revision sees those files as they are now and what it writes is based
+// on their current version (kept, such a change would conflict at every
+// approve). It returns what it removed, in staged order.
+func (s *Set) DropConflicts(ctx context.Context) ([]Dropped, error) {
+	staged, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	drop := map[string]bool{}
+	for _, e := range staged {
+		_, conflict, err := check(ctx, s.base, s.projectID, e)
+		if err != nil {
+			return nil, err
+		}
+		if conflict && !e.Applied {
+			drop[e.Path] = true
+		}
+	}
+	if len(drop) == 0 {
+		return nil, nil
+	}
+	for _, e := range staged { // a move is its target and its source, or neither
+		if e.FromPath != "" && (drop[e.Path] || drop[e.FromPath]) {
+			drop[e.Path], drop[e.FromPath] = true, true
+		}
+	}
+	var out []Dropped
+	var paths []string
+	for _, e := range staged {
+		if !drop[e.Path] {
+			continue
+		}
+		content, _, err := s.base.Read(ctx, s.projectID, e.Path)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return nil, fmt.Errorf("read %q to drop its staged change: %w", e.Path, err)
+		}
+		out = append(out, Dropped{Staged: e, Exists: err == nil, Current: content})
+		paths = append(paths, e.Path)
+	}
+	s.writing.Lock()
+	defer s.writing.Unlock()
+	s.changed()
+	if err := agentsql.DropChangeEntries(ctx, s.pool, s.fence, paths); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	for _, p := range paths {
+		delete(s.seen, p)
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
+// Conflicts returns the paths of the entries not yet applied that an apply
+// would refuse: their files changed in base since the build read them. It
+// is the rule Apply checks, for a caller that must answer before a worker
+// applies (an approve).
+func Conflicts(ctx context.Context, base storage.Store, projectID string, entries []agentsql.ChangeEntry) ([]string, error) {
+	var paths []string
+	for _, e := range entries {
+		if e.Applied {
+			continue
+		}
+		_, conflict, err := check(ctx, base, projectID, e)
+		if err != nil {
+			return nil, err
+		}
+		if conflict {
+			paths = append(paths, e.Path)
+		}
+	}
+	return paths, nil
+}
+
+// check reads what e's path holds in base now, and whether applying e
+// conflicts: the file is not the version e was made against and does not
+// already hold e's state (written before a crash). A void entry (a file
+// the build created, then deleted or moved away) conflicts only with a
+// file someone else created meanwhile.
+func check(ctx context.Context, base storage.Store, projectID string, e agentsql.ChangeEntry) (agentsql.Prior, bool, error) {
+	content, info, err := base.Read(ctx, projectID, e.Path)
+	prior := agentsql.Prior{Path: e.Path, Known: true, Exists: err == nil, Content: content}
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return prior, e.BaseETag != "" && e.Op != agentsql.ChangeDelete, nil
+	case err != nil:
+		return prior, false, fmt.Errorf("check %q before applying: %w", e.Path, err)
+	}
+	done := e.Op == agentsql.ChangeWrite && bytes.Equal(content, e.Content)
+	return prior, info.ETag != e.BaseETag && !done, nil
 }
 
 // holds reports whether the base store already holds the entry's state.

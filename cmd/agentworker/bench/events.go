@@ -110,6 +110,16 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 	for i, id := range ids {
 		cursor[id] = lastSeq[i]
 	}
+	// Each task's event floor, read once, as the hub keeps those of the
+	// tasks it follows.
+	floors, err := agentsql.TaskEventFloors(ctx, db.pool, ids)
+	if err != nil {
+		return err
+	}
+	floor := make(map[uuid.UUID]agentsql.EventFloor, tasks)
+	for i, id := range ids {
+		floor[id] = floors[i]
+	}
 
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
@@ -161,7 +171,7 @@ func runEventDelivery(ctx context.Context, opts Options, r *Report) error {
 			mu.Lock()
 			for _, t := range a.Tasks {
 				if cur, ours := cursor[t]; ours {
-					cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: cur})
+					cursors = append(cursors, agentsql.TaskCursor{Task: t, AfterSeq: cur, Floor: floor[t]})
 				}
 			}
 			mu.Unlock()

@@ -30,6 +30,14 @@ type Graph struct {
 	HandoffRatio  float64 `json:"handoff_ratio"`
 	TasksPerS     float64 `json:"tasks_per_s"`
 	FlatTasksPerS float64 `json:"flat_tasks_per_s"`
+	// Diamonds run beside none of the above: A, then B and C after A, then
+	// D after both. FanInHandoffMS is D's start after the later of B's and
+	// C's finish; DiamondHandoffMS, B's and C's start after A's.
+	Diamonds         int         `json:"diamonds"`
+	DiamondHandoffMS Percentiles `json:"diamond_handoff_ms"`
+	FanInHandoffMS   Percentiles `json:"fan_in_handoff_ms"`
+	DiamondPickupMS  Percentiles `json:"diamond_pickup_ms"`
+	DiamondTasksPerS float64     `json:"diamond_tasks_per_s"`
 }
 
 // runGraph runs chains of dependent tasks (instant model) on a worker with
@@ -49,20 +57,42 @@ func runGraph(ctx context.Context, opts Options, r *Report) error {
 		return err
 	}
 	g.IdlePickupMS = percentiles(idle)
-	if g.FlatTasksPerS, _, _, err = graphRun(ctx, opts, g.Chains, g.ChainLength, false); err != nil {
+	if g.FlatTasksPerS, _, _, err = graphRun(ctx, opts, g.Chains, flatShape(g.ChainLength)); err != nil {
 		return err
 	}
-	var handoffs, pickups []time.Duration
-	if g.TasksPerS, handoffs, pickups, err = graphRun(ctx, opts, g.Chains, g.ChainLength, true); err != nil {
+	var handoffs map[int][]time.Duration
+	var pickups []time.Duration
+	if g.TasksPerS, handoffs, pickups, err = graphRun(ctx, opts, g.Chains, chainShape(g.ChainLength)); err != nil {
 		return err
 	}
-	g.HandoffMS, g.PickupMS = percentiles(handoffs), percentiles(pickups)
+	g.HandoffMS, g.PickupMS = percentiles(handoffs[1]), percentiles(pickups)
 	g.HandoffRatio = ratio(g.HandoffMS.P50, g.PickupMS.P50)
+	g.Diamonds = g.Chains * g.ChainLength / 4
+	if g.DiamondTasksPerS, handoffs, pickups, err = graphRun(ctx, opts, g.Diamonds, diamondShape); err != nil {
+		return err
+	}
+	g.DiamondHandoffMS, g.FanInHandoffMS, g.DiamondPickupMS = percentiles(handoffs[1]), percentiles(handoffs[2]), percentiles(pickups)
 	r.Graph = g
-	r.note("graph: %d chains of %d tasks (%d in all) on %d slots; a handoff is a dependency's handler return to its dependent's handler start; a pickup, an independent task's insert to its handler start, one inserted every %s while the chains run (%d at most)",
-		g.Chains, g.ChainLength, n, g.Concurrency, probeEvery, maxProbes)
+	r.note("graph: %d chains of %d tasks (%d in all) on %d slots; a handoff is a dependency's handler return to its dependent's handler start (a fan-in's, from the later of its two dependencies); a pickup, an independent task's insert to its handler start, one inserted every %s while the graphs run (%d at most); then %d diamonds (A; B, C after A; D after both)",
+		g.Chains, g.ChainLength, n, g.Concurrency, probeEvery, maxProbes, g.Diamonds)
 	return nil
 }
+
+// A shape is one graph of tasks: for each, the indexes of the tasks before
+// it that it depends on.
+type shape [][]int
+
+func flatShape(n int) shape { return make(shape, n) }
+
+func chainShape(n int) shape {
+	s := make(shape, n)
+	for i := 1; i < n; i++ {
+		s[i] = []int{i - 1}
+	}
+	return s
+}
+
+var diamondShape = shape{nil, {0}, {0}, {1, 2}}
 
 // lonePickups inserts n tasks one at a time on an idle worker and returns
 // each one's insert → handler start.
@@ -99,11 +129,16 @@ const (
 	maxProbes  = 50
 )
 
-// graphRun queues chains × length tasks (each chain depending in order when
-// chained, independent otherwise), starts the worker, and returns tasks/s
-// and, for chains, every handoff and the pickups of independent tasks
-// inserted meanwhile.
-func graphRun(ctx context.Context, opts Options, chains, length int, chained bool) (perS float64, handoffs, pickups []time.Duration, err error) {
+// graphRun queues graphs copies of sh, each in a project of its own,
+// starts the worker, and returns tasks/s and, when sh has dependencies,
+// every handoff by the number of dependencies of its task and the pickups
+// of independent tasks inserted meanwhile.
+func graphRun(ctx context.Context, opts Options, graphs int, sh shape) (perS float64, handoffs map[int][]time.Duration, pickups []time.Duration, err error) {
+	chains, length := graphs, len(sh)
+	chained := false
+	for _, deps := range sh {
+		chained = chained || len(deps) > 0
+	}
 	db, err := newWorkerDatabase(ctx, opts.AdminURL, opts.Concurrency, nil)
 	if err != nil {
 		return 0, nil, nil, err
@@ -115,8 +150,8 @@ func graphRun(ctx context.Context, opts Options, chains, length int, chained boo
 			project := uuid.New()
 			for i := range length {
 				nt := agentsql.NewTask{ProjectID: project, Type: "build", Prompt: "graph"}
-				if chained && i > 0 {
-					nt.DependsOn = []uuid.UUID{ids[c][i-1]}
+				for _, d := range sh[i] {
+					nt.DependsOn = append(nt.DependsOn, ids[c][d])
 				}
 				task, err := agentsql.InsertTask(ctx, tx, nt)
 				if err != nil {
@@ -204,10 +239,20 @@ func graphRun(ctx context.Context, opts Options, chains, length int, chained boo
 		return 0, nil, nil, err
 	}
 	if chained {
+		handoffs = map[int][]time.Duration{}
 		p.timed.mu.Lock()
-		for _, chain := range ids {
-			for i := 1; i < len(chain); i++ {
-				handoffs = append(handoffs, p.timed.started[chain[i]].Sub(p.timed.finished[chain[i-1]]))
+		for _, graph := range ids {
+			for i, deps := range sh {
+				if len(deps) == 0 {
+					continue
+				}
+				var ready time.Time
+				for _, d := range deps {
+					if f := p.timed.finished[graph[d]]; f.After(ready) {
+						ready = f
+					}
+				}
+				handoffs[len(deps)] = append(handoffs[len(deps)], p.timed.started[graph[i]].Sub(ready))
 			}
 		}
 		for id, at := range probes {

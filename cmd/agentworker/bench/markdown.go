@@ -60,6 +60,11 @@ func (r Report) Markdown() string {
 			fmt.Sprintf("p50 ≤ 1.2× the pickup meanwhile (now %.2f×)", gr.HandoffRatio))
 		row(fmt.Sprintf("the same %d tasks: chained / independent (per s)", gr.Chains*gr.ChainLength),
 			fmt.Sprintf("%.0f / %.0f", gr.TasksPerS, gr.FlatTasksPerS), "", "")
+		if gr.Diamonds > 0 {
+			row(fmt.Sprintf("%d diamonds (A; B, C after A; D after both), %d slots: dependency done → dependent start (ms)", gr.Diamonds, gr.Concurrency),
+				"after A "+pc(gr.DiamondHandoffMS)+"; fan-in, after the later of B and C "+pc(gr.FanInHandoffMS)+
+					fmt.Sprintf("; an independent task's pickup meanwhile %s; %.0f tasks/s", pc(gr.DiamondPickupMS), gr.DiamondTasksPerS), "", "")
+		}
 	}
 	bd := r.Replicas.Bounded
 	for _, run := range bd.Runs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,9 +26,9 @@ type Retention struct {
 	// GenerateS is how long generating the full table took (not a target).
 	GenerateS float64 `json:"generate_s"`
 	// Unpartitioned, Empty and Full are the measures on an empty table
-	// before migration 010 (not partitioned), an empty partitioned table
-	// and the full one; UnpartitionedFull on the full table before
-	// migration 010 (the same rows in one table).
+	// made one table again (not partitioned), an empty partitioned table
+	// and the full one; UnpartitionedFull on the full table made one table
+	// (the same rows in one table).
 	Unpartitioned     RetentionMeasures `json:"unpartitioned"`
 	UnpartitionedFull RetentionMeasures `json:"unpartitioned_full"`
 	Empty             RetentionMeasures `json:"empty"`
@@ -74,26 +75,46 @@ func runRetention(ctx context.Context, opts Options, r *Report) error {
 	}
 	size := func(c *pgxpool.Config) { c.MaxConns = 4 }
 	before := func(ctx context.Context, pool *pgxpool.Pool) error {
-		ms, err := agentsql.Migrations()
+		if err := agentsql.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		functions, err := agentsql.Functions()
 		if err != nil {
 			return err
 		}
-		var keep []agentsql.Migration
-		for _, m := range ms {
-			if m.Name < "010" {
-				keep = append(keep, m)
-			}
+		i := slices.IndexFunc(functions, func(f agentsql.FunctionFile) bool { return f.Name == "events.sql" })
+		if i < 0 {
+			return fmt.Errorf("no events.sql among the function files")
 		}
-		if _, err = agentsql.MigrateList(ctx, pool, nil, keep); err != nil {
-			return err
+		// agent_events as one table, as before partitioning: the same
+		// columns, keys and indexes, and events.sql applied again for its
+		// triggers and functions on it. The reads bound created_at by the
+		// sealed days' floor; one table has no day to skip.
+		_, err = pool.Exec(ctx, `ALTER TABLE agent_events RENAME TO agent_events_by_day;
+			ALTER SEQUENCE agent_events_id_seq OWNED BY NONE;
+			CREATE TABLE agent_events (LIKE agent_events_by_day INCLUDING ALL);
+			ALTER SEQUENCE agent_events_id_seq OWNED BY agent_events.id;
+			DROP TABLE agent_events_by_day CASCADE;
+			DELETE FROM agent_event_days;`)
+		if err == nil {
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				// As Migrate applies it: the floor's body names the default
+				// partition, gone with the partitions.
+				if _, err := tx.Exec(ctx, "SET LOCAL check_function_bodies = off"); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, functions[i].SQL); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `CREATE OR REPLACE FUNCTION agentworker_event_floor(p_xid xid8, p_id bigint) RETURNS timestamptz
+					LANGUAGE sql STABLE AS $$ SELECT '-infinity'::timestamptz $$`)
+				return err
+			})
 		}
-		// The reads bound created_at by migration 013's floor, a claim
-		// reads the task's from migration 012's column; an unpartitioned
-		// table has no day to skip.
-		_, err = pool.Exec(ctx, `CREATE FUNCTION agentworker_event_floor(xid8, bigint) RETURNS timestamptz
-			LANGUAGE sql STABLE AS $$ SELECT '-infinity'::timestamptz $$;
-			ALTER TABLE ai_tasks ADD COLUMN events_id_floor bigint`)
-		return err
+		if err != nil {
+			return fmt.Errorf("make agent_events one table: %w", err)
+		}
+		return nil
 	}
 	type variant struct {
 		into    *RetentionMeasures
@@ -184,9 +205,9 @@ func (s retentionSamples) measures() RetentionMeasures {
 func fillEvents(ctx context.Context, pool *pgxpool.Pool, project uuid.UUID, n, days int, log *slog.Logger) error {
 	tasks := max(n/33, days)
 	today := time.Now().UTC().Truncate(24 * time.Hour)
-	// Before migration 010 the table has no partitions to make.
+	// One table has no partitions to make.
 	var partitioned bool
-	if err := pool.QueryRow(ctx, `SELECT to_regprocedure('agentworker_create_event_partition(date)') IS NOT NULL`).Scan(&partitioned); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE oid = 'agent_events'::regclass`).Scan(&partitioned); err != nil {
 		return err
 	}
 	for d := days; d >= 1; d-- {

@@ -1,48 +1,6 @@
--- Sealed days: reads and writes of agent_events name the day partitions
--- that can hold their rows.
---
--- created_at is the start of the inserting transaction (now()): a row
--- lands in the day its transaction started, so a day an hour over has no
--- writer left but a transaction of over an hour. That lets a read name the
--- days that can hold its rows, so Postgres plans and locks those
--- partitions only (at 61 days, planning and locking every partition made
--- a project stream's read 30× an empty table's):
---   * A day once ended is sealed (agent_event_days): its partition gets
---     CHECK (xid < x AND id < i), x the xmax of a snapshot and i the id
---     sequence's next value, taken under the partition's exclusive lock,
---     when no writer of the day is left. A project read after a cursor's
---     xid, or of an event id, needs only the days not sealed below it
---     (agentworker_event_floor).
---
--- Also: the deletes of a batch of finished tasks find what goes with them
--- by index.
-
-COMMENT ON COLUMN agent_events.created_at IS 'The partition key; one partition a UTC day (agent_events_pYYYYMMDD), agent_events_default for days without one.';
-
--- A read's floor (agentworker_event_floor) is no later than the default
--- partition's oldest row: found by this index, the partition being empty
--- but while the leader is away.
-CREATE INDEX agent_events_default_created_idx ON agent_events_default (created_at);
-
--- The day partitions of agent_events, written with them (a read's floor
--- is looked up here, not in the catalog), and their seals: once sealed,
--- every row of the partition has an xid below xid_below and an id below
--- id_below, which its CHECK constraint <partition>_sealed enforces.
-CREATE TABLE agent_event_days (
-    partition text PRIMARY KEY,
-    day       date NOT NULL UNIQUE,
-    xid_below xid8,
-    id_below  bigint,
-    CHECK ((xid_below IS NULL) = (id_below IS NULL))
-);
-COMMENT ON TABLE agent_event_days IS 'The day partitions of agent_events and their seals: a sealed day''s rows all have an xid below xid_below and an id below id_below (the partition''s CHECK constraint <partition>_sealed), so a read after an xid, or of an id, skips it.';
-COMMENT ON COLUMN agent_event_days.xid_below IS 'NULL until sealed; then the xmax of a snapshot taken under the partition''s exclusive lock once its day ended.';
-COMMENT ON COLUMN agent_event_days.id_below IS 'NULL until sealed; then the id sequence''s next value, taken under the same lock.';
-ALTER TABLE agent_event_days ENABLE ROW LEVEL SECURITY;
-REVOKE ALL ON agent_event_days FROM PUBLIC, anon, authenticated, service_role;
-
--- The days migration 010 made.
-INSERT INTO agent_event_days (partition, day) SELECT name, day FROM agentworker_event_partitions();
+-- agent_events' day partitions: made ahead by the leader, sealed once their
+-- day ended, dropped whole once every task with events in them is
+-- finished and archived.
 
 -- The partition of a UTC day: created if missing (true), its rows taken
 -- out of the default partition first. The table is built beside the parent
@@ -77,6 +35,17 @@ BEGIN
 END
 $$;
 
+-- The day partitions of agent_events and the UTC day each holds.
+CREATE OR REPLACE FUNCTION agentworker_event_partitions()
+RETURNS TABLE (name text, day date)
+LANGUAGE sql STABLE AS $$
+    SELECT c.relname::text, to_date(substr(c.relname, 15), 'YYYYMMDD')
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'agent_events'::regclass AND c.relname ~ '^agent_events_p[0-9]{8}$'
+    ORDER BY 2
+$$;
+
 -- Seals each day partition whose day ended an hour ago or more and is not
 -- sealed yet: a default-valued row lands in it only from a transaction
 -- that started in the day. Under the partition's exclusive lock no writer of it
@@ -86,7 +55,7 @@ $$;
 -- that started in the day and ran past the hour, is refused). A day a
 -- reader holds for longer than 100 ms is sealed on a later pass. Returns
 -- how many it sealed.
-CREATE FUNCTION agentworker_seal_event_partitions() RETURNS integer
+CREATE OR REPLACE FUNCTION agentworker_seal_event_partitions() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_name   text;
@@ -145,34 +114,20 @@ BEGIN
 END
 $$;
 
--- The earliest created_at an event with an xid above p_xid, or with the
--- id p_id, can have: the start of the oldest day partition not sealed
--- below them (the day after the newest when all are), or the default
--- partition's oldest row if older; -infinity without partitions. With both
--- NULL: the oldest day not sealed. Seals only ever add up, so a floor read
--- before a statement still bounds the statement's rows.
-CREATE FUNCTION agentworker_event_floor(p_xid xid8, p_id bigint) RETURNS timestamptz
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(least(
-        (coalesce((SELECT min(day) FROM agent_event_days
-                   WHERE xid_below IS NULL OR xid_below > p_xid OR id_below > p_id),
-                  (SELECT max(day) + 1 FROM agent_event_days))::timestamp AT TIME ZONE 'UTC'),
-        (SELECT min(created_at) FROM agent_events_default)), '-infinity')
-$$;
-
--- The tasks (with their projects) that have events with an id above
--- p_after, and the highest id of each: one statement for the SSE hub's
--- sweep, the floor passed as a value of a statement planned with it
--- (EXECUTE … USING), so that only the days not sealed below p_after + 1
--- are planned and locked.
-CREATE FUNCTION agentworker_events_since(p_after bigint)
-RETURNS TABLE (task_id uuid, project_id uuid, top bigint)
+-- The tasks with events in a day partition, and whether each is finished
+-- (succeeded, failed, blocked, cancelled); a task no longer in ai_tasks is
+-- not listed (its events go with it).
+CREATE OR REPLACE FUNCTION agentworker_event_partition_tasks(p_name text)
+RETURNS TABLE (task_id uuid, finished boolean)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN QUERY EXECUTE
-        'SELECT task_id, project_id, max(id) FROM agent_events
-         WHERE id > $1 AND created_at >= $2 GROUP BY task_id, project_id'
-        USING p_after, agentworker_event_floor(NULL, p_after + 1);
+    IF NOT EXISTS (SELECT 1 FROM agentworker_event_partitions() p WHERE p.name = p_name) THEN
+        RAISE EXCEPTION 'no event partition %', p_name USING ERRCODE = 'undefined_table';
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT t.id, t.status IN (''succeeded'', ''failed'', ''blocked'', ''cancelled'')
+         FROM (SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL) e
+         JOIN ai_tasks t ON t.id = e.task_id', p_name);
 END
 $$;
 
@@ -204,34 +159,31 @@ EXCEPTION WHEN object_in_use THEN
 END
 $$;
 
--- What a batch of deleted tasks takes with it is found by index: the
--- inbox items of each task and run (the foreign keys' cascades would scan
--- the table once a row), and the events of the batch, read from every
--- partition's (task_id, seq, created_at) index with the batch's ids as one
--- array (a join with the deleted rows scanned every partition whole).
-CREATE INDEX inbox_items_task_idx ON inbox_items (task_id);
-CREATE INDEX inbox_items_run_idx ON inbox_items (run_id) WHERE run_id IS NOT NULL;
-
-CREATE OR REPLACE FUNCTION ai_tasks_delete_events() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER AS $$
+-- A task of a detached day the caller did not know of (events written into
+-- an old day after its tasks were read): a hashed anti-join, one pass over
+-- the day's task ids (a day of 24,000 tasks against a 24,000-id array).
+CREATE OR REPLACE FUNCTION agentworker_event_partition_tasks_detached(p_name text, p_tasks uuid[])
+RETURNS SETOF uuid
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    DELETE FROM agent_events WHERE task_id = ANY (ARRAY(SELECT id FROM old_rows));
-    RETURN NULL;
+    RETURN QUERY EXECUTE format(
+        'SELECT e.task_id FROM (SELECT DISTINCT task_id FROM %I WHERE task_id IS NOT NULL) e
+         WHERE NOT EXISTS (SELECT 1 FROM unnest($1::uuid[]) k(id) WHERE k.id = e.task_id) LIMIT 1', p_name)
+        USING p_tasks;
 END
 $$;
 
-DO $$
-DECLARE
-    v_fn regprocedure;
-BEGIN
-    -- A replaced function keeps its grants but not its settings.
-    FOREACH v_fn IN ARRAY ARRAY[
-        'agentworker_create_event_partition(date)', 'agentworker_prepare_event_partitions(integer)',
-        'agentworker_seal_event_partitions()', 'agentworker_event_floor(xid8, bigint)', 'agentworker_events_since(bigint)',
-        'agentworker_drop_event_partition(text, uuid[], interval)', 'ai_tasks_delete_events()']::regprocedure[]
-    LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, anon, authenticated, service_role', v_fn);
-        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_fn, current_schema());
-    END LOOP;
-END
-$$;
+-- Settings: the functions above are the owner's only, on this schema's
+-- search path, until granted here.
+SELECT agentworker_make_internal(VARIADIC ARRAY[
+    'agentworker_create_event_partition(date)',
+    'agentworker_event_partitions()',
+    'agentworker_seal_event_partitions()',
+    'agentworker_prepare_event_partitions(integer)',
+    'agentworker_event_partition_tasks(text)',
+    'agentworker_drop_event_partition(text, uuid[], interval)',
+    'agentworker_event_partition_tasks_detached(text, uuid[])']::regprocedure[]);
+
+-- Today's partition and three days ahead exist once the functions that make
+-- them do (the leader keeps them ahead from then on).
+SELECT agentworker_prepare_event_partitions(3);

@@ -1,0 +1,116 @@
+-- Usage: what deleted runs spent is rolled up as they go, the deletion of
+-- finished tasks in batches, and the usage views that read live runs and
+-- the rollup together.
+
+-- Adds the runs of p_tasks (or, with p_runs, those runs only) to the rollup.
+CREATE OR REPLACE FUNCTION agentworker_roll_up_runs(p_tasks uuid[], p_runs uuid[]) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO usage_rollup AS u (project_id, day, usage_day, model, stopped, runs, tokens_in, tokens_out, cost)
+    SELECT t.project_id,
+           (coalesce(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC')::date,
+           (coalesce(r.finished_at, r.created_at) AT TIME ZONE 'UTC')::date,
+           coalesce(t.model, 'unknown'),
+           r.status NOT IN ('queued', 'running'),
+           count(*), sum(r.tokens_in), sum(r.tokens_out), sum(r.cost)
+    FROM task_runs r
+    JOIN ai_tasks t ON t.id = r.task_id
+    WHERE r.task_id = ANY (p_tasks) AND (p_runs IS NULL OR r.id = ANY (p_runs))
+    GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (project_id, day, usage_day, model, stopped) DO UPDATE
+    SET runs = u.runs + excluded.runs, tokens_in = u.tokens_in + excluded.tokens_in,
+        tokens_out = u.tokens_out + excluded.tokens_out, cost = u.cost + excluded.cost
+$$;
+
+-- Before a task goes, its runs are rolled up (its row is still there to
+-- say project and model); a run deleted on its own is rolled up likewise.
+-- A run deleted by the task's cascade finds no task any more and adds
+-- nothing: the task's trigger added it.
+CREATE OR REPLACE FUNCTION ai_tasks_roll_up_usage() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    PERFORM agentworker_roll_up_runs(ARRAY[OLD.id], NULL);
+    RETURN OLD;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER ai_tasks_roll_up_usage BEFORE DELETE ON ai_tasks
+    FOR EACH ROW EXECUTE FUNCTION ai_tasks_roll_up_usage();
+
+CREATE OR REPLACE FUNCTION task_runs_roll_up_usage() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    PERFORM agentworker_roll_up_runs(ARRAY[OLD.task_id], ARRAY[OLD.id]);
+    RETURN OLD;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER task_runs_roll_up_usage BEFORE DELETE ON task_runs
+    FOR EACH ROW EXECUTE FUNCTION task_runs_roll_up_usage();
+
+-- Finished tasks that ended before p_before, oldest first, at most p_limit,
+-- deleted with everything that hangs off them (runs, events, change sets,
+-- checkpoints, decisions, inbox items, comments, edges); their usage goes to
+-- the rollup by the triggers above. Returns how many went.
+CREATE OR REPLACE FUNCTION agentworker_delete_finished_tasks(p_before timestamptz, p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM ai_tasks WHERE id IN (
+            SELECT id FROM ai_tasks
+            WHERE status IN ('succeeded', 'failed', 'blocked', 'cancelled')
+              AND coalesce(finished_at, updated_at) < p_before
+            ORDER BY coalesce(finished_at, updated_at)
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+
+-- Every project together, for service_role: a run counts once it stopped
+-- running, on the UTC day it finished.
+CREATE OR REPLACE VIEW usage_daily WITH (security_invoker = true) AS
+SELECT day, model, sum(runs)::bigint AS runs, sum(tokens_in)::bigint AS tokens_in,
+       sum(tokens_out)::bigint AS tokens_out, sum(cost)::numeric(14, 6) AS cost
+FROM (
+    SELECT (coalesce(r.finished_at, r.created_at) AT TIME ZONE 'UTC')::date AS day,
+           coalesce(t.model, 'unknown') AS model, 1 AS runs, r.tokens_in, r.tokens_out, r.cost
+    FROM task_runs r
+    JOIN ai_tasks t ON t.id = r.task_id
+    WHERE r.status NOT IN ('queued', 'running')
+    UNION ALL
+    SELECT usage_day, model, runs, tokens_in, tokens_out, cost FROM usage_rollup WHERE stopped
+) u
+GROUP BY 1, 2;
+
+COMMENT ON VIEW usage_daily IS 'Tokens and cost by UTC day and model, every project together, summed on read from finished runs and the rollup of deleted ones.';
+
+-- By project, for apps: runs still running count with what they spent so far.
+CREATE OR REPLACE VIEW project_usage_daily WITH (security_invoker = true) AS
+SELECT project_id, day, model, sum(runs)::bigint AS runs, sum(tokens_in)::bigint AS tokens_in,
+       sum(tokens_out)::bigint AS tokens_out, sum(cost) AS cost
+FROM (
+    SELECT t.project_id, (coalesce(r.finished_at, r.started_at, r.created_at) AT TIME ZONE 'UTC')::date AS day,
+           coalesce(t.model, 'unknown') AS model, 1 AS runs, r.tokens_in, r.tokens_out, r.cost
+    FROM task_runs r
+    JOIN ai_tasks t ON t.id = r.task_id
+    UNION ALL
+    SELECT project_id, day, model, runs, tokens_in, tokens_out, cost FROM usage_rollup
+) u
+GROUP BY 1, 2, 3;
+
+COMMENT ON VIEW project_usage_daily IS 'Tokens and cost by project, UTC day and model, read with the caller''s rights: live runs and the rollup of deleted ones.';
+
+-- Settings: the functions above are the owner's only, on this schema's
+-- search path, until granted here.
+SELECT agentworker_make_internal(VARIADIC ARRAY[
+    'agentworker_roll_up_runs(uuid[], uuid[])',
+    'ai_tasks_roll_up_usage()',
+    'task_runs_roll_up_usage()',
+    'agentworker_delete_finished_tasks(timestamptz, integer)']::regprocedure[]);
+REVOKE ALL ON usage_daily, project_usage_daily FROM PUBLIC, anon, authenticated, service_role;
+GRANT SELECT ON usage_daily TO service_role;
+GRANT SELECT ON project_usage_daily TO authenticated, service_role;
