@@ -167,7 +167,9 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
-	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log, cfg.eventsRetentionSet)
+	// Set by the operator, not its default (the config holds only the value).
+	_, retentionSet := os.LookupEnv("EVENTS_RETENTION")
+	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log, retentionSet)
 	var reserved []string
 	if cfg.TasksMDPath != "" {
 		reserved = []string{cfg.TasksMDPath}

@@ -25,10 +25,6 @@ import (
 // Every field's desc tag is its documentation: `agentworker help` prints
 // them and docs/configuration.md is generated from them (TestConfigDocs).
 type config struct {
-	// eventsRetentionSet: EVENTS_RETENTION is in the environment, not its
-	// default.
-	eventsRetentionSet bool
-
 	DatabaseURL string `envconfig:"DATABASE_URL" desc:"PostgreSQL connection string; required by serve, migrate, submit and follow (demo and bench start a private PostgreSQL without it)"`
 
 	S3Endpoint  string        `envconfig:"S3_ENDPOINT" desc:"S3/MinIO endpoint (host:port); when set, project files live in S3"`
@@ -100,7 +96,6 @@ func loadConfig() (config, error) {
 		}
 		return c, fmt.Errorf("config: %w", err)
 	}
-	_, c.eventsRetentionSet = os.LookupEnv("EVENTS_RETENTION")
 	switch {
 	case c.WorkerConcurrency < 1:
 		return c, fmt.Errorf("config: WORKER_CONCURRENCY must be at least 1, got %d", c.WorkerConcurrency)
