@@ -51,7 +51,7 @@ func TestServesEmbeddedPage(t *testing.T) {
 		"/api.js": "text/javascript", "/style.css": "text/css",
 		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css", "/runs.js": "text/javascript",
 		"/review.js": "text/javascript", "/errors.js": "text/javascript", "/markdown.js": "text/javascript",
-		"/vendor/marked.esm.js": "text/javascript", "/vendor/purify.es.js": "text/javascript"} {
+		"/dom.js": "text/javascript", "/vendor/marked.esm.js": "text/javascript", "/vendor/purify.es.js": "text/javascript"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)

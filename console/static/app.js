@@ -5,26 +5,16 @@
 // and the controls. Everything shown is read from the server; the project
 // and token are kept in localStorage and the selected task in the URL, so
 // a reload shows the same page.
-import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
+import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
 import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, cascadeText, ask } from "./board.js";
 import { openAgents, reloadOnRefusal, agentName } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
 import { renderChanges, renderGeneral, selectLine } from "./review.js";
 import { renderMarkdown, isMarkdown } from "./markdown.js";
+import { $, el } from "./dom.js";
 
-const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
-const el = (tag, props = {}, ...children) => {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") e.className = v;
-    else if (k === "data") Object.assign(e.dataset, v);
-    else e[k] = v;
-  }
-  e.append(...children);
-  return e;
-};
 
 let client = null;
 let project = "";

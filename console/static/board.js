@@ -4,18 +4,7 @@
 // page keeps live, so the board moves as the list does. Every value is
 // rendered as text.
 import { agentList, agentName } from "./agents.js";
-
-const $ = (id) => document.getElementById(id);
-const el = (tag, props = {}, ...children) => {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") e.className = v;
-    else if (k === "data") Object.assign(e.dataset, v);
-    else e[k] = v;
-  }
-  e.append(...children);
-  return e;
-};
+import { $, el } from "./dom.js";
 
 // COLUMNS are the board's columns and the statuses each holds: paused and
 // waiting for an answer apart from review (a build waiting for approval).

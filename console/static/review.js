@@ -3,17 +3,7 @@
 // line being commented on highlighted, and the comments no line of the
 // diff holds listed apart. Every value is rendered as text.
 import { diffRows } from "./state.js";
-
-const el = (tag, props = {}, ...children) => {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") e.className = v;
-    else if (k === "data") Object.assign(e.dataset, v);
-    else e[k] = v;
-  }
-  e.append(...children);
-  return e;
-};
+import { el } from "./dom.js";
 
 function commentItem(c) {
   return el("li", { class: "comment", data: { path: c.path || "", line: String(c.line || "") } },
