@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/auth"
+	"github.com/agentworker/agentworker/handlers"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/traceid"
 )
@@ -45,19 +46,12 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 		}
 		return validation(`body must be {"type", "prompt", "input", "agent_id", "priority", "parent_task_id", "depends_on"}`)
 	}
-	if req.Priority < 0 || req.Priority > 4 {
-		return validation("priority must be 1 (most urgent) to 4")
-	}
-	switch req.Type {
-	case "chat", "plan", "build":
-	default:
-		return validation("type must be chat, plan or build")
-	}
 	if string(req.Input) == "null" {
 		req.Input = nil
 	}
-	if len(req.Input) > 0 && !json.Valid(req.Input) {
-		return validation("input must be JSON")
+	var bad *handlers.InputError
+	if err := handlers.CheckTask(req.Type, req.Priority, req.Input); errors.As(err, &bad) {
+		return validation("%s", bad.Message)
 	}
 	if req.AgentID != nil {
 		// An agent written past the API may name a model with no price.

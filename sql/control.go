@@ -129,24 +129,32 @@ func (e *ControlError) Unwrap() error { return e.kind }
 // ControlTask applies a control action through agentworker_control_task,
 // the one implementation apps reach through PostgREST too. The audit event
 // is written whatever the outcome; a refused action returns a *ControlError.
+//
+// An applied action's From is the status the task was in, read in the same
+// statement under the row's lock before the function runs, so no other
+// move comes between (agentworker_control_task answers no from then).
 func ControlTask(ctx context.Context, db DBTX, id uuid.UUID, action Action, o ControlOpts) (ControlResult, error) {
 	if o.Children && action != ActionRetry {
 		return ControlResult{}, fmt.Errorf("%s task %s with its children: %w", action, id, ErrInvalidAction)
 	}
-	var row pgx.Row
+	call, args := `agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`, []any{id, string(action), o.ExpectedVersion, o.Actor, o.Answer}
 	if o.Children {
-		row = db.QueryRow(ctx, `SELECT agentworker_retry_with_children($1, $2, nullif($3, ''))`, id, o.ExpectedVersion, o.Actor)
-	} else {
-		row = db.QueryRow(ctx, `SELECT agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`,
-			id, string(action), o.ExpectedVersion, o.Actor, o.Answer)
+		call, args = `agentworker_retry_with_children($1, $2, nullif($3, ''))`, []any{id, o.ExpectedVersion, o.Actor}
 	}
 	var raw []byte
-	if err := row.Scan(&raw); err != nil {
+	var from *string
+	// The join makes the locked row's scan come before the select list,
+	// where the function runs.
+	if err := db.QueryRow(ctx, `WITH locked AS MATERIALIZED (SELECT status FROM ai_tasks WHERE id = $1 FOR UPDATE)
+		SELECT l.status, `+call+` FROM (SELECT 1) one LEFT JOIN locked l ON true`, args...).Scan(&from, &raw); err != nil {
 		return ControlResult{}, fmt.Errorf("%s task %s: %w", action, id, err)
 	}
 	var res ControlResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return ControlResult{}, fmt.Errorf("%s task %s: decode result %s: %w", action, id, raw, err)
+	}
+	if res.From == "" && from != nil {
+		res.From = Status(*from)
 	}
 	var kind error
 	switch res.Outcome {

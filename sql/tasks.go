@@ -136,12 +136,15 @@ type Task struct {
 	// TraceID is the trace of the request that created the task ("" when
 	// it was inserted without one); set on insert, never changed.
 	TraceID string
+	// PauseRequested: a pause of the running task was requested; it takes
+	// effect at the next iteration boundary.
+	PauseRequested bool
 }
 
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
 	fence, retries, version, created_at, updated_at, started_at, finished_at,
-	agent_id, priority, parent_task_id, approved, coalesce(trace_id, '')`
+	agent_id, priority, parent_task_id, approved, coalesce(trace_id, ''), pause_requested`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -154,7 +157,7 @@ func taskDest(t *Task) []any {
 	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
 		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt,
-		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID}
+		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID, &t.PauseRequested}
 }
 
 // NewTask is what an app supplies to create a task.

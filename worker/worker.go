@@ -255,7 +255,7 @@ func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Conf
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                cfg.ID,
-		Logger:            cfg.Logger,
+		Logger:            slog.New(riverLog{cfg.Logger.Handler()}),
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        cfg.TaskTimeout,

@@ -30,7 +30,8 @@ const usage = `usage: agentworker <command> [flags]
 commands:
   serve                       run the worker: claim tasks, run agents, serve HTTP
   migrate                     apply database migrations (River's and ours)
-  submit [flags] <prompt>     create a task; --project, --type, --follow
+  submit [flags] <prompt>     create a task; --project, --type, --agent, --priority,
+                              --depends-on, --parent, --input JSON, --follow
   follow [--after N] [--sse URL] <task>
                               print a task's events live until it ends
   token [--project ID,…] [--service] [--ttl 24h]

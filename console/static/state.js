@@ -186,3 +186,28 @@ export function diffLineClass(line) {
   if (line.startsWith("\\")) return "meta";
   return "ctx";
 }
+
+// diffRows numbers the lines of a unified diff on both sides: each row has
+// its class, its text, its line in the old file (del and ctx) and in the
+// new file (add and ctx); headers have neither.
+export function diffRows(diff) {
+  const rows = [];
+  let oldNo = 0;
+  let newNo = 0;
+  for (const line of diff.split("\n").slice(0, -1)) {
+    const cls = diffLineClass(line);
+    const row = { cls, text: line, old: 0, new: 0 };
+    const hunk = /^@@ -(\d+)(?:,\d+)? \+(\d+)/.exec(line);
+    if (hunk) {
+      oldNo = Number(hunk[1]);
+      newNo = Number(hunk[2]);
+    } else if (cls === "add") row.new = newNo++;
+    else if (cls === "del") row.old = oldNo++;
+    else if (cls === "ctx") {
+      row.old = oldNo++;
+      row.new = newNo++;
+    }
+    rows.push(row);
+  }
+  return rows;
+}
