@@ -219,7 +219,7 @@ $$;
 
 -- FUNCTION: agents_check_tool_policy()
 CREATE FUNCTION public.agents_check_tool_policy() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
@@ -1389,7 +1389,7 @@ $$;
 
 -- FUNCTION: ai_tasks_check_tool_policy()
 CREATE FUNCTION public.ai_tasks_check_tool_policy() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
@@ -2723,7 +2723,7 @@ CREATE TRIGGER ai_tasks_delete_events AFTER DELETE ON public.ai_tasks REFERENCIN
 CREATE TRIGGER ai_tasks_drop_checkpoint AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.ai_tasks_drop_checkpoint();
 
 -- TRIGGER: ai_tasks ai_tasks_drop_tool_approvals
-CREATE TRIGGER ai_tasks_drop_tool_approvals AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.ai_tasks_drop_tool_approvals();
+CREATE TRIGGER ai_tasks_drop_tool_approvals AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status = ANY (ARRAY['failed'::text, 'blocked'::text, 'cancelled'::text])))) EXECUTE FUNCTION public.ai_tasks_drop_tool_approvals();
 
 -- TRIGGER: ai_tasks ai_tasks_enqueue
 CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_enqueue();

@@ -109,8 +109,9 @@ CREATE OR REPLACE TRIGGER ai_tasks_check_tool_policy BEFORE INSERT OR UPDATE OF 
     FOR EACH ROW WHEN (NEW.input ? 'tool_policy')
     EXECUTE FUNCTION ai_tasks_check_tool_policy();
 
--- A conversation that ended takes its calls' approvals with it: a retry
--- starts a new conversation, whose call ids may repeat the old ones.
+-- A retry starts a new conversation, whose call ids may repeat the old
+-- ones: the old conversation's approvals go. Until then they stay, the
+-- record of what was asked, answered and run.
 CREATE OR REPLACE FUNCTION ai_tasks_drop_tool_approvals() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
@@ -120,7 +121,7 @@ END
 $$;
 
 CREATE OR REPLACE TRIGGER ai_tasks_drop_tool_approvals AFTER UPDATE OF status ON ai_tasks
-    FOR EACH ROW WHEN (NEW.status IN ('succeeded', 'failed', 'blocked', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status)
+    FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status IN ('failed', 'blocked', 'cancelled'))
     EXECUTE FUNCTION ai_tasks_drop_tool_approvals();
 
 DROP POLICY IF EXISTS tool_approvals_service ON tool_approvals;
