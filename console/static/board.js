@@ -24,7 +24,7 @@ export const COLUMNS = [
   { key: "waiting", title: "Waiting", statuses: ["waiting"] },
   { key: "queued", title: "Queued", statuses: ["queued"] },
   { key: "running", title: "Running", statuses: ["running"] },
-  { key: "review", title: "Review", statuses: ["review", "awaiting_input", "paused"] },
+  { key: "review", title: "Review", statuses: ["review", "awaiting_input", "awaiting_approval", "paused"] },
   { key: "succeeded", title: "Succeeded", statuses: ["succeeded"] },
   { key: "failed", title: "Failed / blocked", statuses: ["failed", "blocked"] },
   { key: "cancelled", title: "Cancelled", statuses: ["cancelled"] },
