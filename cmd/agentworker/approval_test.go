@@ -221,3 +221,95 @@ func TestApprovalsThroughKills(t *testing.T) {
 		t.Errorf("approve → next model call p99 = %s, want under 1 s", p99)
 	}
 }
+
+// TestApprovedCallKilledBeforeItsCheckpoint: the worker that runs an
+// approved call is killed after the call ran and before the transaction
+// that records its output (with the checkpoint holding it) commits: the
+// next worker runs the call again from the rewound change set, and the
+// write lands once, its output recorded once.
+func TestApprovedCallKilledBeforeItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	model := &approvalModel{second: map[string]time.Time{}, results: map[string][]llm.Message{}}
+	e.llm = llmtest.NewWith(t, model)
+	const lease = 2 * time.Second
+	first := e.start(t, lease)
+	tasks := parkAll(t, e, 1, "held")
+	var id uuid.UUID
+	var project uuid.UUID
+	for id, project = range tasks {
+	}
+
+	// Hold the checkpoint row: the resumed attempt runs the approved
+	// call, then waits to record it.
+	hold, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(t.Context())
+	if _, err := hold.Exec(t.Context(), `SELECT 1 FROM task_checkpoints WHERE task_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	answer(t, e, id)
+	waiting := func() bool {
+		var n int
+		err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO task_checkpoints%'`).Scan(&n)
+		return err == nil && n > 0
+	}
+	poll.Until(t, "the resumed attempt to wait on its checkpoint, the call run", 60*time.Second, waiting)
+	var staged int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM change_set_entries WHERE task_id = $1 AND path = 'keep.txt'`, id).Scan(&staged); err != nil || staged != 1 {
+		t.Fatalf("the approved write staged %d entries (%v) before the kill, want 1: it ran", staged, err)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	// As the server's client_connection_check_interval would: the killed
+	// process's waiting backend ends without running what it was sent.
+	if _, err := e.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO task_checkpoints%'`); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the killed backend to end", 10*time.Second, func() bool { return !waiting() })
+	if err := hold.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var output *string
+	if err := e.pool.QueryRow(t.Context(), `SELECT output FROM tool_approvals WHERE task_id = $1 AND status = 'approved'`, id).Scan(&output); err != nil || output != nil {
+		t.Fatalf("after the kill: output %v (%v), want none recorded", output, err)
+	}
+
+	e.start(t, lease)
+	poll.Until(t, "the task to finish on the second worker", 60*time.Second, func() bool { return e.task(t, id).Status.Terminal() })
+	task := e.task(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status %s, error %s", task.Status, task.Error)
+	}
+	var recorded, keepRuns int
+	if err := e.pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM tool_approvals WHERE task_id = $1 AND output IS NOT NULL),
+		(SELECT count(*) FROM agent_events WHERE task_id = $1 AND type = 'tool_call' AND payload ->> 'toolName' = 'write_file'
+			AND (payload ->> 'argsSummary' LIKE '%keep.txt%' OR payload ->> 'resultSummary' LIKE '%keep.txt%'))`, id).Scan(&recorded, &keepRuns); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != 1 || keepRuns != 1 {
+		t.Errorf("outputs recorded %d, write_file events for keep.txt %d; want 1 and 1", recorded, keepRuns)
+	}
+	store, err := storage.NewS3(t.Context(), e.s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	files, err := store.List(t.Context(), project.String(), "")
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.Path)
+	}
+	if content, _, rerr := store.Read(t.Context(), project.String(), "keep.txt"); err != nil || rerr != nil ||
+		strings.Join(paths, ",") != "keep.txt" || string(content) != "keep\n" {
+		t.Errorf("project files %v (%v), keep.txt %q (%v); want keep.txt once", paths, err, content, rerr)
+	}
+	t.Logf("runs: %s", e.runs(t, id))
+}
