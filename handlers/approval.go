@@ -30,14 +30,19 @@ type askedCall struct {
 }
 
 // decide is the task's tool policies' decision for a call: the strictest
-// of them. A call a person approved is allowed.
+// of them. A call a person approved is allowed, and so are the control
+// tools, which steer the loop, never the project. Where the loop cannot
+// wait for a person (noAsk), an ask is a deny with that reason.
 func (l *loop) decide(call llm.ToolCall) tools.Decision {
 	d := tools.Decision{Action: tools.PolicyAllow}
-	if l.approved[call.ID] {
+	if l.approved[call.ID] || tools.LoopControl(call.Name) {
 		return d
 	}
 	for _, p := range l.policies {
 		d = tools.Stricter(d, p.Decide(call.Name, call.Arguments))
+	}
+	if d.Action == tools.PolicyAsk && l.noAsk != "" {
+		d = tools.Decision{Action: tools.PolicyDeny, Reason: strings.TrimSpace(d.Reason + " (" + l.noAsk + ")")}
 	}
 	return d
 }

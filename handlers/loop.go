@@ -108,6 +108,8 @@ type loop struct {
 	policies []tools.CallPolicy
 	asked    []askedCall
 	approved map[string]bool
+	// noAsk, when set, says why this loop cannot wait for approval.
+	noAsk    string
 	outcomes []bool          // success of the last calls, for the error rate
 	alerted  map[string]bool // alert kinds raised this run
 

@@ -634,6 +634,11 @@ func (r *taskRun) buildLoop(ctx context.Context, spec typeSpec) error {
 	}
 	r.lp = lp
 	lp.before, lp.alert = r.beforeIteration, r.alert
+	if r.plan != nil {
+		// Its next attempt replays the plan's steps, not this conversation:
+		// nothing would give the model the answers.
+		lp.noAsk = "this build follows a plan and cannot wait for approval; asked calls are refused"
+	}
 	if r.plan == nil {
 		// A plan-driven build resumes by its recorded decisions instead.
 		lp.after = r.checkpoint

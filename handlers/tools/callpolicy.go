@@ -95,6 +95,8 @@ func (p CallPolicy) Validate() error {
 	known := policyTools()
 	for i, r := range p {
 		switch {
+		case LoopControl(r.Tool):
+			return &PolicyError{Index: i, Msg: fmt.Sprintf("tool %s steers the loop and is always allowed; a policy cannot name it", r.Tool)}
 		case r.Tool != PolicyAnyTool && !slices.Contains(known, r.Tool):
 			return &PolicyError{Index: i, Msg: fmt.Sprintf("tool %q is not a tool; use \"*\" or one of %s", r.Tool, strings.Join(known, ", "))}
 		case r.Action != PolicyAllow && r.Action != PolicyAsk && r.Action != PolicyDeny:
@@ -120,13 +122,17 @@ func (p CallPolicy) Validate() error {
 	return nil
 }
 
+// LoopControl reports whether a tool steers the loop (finish,
+// request_input): no policy decides its calls.
+func LoopControl(name string) bool { return name == "finish" || name == "request_input" }
+
 // policyTools are the tools a rule may name.
 func policyTools() []string {
 	r, err := ForTaskType("build")
 	if err != nil {
 		return nil
 	}
-	return r.Names()
+	return slices.DeleteFunc(r.Names(), LoopControl)
 }
 
 // PolicyToolNames lists the tools a rule may name, for the SQL check to

@@ -22,7 +22,8 @@ func TestParseCallPolicyRefuses(t *testing.T) {
 		{"BadGlob", `[{"tool": "write_file", "match": "src/[a", "action": "ask"}]`, "not a valid path glob"},
 
 		{"BadCommandPattern", `[{"tool": "run_command", "match": "npm_[", "action": "ask"}]`, "not a valid command pattern"},
-		{"MatchOnToolWithoutArgument", `[{"tool": "finish", "match": "x", "action": "deny"}]`, "takes no match"},
+		{"BadGlobOnSearch", `[{"tool": "search_files", "match": "[", "action": "deny"}]`, "not a valid path glob"},
+		{"LoopControl", `[{"tool": "finish", "action": "deny"}]`, "steers the loop"},
 		{"LongReason", `[{"tool": "write_file", "action": "deny", "reason": "` + strings.Repeat("x", 501) + `"}]`, "reason is 501 bytes"},
 	}
 	for _, c := range cases {

@@ -12,8 +12,9 @@ CREATE OR REPLACE FUNCTION agentworker_check_tool_policy(p_policy jsonb, p_where
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
-    v_tools constant text[] := ARRAY['apply_patch', 'delete_file', 'edit_file', 'finish', 'generate_image',
-        'get_project_structure', 'list_files', 'move_file', 'read_file', 'request_input', 'run_command',
+    -- finish and request_input steer the loop: always allowed, never named.
+    v_tools constant text[] := ARRAY['apply_patch', 'delete_file', 'edit_file', 'generate_image',
+        'get_project_structure', 'list_files', 'move_file', 'read_file', 'run_command',
         'search_files', 'write_file'];
     v_path_tools constant text[] := ARRAY['list_files', 'read_file', 'search_files', 'get_project_structure',
         'write_file', 'edit_file', 'apply_patch', 'delete_file', 'move_file', 'generate_image'];
