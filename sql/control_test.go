@@ -36,6 +36,12 @@ func withoutPickup(t *testing.T, pool *pgxpool.Pool, fn func(tx pgx.Tx)) {
 // insertTaskIn creates a task already in status, without a River job.
 func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid.UUID {
 	t.Helper()
+	return insertProjectTaskIn(t, pool, uuid.New(), status)
+}
+
+// insertProjectTaskIn is insertTaskIn for a task of project.
+func insertProjectTaskIn(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.Status) uuid.UUID {
+	t.Helper()
 	var id uuid.UUID
 	withoutPickup(t, pool, func(tx pgx.Tx) {
 		// A task starts queued (or paused); other statuses are reached by
@@ -45,7 +51,7 @@ func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid
 			start = status
 		}
 		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'build', 'x', $2) RETURNING id`,
-			uuid.New(), start).Scan(&id); err != nil {
+			project, start).Scan(&id); err != nil {
 			t.Fatalf("insert %s task: %v", status, err)
 		}
 		var path []agentsql.Status

@@ -907,14 +907,16 @@ $$;
 
 -- FUNCTION: agentworker_event_floor(xid8, bigint)
 CREATE FUNCTION public.agentworker_event_floor(p_xid xid8, p_id bigint) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'public', 'pg_temp'
     AS $$
-    SELECT coalesce(least(
+BEGIN
+    RETURN coalesce(least(
         (coalesce((SELECT min(day) FROM agent_event_days
                    WHERE xid_below IS NULL OR xid_below > p_xid OR id_below > p_id),
                   (SELECT max(day) + 1 FROM agent_event_days))::timestamp AT TIME ZONE 'UTC'),
-        (SELECT min(created_at) FROM agent_events_default)), '-infinity')
+        (SELECT min(created_at) FROM agent_events_default)), '-infinity');
+END
 $$;
 
 -- FUNCTION: agentworker_event_partition_tasks(text)
