@@ -20,6 +20,17 @@ import (
 	"github.com/agentworker/agentworker/testing/poll"
 )
 
+// projectPaths lists a project's files, comma-separated.
+func projectPaths(t *testing.T, store *storage.S3, project uuid.UUID) (string, error) {
+	t.Helper()
+	files, err := store.List(t.Context(), project.String(), "")
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.Path
+	}
+	return strings.Join(paths, ","), err
+}
+
 // approvalModel asks to write keep.txt and drop.txt in its first turn and
 // finishes once it has the results; it notes when each task's second call
 // arrives, by the task's prompt.
@@ -181,12 +192,7 @@ func TestApprovalsThroughKills(t *testing.T) {
 				t.Errorf("task %s call %s: %s with output %v", id, a.ToolCallID, a.Status, a.Output != nil)
 			}
 		}
-		files, err := store.List(t.Context(), project.String(), "")
-		var paths []string
-		for _, f := range files {
-			paths = append(paths, f.Path)
-		}
-		if err != nil || strings.Join(paths, ",") != "keep.txt" {
+		if paths, err := projectPaths(t, store, project); err != nil || paths != "keep.txt" {
 			t.Errorf("task %s: project files %v (%v), want keep.txt alone", id, paths, err)
 		}
 		model.mu.Lock()
@@ -302,13 +308,9 @@ func TestApprovedCallKilledBeforeItsCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	files, err := store.List(t.Context(), project.String(), "")
-	var paths []string
-	for _, f := range files {
-		paths = append(paths, f.Path)
-	}
+	paths, err := projectPaths(t, store, project)
 	if content, _, rerr := store.Read(t.Context(), project.String(), "keep.txt"); err != nil || rerr != nil ||
-		strings.Join(paths, ",") != "keep.txt" || string(content) != "keep\n" {
+		paths != "keep.txt" || string(content) != "keep\n" {
 		t.Errorf("project files %v (%v), keep.txt %q (%v); want keep.txt once", paths, err, content, rerr)
 	}
 	t.Logf("runs: %s", e.runs(t, id))
