@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
+
+	"github.com/agentworker/agentworker/handlers/tools"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -47,6 +50,9 @@ type taskPolicy struct {
 	// review: a build that finishes cleanly waits for a person's approval
 	// instead of applying its change set (input.review).
 	review bool
+	// calls are the tool policies of the task's input and of the tasks it
+	// is part of: the strictest decision of all holds.
+	calls []tools.CallPolicy
 }
 
 // within returns p held to every limit of outer, the policy of a task p's
@@ -58,6 +64,7 @@ func (p taskPolicy) within(outer taskPolicy) taskPolicy {
 		ceiling: p.ceiling,
 		scope:   p.scope.Within(outer.scope),
 		review:  p.review || outer.review,
+		calls:   append(slices.Clip(p.calls), outer.calls...),
 	}
 }
 
@@ -86,9 +93,10 @@ func (r *Runner) policyOf(ctx context.Context, task agentsql.Task) (taskPolicy, 
 // input.allowed_paths and input.review of task id.
 func (r *Runner) inputPolicy(id uuid.UUID, input []byte) (taskPolicy, error) {
 	var in struct {
-		Budget       *Budget  `json:"budget"`
-		AllowedPaths []string `json:"allowed_paths"`
-		Review       bool     `json:"review"`
+		Budget       *Budget         `json:"budget"`
+		AllowedPaths []string        `json:"allowed_paths"`
+		Review       bool            `json:"review"`
+		ToolPolicy   json.RawMessage `json:"tool_policy"`
 	}
 	ceiling := Budget{MaxTokens: r.cfg.Budget.MaxTokens, MaxCostUSD: r.cfg.Budget.MaxCostUSD, MaxIterations: r.cfg.MaxIterations}
 	p := taskPolicy{budget: ceiling, ceiling: ceiling}
@@ -108,6 +116,13 @@ func (r *Runner) inputPolicy(id uuid.UUID, input []byte) (taskPolicy, error) {
 		return p, &taskError{CodeInvalidInput, fmt.Errorf("input.allowed_paths of task %s: %w", id, err)}
 	}
 	p.scope, p.review = scope, in.Review
+	calls, err := tools.ParseCallPolicy(in.ToolPolicy)
+	if err != nil {
+		return p, &taskError{CodeInvalidInput, fmt.Errorf("input of task %s: %w", id, err)}
+	}
+	if len(calls) > 0 {
+		p.calls = []tools.CallPolicy{calls}
+	}
 	return p, nil
 }
 

@@ -39,7 +39,7 @@ const (
 // a question (awaiting_input until answered). The loop's checkpoint keeps
 // its place; the next attempt continues from it.
 type Suspension struct {
-	Status agentsql.Status // paused or awaiting_input
+	Status agentsql.Status // paused, awaiting_input or awaiting_approval
 	Code   string          // the interrupted run's error_code
 	// Reason, when set, opens an inbox item of that reason (budget, question).
 	Reason  string
@@ -113,8 +113,11 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 	}
 	spend := r.lp.unrecorded()
 	phase := events.PhasePaused
-	if s.Status == agentsql.StatusAwaitingInput {
+	switch s.Status {
+	case agentsql.StatusAwaitingInput:
 		phase = events.PhaseAwaitingInput
+	case agentsql.StatusAwaitingApproval:
+		phase = events.PhaseAwaitingApproval
 	}
 	err = r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
 		if _, err := r.rec.EmitIn(wctx, tx); err != nil {
@@ -124,6 +127,11 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 			return err
 		}
 		meta := map[string]any{"code": s.Code}
+		if s.Status == agentsql.StatusAwaitingApproval {
+			if err := r.requestApprovals(wctx, tx); err != nil {
+				return err
+			}
+		}
 		if s.Reason != "" {
 			runID, err := agentsql.RunID(wctx, tx, r.task.ID, r.task.Attempt)
 			if err != nil {
@@ -131,8 +139,11 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 			}
 			taskID := r.task.ID
 			title := "The agent asks a question"
-			if s.Reason == ReasonBudget {
+			switch s.Reason {
+			case ReasonBudget:
 				title = "Task paused: budget spent"
+			case ReasonToolApproval:
+				title = "Tool calls wait for approval"
 			}
 			item, _, err := agentsql.OpenInboxItem(wctx, tx, agentsql.InboxItem{ProjectID: r.task.ProjectID, TaskID: &taskID, RunID: &runID,
 				Kind: agentsql.InboxAwaitUserInput, Reason: s.Reason, Title: title, Content: s.Message})

@@ -133,7 +133,16 @@ func TestControlEveryActionFromEveryStatus(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res, err := agentsql.ControlTask(t.Context(), pool, id, action, agentsql.ControlOpts{Actor: "tester", Answer: "yes"})
+				opts := agentsql.ControlOpts{Actor: "tester", Answer: "yes"}
+				if action == agentsql.ActionApproveCall || action == agentsql.ActionDenyCall {
+					// The call waits, whatever the task's status.
+					if _, err := pool.Exec(t.Context(), `INSERT INTO tool_approvals (task_id, tool_call_id, project_id, tool_name, arguments)
+						SELECT id, 'call_1', project_id, 'write_file', '{}' FROM ai_tasks WHERE id = $1`, id); err != nil {
+						t.Fatal(err)
+					}
+					opts.ToolCallID = "call_1"
+				}
+				res, err := agentsql.ControlTask(t.Context(), pool, id, action, opts)
 				after, gerr := agentsql.GetTask(t.Context(), pool, id)
 				if gerr != nil {
 					t.Fatal(gerr)

@@ -60,6 +60,10 @@ const (
 	// StatusReview: a build finished cleanly and waits for a person to
 	// approve or reject its staged change set; it holds no lease.
 	StatusReview Status = "review"
+	// StatusAwaitingApproval: a tool call of the last model turn matched an
+	// ask rule of the task's tool policy and waits for a person to approve
+	// or deny it; the task holds no lease.
+	StatusAwaitingApproval Status = "awaiting_approval"
 )
 
 // Terminal reports whether no further work happens in this status without a retry.
@@ -82,12 +86,12 @@ func CanTransition(from, to Status) bool {
 	case StatusRunning:
 		switch to {
 		case StatusSucceeded, StatusFailed, StatusBlocked, StatusCancelled,
-			StatusPaused, StatusAwaitingInput, StatusQueued, StatusReview:
+			StatusPaused, StatusAwaitingInput, StatusQueued, StatusReview, StatusAwaitingApproval:
 			return true
 		}
 	case StatusReview:
 		return to == StatusSucceeded || to == StatusQueued || to == StatusCancelled
-	case StatusPaused, StatusAwaitingInput:
+	case StatusPaused, StatusAwaitingInput, StatusAwaitingApproval:
 		return to == StatusQueued || to == StatusCancelled
 	case StatusBlocked:
 		return to == StatusQueued || to == StatusWaiting // retry, or its failed dependency retried
@@ -201,6 +205,7 @@ var graphRules = map[string]string{
 	"ai_tasks_dependents":        "TASK_HAS_DEPENDENTS",
 	"agents_tasks":               "AGENT_HAS_TASKS",
 	"agents_project_id_name_key": "AGENT_NAME_TAKEN",
+	"tool_policy_valid":          "INVALID_TOOL_POLICY",
 }
 
 // asRuleError returns err as a *RuleError when a graph rule refused it.

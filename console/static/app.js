@@ -5,7 +5,7 @@
 // and the controls. Everything shown is read from the server; the project
 // and token are kept in localStorage and the selected task in the URL, so
 // a reload shows the same page.
-import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money } from "./state.js";
+import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass, callLines } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
 import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, cascadeText, ask } from "./board.js";
 import { openAgents, reloadOnRefusal, agentName } from "./agents.js";
@@ -475,7 +475,7 @@ function apply(ev) {
       if (!$("pane-changes").hidden) reloadChanges(ev.task_id);
       break;
     case "agent_phase":
-      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input", "review"].includes(p.phase)) {
+      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input", "awaiting_approval", "review"].includes(p.phase)) {
         $("status").textContent = p.phase;
         $("status").className = p.phase;
         document.body.dataset.status = p.phase;
@@ -748,6 +748,10 @@ function inboxItem(item) {
     const reject = el("button", { type: "button", class: "reject", textContent: "Reject…", title: "open the task to say what to change" });
     reject.addEventListener("click", () => review(item.task_id, "reject"));
     div.append(el("div", { class: "review-actions" }, approve, reject));
+  } else if (item.reason === "tool_approval" && item.task_id) {
+    const calls = el("div", { class: "tool-calls" });
+    div.append(calls);
+    loadCalls(item.task_id, calls);
   } else if (isQuestion) {
     const input = el("input", { class: "answer", placeholder: "Your answer" });
     const form = el("form", { class: "answer-form" }, input, el("button", { type: "submit", textContent: "Answer" }));
@@ -774,6 +778,34 @@ function inboxItem(item) {
     div.append(" ", link);
   }
   return div;
+}
+
+// loadCalls shows a task's calls that wait for approval in box, each with
+// its arguments (a write or a patch as a diff), approve, and deny with a
+// message the model reads.
+async function loadCalls(taskId, box) {
+  const res = await guarded(() => client.get(`/v1/tasks/${enc(taskId)}/tool-calls`));
+  if (!res) return;
+  const pending = res.tool_calls.filter((c) => c.status === "pending");
+  box.replaceChildren(...pending.map((c) => {
+    const diff = el("pre", { class: "diff call-diff" },
+      ...callLines(c.tool_name, c.arguments).map((l) => el("span", { class: diffLineClass(l), textContent: l })));
+    const message = el("input", { class: "deny-message", placeholder: "Why not (the agent reads it)" });
+    const answer = (verb, body) => guarded(async () => {
+      await client.post(`/v1/tasks/${enc(taskId)}/tool-calls/${enc(c.tool_call_id)}/${verb}`, body);
+      // The item stays open (and its element kept) until the last answer.
+      loadCalls(taskId, box);
+      loadInbox();
+      refreshTask(taskId);
+    });
+    const approve = el("button", { type: "button", class: "approve-call", textContent: "Approve" });
+    approve.addEventListener("click", () => answer("approve", {}));
+    const deny = el("button", { type: "button", class: "deny-call", textContent: "Deny" });
+    deny.addEventListener("click", () => answer("deny", { message: message.value }));
+    return el("div", { class: "tool-call", data: { call: c.tool_call_id } },
+      el("strong", { textContent: c.tool_name }), c.reason ? el("span", { class: "meta", textContent: ` — ${c.reason}` }) : "",
+      diff, message, approve, deny);
+  }));
 }
 
 // ---- logs ----

@@ -12,7 +12,7 @@ export const COLUMNS = [
   { key: "waiting", title: "Waiting", statuses: ["waiting"] },
   { key: "queued", title: "Queued", statuses: ["queued"] },
   { key: "running", title: "Running", statuses: ["running"] },
-  { key: "held", title: "Paused / needs input", statuses: ["paused", "awaiting_input"] },
+  { key: "held", title: "Paused / needs input", statuses: ["paused", "awaiting_input", "awaiting_approval"] },
   { key: "review", title: "Review", statuses: ["review"] },
   { key: "succeeded", title: "Succeeded", statuses: ["succeeded"] },
   { key: "failed", title: "Failed / blocked", statuses: ["failed", "blocked"] },

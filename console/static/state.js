@@ -102,7 +102,7 @@ export class FileTree {
 
 // The task statuses each control applies to (the task state machine).
 export const CONTROLS = {
-  cancel: ["queued", "running", "paused", "awaiting_input", "waiting", "review"],
+  cancel: ["queued", "running", "paused", "awaiting_input", "awaiting_approval", "waiting", "review"],
   pause: ["queued", "running", "waiting"],
   resume: ["paused"],
   retry: ["failed", "blocked", "cancelled"],
@@ -210,4 +210,29 @@ export function diffRows(diff) {
     rows.push(row);
   }
   return rows;
+}
+
+// callLines shows a tool call that waits for approval as diff lines: a
+// write as the content it adds, an edit as the text it removes and adds,
+// a patch as itself; any other call as its arguments, indented.
+export function callLines(name, args) {
+  let a;
+  try {
+    a = JSON.parse(args);
+  } catch {
+    return [args];
+  }
+  const lines = (prefix, text) => String(text ?? "").replace(/\n$/, "").split("\n").map((l) => prefix + l);
+  switch (name) {
+    case "write_file":
+      return [`+++ ${a.path}`, ...lines("+", a.content)];
+    case "edit_file":
+      if (typeof a.old_string === "string" || typeof a.new_string === "string") {
+        return [`--- ${a.path}`, `+++ ${a.path}`, ...lines("-", a.old_string), ...lines("+", a.new_string)];
+      }
+      break;
+    case "apply_patch":
+      return lines("", a.patch);
+  }
+  return JSON.stringify(a, null, 2).split("\n");
 }
