@@ -521,10 +521,11 @@ func (p *pacer) beyondNoise(now time.Time) bool {
 
 // backOff lowers the pace after a refusal and puts the back-off on trial.
 // The first refusal of an unpaced key goes to what the provider answered
-// in the last second, all replicas alike (refusing, it answers about its
-// limit); a paced key goes down by 0.7, not below that.
+// this replica in the last second, scaled to all replicas by this one's
+// part (refusing, the provider answers about its limit); a paced key goes
+// down by 0.7, not below that.
 func (p *pacer) backOff(now time.Time) {
-	answered := float64(p.recentOutcomes(now).answered) / outcomeWindow.Seconds() * float64(p.live)
+	answered := float64(p.recentOutcomes(now).answered) / outcomeWindow.Seconds() / p.part()
 	p.undo = p.total
 	if math.IsInf(p.total, 1) {
 		p.total, p.wmax = max(answered, firstRPS), 0
@@ -549,7 +550,7 @@ func (p *pacer) judge(now time.Time) {
 	}
 	p.trial = false
 	pre, post := p.prev.refusedShare(), p.cur.refusedShare()
-	same := post >= pre/2 && post <= pre*1.5+0.05
+	same := post >= pre*0.6 && post <= pre*1.25+0.05
 	if p.prev.n() < trialCalls || p.prev.refused < 2 || p.cur.refused < 2 || !same {
 		return
 	}

@@ -106,6 +106,7 @@ type Report struct {
 	Graph    Graph    `json:"graph"`
 
 	ProviderLimit ProviderLimit `json:"provider_limit"`
+	Storm         Storm         `json:"storm"`
 	Retention     Retention     `json:"retention"`
 
 	RSSMB struct {
@@ -160,6 +161,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"steady", runSteady},
 		{"replicas", runReplicas},
 		{"provider-limit", runProviderLimit},
+		{"storm", runStorm},
 		{"graph", runGraph},
 		{"retention", runRetention},
 		{"memory", runMemory},

@@ -76,6 +76,17 @@ func (r Report) Markdown() string {
 			fmt.Sprintf("%d; %d/%d (%.0f %%); %.1f s ÷ %.0f s = %.2f×", run.Failed, run.Refused, run.Answered, 100*run.RefusedRatio, run.WallS, run.IdealS, run.WallRatio),
 			"", "0; ≤ 10 %; ≤ 1.3×")
 	}
+	if st := r.Storm; st.Tasks > 0 {
+		for _, run := range []struct {
+			name string
+			run  ProviderLimitRun
+		}{{"calm", st.Calm}, {fmt.Sprintf("%.0f %% refused at random", 100*st.Share), st.Storm}} {
+			row(fmt.Sprintf("%d builds, one serve process, provider %s: failed; refused/answered; wall", st.Tasks, run.name),
+				fmt.Sprintf("%d; %d/%d (%.2f×); %.1f s", run.run.Failed, run.run.Refused, run.run.Answered, run.run.RefusedRatio, run.run.WallS),
+				"", "0; ≤ 2×")
+		}
+		row("storm wall less calm wall (s)", fmt.Sprintf("%.1f", st.ExtraS), "", "≤ 20")
+	}
 	r.Retention.rows(row)
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
