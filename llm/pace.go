@@ -542,14 +542,24 @@ func (p *pacer) backOff(now time.Time) {
 // after it have an outcome. A pace past the limit is refused less after a
 // back-off (or, still past it, more often as the provider's burst is
 // spent); a provider refusing at random refuses as often. When the share
-// refused stayed about the same, the back-off is undone and that share is
-// taken as the provider's refusals whatever the pace.
+// refused stayed about the same, the back-off is undone (back to the pace
+// before the first of a row of them) and that share is taken as the
+// provider's refusals whatever the pace. When too few calls left before
+// the back-off to compare with and the calls after it are still refused,
+// the pace backs off once more and the two paces are compared.
 func (p *pacer) judge(now time.Time) {
 	if !p.trial || p.cur.n() < trialCalls {
 		return
 	}
-	p.trial = false
 	pre, post := p.prev.refusedShare(), p.cur.refusedShare()
+	if p.prev.n() < trialCalls && p.cur.refused >= 2 {
+		p.wmax = p.total
+		p.total = max(p.total*0.7, minRPS)
+		p.newEpoch(now)
+		p.paced()
+		return
+	}
+	p.trial = false
 	same := post >= pre*0.6 && post <= pre*1.25+0.05
 	if p.prev.n() < trialCalls || p.prev.refused < 2 || p.cur.refused < 2 || !same {
 		return

@@ -278,41 +278,63 @@ func TestRateLimitUnpacedStart(t *testing.T) {
 // Retry-After: 1, whatever the pace. Each refused call waits its second
 // and tries again; the random refusals do not pull the pace down, so 200
 // two-call builds all finish, with about as many refusals as the storm
-// makes (0.67 a call), not a growing queue.
+// makes (0.67 a call), not a growing queue. The builds start at once, or
+// one every 10 ms, so that few calls have an outcome when the first is
+// refused.
 func TestRateLimitStorm(t *testing.T) {
 	t.Parallel()
 	const builds = 200
-	limit := &scripted.RateLimit{Storm: 0.4, Seed: 46}
-	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }),
-		llmtest.Limit(limit))
-	obs := &observed{}
-	client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.Observer = -1, obs })
-	// A bound, not a speed target: the builds take seconds unpaced, and
-	// stalled for minutes when random refusals collapsed the pace.
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for range builds {
-		wg.Go(func() {
-			for range 2 {
-				if _, err := client.Complete(ctx, userRequest("hi")); err != nil {
-					failed.Add(1)
-					return
+	for _, tt := range []struct {
+		name  string
+		every time.Duration
+	}{
+		{name: "AtOnce"},
+		{name: "Trickle", every: 10 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			limit := &scripted.RateLimit{Storm: 0.4, Seed: 46}
+			srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }),
+				llmtest.Limit(limit))
+			obs := &observed{}
+			client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.Observer = -1, obs })
+			// A bound, not a speed target: the builds take seconds unpaced,
+			// and stalled for minutes when random refusals collapsed the
+			// pace.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			tick := time.NewTicker(max(tt.every, time.Microsecond))
+			defer tick.Stop()
+			for range builds {
+				if tt.every > 0 {
+					<-tick.C
 				}
+				wg.Go(func() {
+					for range 2 {
+						if _, err := client.Complete(ctx, userRequest("hi")); err != nil {
+							failed.Add(1)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			answered, refused := limit.Counts()
+			t.Logf("%d answered, %d refused, pace %.1f/s", answered, refused, obs.pace())
+			if n := failed.Load(); n != 0 {
+				t.Errorf("%d of %d builds failed", n, builds)
+			}
+			if answered != 2*builds {
+				t.Errorf("%d calls answered, want %d", answered, 2*builds)
+			}
+			if refused > 2*answered {
+				t.Errorf("%d calls refused, want at most twice the %d answered", refused, answered)
+			}
+			if pace := obs.pace(); !math.IsInf(pace, 1) {
+				t.Errorf("pace %.1f/s at the end, want none: random refusals are not the pace's doing", pace)
 			}
 		})
-	}
-	wg.Wait()
-	answered, refused := limit.Counts()
-	t.Logf("%d answered, %d refused, pace %.1f/s", answered, refused, obs.pace())
-	if n := failed.Load(); n != 0 {
-		t.Errorf("%d of %d builds failed", n, builds)
-	}
-	if answered != 2*builds {
-		t.Errorf("%d calls answered, want %d", answered, 2*builds)
-	}
-	if refused > 2*answered {
-		t.Errorf("%d calls refused, want at most twice the %d answered", refused, answered)
 	}
 }
