@@ -24,7 +24,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	quick := fs.Bool("quick", false, "reduced sizes, under two minutes")
 	retentionEvents := fs.Int("retention-events", 0, "events in the retention scenario's full table (0: 10 million, 100,000 with -quick)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
-	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, storm, graph, retention, memory); all by default")
+	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, storm, fairness, graph, retention, memory); all by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -103,8 +103,11 @@ func TestBenchQuickSmoke(t *testing.T) {
 			t.Errorf("%s = %+v, want every task succeeded, every call answered once, refused at most twice that", name, run)
 		}
 	}
+	if runs := r.Fairness.Runs; len(runs) != 2 || runs[0].AlonePerS <= 0 || runs[1].Probes == 0 {
+		t.Errorf("fairness = %+v, want two runs (no cap, a cap), the backlog's throughput and the other project's probes measured", runs)
+	}
 	md := r.Markdown()
-	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider", "drop a day", "refused at random"} {
+	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider", "drop a day", "refused at random", "another project's task"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the markdown table shows no %q:\n%s", want, md)
 		}

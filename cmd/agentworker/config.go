@@ -47,41 +47,42 @@ type config struct {
 	LLMMaxRPM           float64       `envconfig:"LLM_MAX_RPM" default:"0" desc:"cap of the requests per minute to the endpoint and model, all replicas together (0: what the provider's x-ratelimit headers say, or what its refusals show)"`
 	LLMMaxTPM           float64       `envconfig:"LLM_MAX_TPM" default:"0" desc:"cap of the tokens per minute to the endpoint and model, all replicas together (0: what the provider's x-ratelimit headers say, else none)"`
 
-	WorkerConcurrency      int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it and kept open: 10 + 1 per 20 tasks, at most 50 connections)"`
-	WorkerActiveLimit      int           `envconfig:"WORKER_ACTIVE_LIMIT" default:"0" desc:"how many of those tasks work at once rather than wait: a task gives up its turn while it waits on its model, a tool or a check, so a burst of answers is worked first come, first done (0: 2 per CPU Go may use; raise it when storage is far away)"`
-	MaxIterations          int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
-	BudgetMaxTokens        int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"token budget of a task and its ceiling, all attempts (0: none; input.budget.max_tokens may lower it, or set one where this is 0)"`
-	BudgetMaxCostUSD       float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
-	LLMPrices              string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
-	TaskLease              time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
-	TasksMDPath            string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it; every task's context holds it, the first thing trimmed when over CONTEXT_BUDGET_BYTES (empty: off)"`
-	RulesFallbacks         []string      `envconfig:"RULES_FALLBACKS" default:"CLAUDE.md" desc:"rules file names looked for in a folder after AGENTS.override.md and AGENTS.md, comma separated, first found wins (empty: none); the root's rules are in every task's system prompt, a folder's come with the first tool result under it, 32 KiB of rules a task"`
-	ContextBudget          int           `envconfig:"CONTEXT_BUDGET_BYTES" default:"49152" desc:"bytes of a task's context in its system prompt, besides the file summary and the rules (which have their own 32 KiB): the tasks view (TASKS_MD_PATH), the project's documents (mandatory ones inlined, the others listed) and the dependencies' results together; when over, trimmed in that order (the tasks view, then documents: mandatory ones listed instead of inlined, then list lines; then dependency summaries; then a hard cut), at least 1024"`
-	EventsRetention        retention     `envconfig:"EVENTS_RETENTION" default:"30d" desc:"events older than this (30d, 720h) are dropped a UTC day at a time, once every task with events in that day is finished; keep or 0: never. River's leader checks every 10 minutes"`
-	TasksRetention         retention     `envconfig:"TASKS_RETENTION" default:"keep" desc:"finished tasks that finished longer ago than this (e.g. 90d) are deleted with their runs, events, change sets and inbox items, in batches of 500 by River's leader; what they spent stays in the usage views; keep or 0: never"`
-	AuditRetention         retention     `envconfig:"AUDIT_RETENTION" default:"90d" desc:"audit_log rows (refused API requests) older than this are deleted by River's leader, in batches of 500; keep or 0: never"`
-	StuckIdleTimeout       time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
-	HTTPAddr               string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
-	HTTPReadTimeout        time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"30s" desc:"a request's headers and body must arrive within it, else its connection is closed (an event stream is exempt once it starts); headers alone within 10s"`
-	HTTPWriteTimeout       time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"an answer must be written within it (an event stream is exempt)"`
-	HTTPIdleTimeout        time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"a keep-alive connection without a request for this long is closed"`
-	JWTSecret              string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
-	JWTMaxTTL              time.Duration `envconfig:"JWT_MAX_TTL" default:"24h" desc:"longest a project token may live: one whose exp is further from now, or from its iat, is refused (401)"`
-	JWTServiceMaxTTL       time.Duration `envconfig:"JWT_SERVICE_MAX_TTL" default:"24h" desc:"the same for service_role tokens; the backends holding JWT_SECRET mint them as they need them, so keep it short"`
-	CORSOrigins            []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
-	SSEHeartbeat           time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
-	SSEMaxStreams          int           `envconfig:"SSE_MAX_STREAMS" default:"1000" desc:"event streams this process holds open at once; past it a new one is answered 429 with Retry-After"`
-	SSEMaxPerToken         int           `envconfig:"SSE_MAX_STREAMS_PER_TOKEN" default:"20" desc:"event streams one token may hold open at once (a console tab holds two); past it, 429"`
-	AuditRefusalsPerMinute int           `envconfig:"AUDIT_REFUSALS_PER_MINUTE" default:"10" desc:"refused API requests (401, 403, illegal transitions) of one actor recorded in audit_log a minute, per process; the rest are counted in the actor's next record (an anonymous caller is counted per remote address)"`
-	MetricsToken           string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
-	RunCommand             string        `envconfig:"RUN_COMMAND" default:"sandbox" desc:"sandbox: build tasks get run_command (npm scripts in bubblewrap, no network) and run the project's checks before finish; off: no commands. If the sandbox cannot start, commands are off and serve logs why — never unsandboxed"`
-	RunConcurrency         int           `envconfig:"RUN_COMMAND_CONCURRENCY" default:"2" desc:"commands this process runs at once"`
-	RunMaxTimeout          time.Duration `envconfig:"RUN_COMMAND_MAX_TIMEOUT" default:"2m" desc:"cap of a command's timeout (a call's own default is 30s); the whole process group is killed at the timeout"`
-	RunMaxOutput           int           `envconfig:"RUN_COMMAND_MAX_OUTPUT" default:"1048576" desc:"bytes of a command's output kept (the model sees head and tail)"`
-	RunDir                 string        `envconfig:"RUN_COMMAND_DIR" desc:"where per-task workspaces and the dependency cache live (under the temporary directory when empty); must be reachable by user nobody"`
-	RunChecks              string        `envconfig:"RUN_COMMAND_CHECKS" default:"typecheck,lint,test" desc:"npm scripts a build runs before finish when the project has them (comma-separated; empty: none)"`
-	LogLevel               string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	LogFormat              string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json (log/slog)"`
+	WorkerConcurrency       int           `envconfig:"WORKER_CONCURRENCY" default:"200" desc:"tasks this process runs at once; an agent task mostly waits on its model, so hundreds fit (the database pool is sized from it and kept open: 10 + 1 per 20 tasks, at most 50 connections)"`
+	WorkerActiveLimit       int           `envconfig:"WORKER_ACTIVE_LIMIT" default:"0" desc:"how many of those tasks work at once rather than wait: a task gives up its turn while it waits on its model, a tool or a check, so a burst of answers is worked first come, first done (0: 2 per CPU Go may use; raise it when storage is far away)"`
+	WorkerProjectMaxRunning int           `envconfig:"WORKER_PROJECT_MAX_RUNNING" default:"0" desc:"most tasks of one project running at once, all replicas together, about (checked as a task starts, not under a lock): a task over it waits 5-6 s and tries again, so a project's backlog leaves the other slots to other projects (0: no cap)"`
+	MaxIterations           int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
+	BudgetMaxTokens         int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"token budget of a task and its ceiling, all attempts (0: none; input.budget.max_tokens may lower it, or set one where this is 0)"`
+	BudgetMaxCostUSD        float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
+	LLMPrices               string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices; a model not listed costs 0"`
+	TaskLease               time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
+	TasksMDPath             string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it; every task's context holds it, the first thing trimmed when over CONTEXT_BUDGET_BYTES (empty: off)"`
+	RulesFallbacks          []string      `envconfig:"RULES_FALLBACKS" default:"CLAUDE.md" desc:"rules file names looked for in a folder after AGENTS.override.md and AGENTS.md, comma separated, first found wins (empty: none); the root's rules are in every task's system prompt, a folder's come with the first tool result under it, 32 KiB of rules a task"`
+	ContextBudget           int           `envconfig:"CONTEXT_BUDGET_BYTES" default:"49152" desc:"bytes of a task's context in its system prompt, besides the file summary and the rules (which have their own 32 KiB): the tasks view (TASKS_MD_PATH), the project's documents (mandatory ones inlined, the others listed) and the dependencies' results together; when over, trimmed in that order (the tasks view, then documents: mandatory ones listed instead of inlined, then list lines; then dependency summaries; then a hard cut), at least 1024"`
+	EventsRetention         retention     `envconfig:"EVENTS_RETENTION" default:"30d" desc:"events older than this (30d, 720h) are dropped a UTC day at a time, once every task with events in that day is finished; keep or 0: never. River's leader checks every 10 minutes"`
+	TasksRetention          retention     `envconfig:"TASKS_RETENTION" default:"keep" desc:"finished tasks that finished longer ago than this (e.g. 90d) are deleted with their runs, events, change sets and inbox items, in batches of 500 by River's leader; what they spent stays in the usage views; keep or 0: never"`
+	AuditRetention          retention     `envconfig:"AUDIT_RETENTION" default:"90d" desc:"audit_log rows (refused API requests) older than this are deleted by River's leader, in batches of 500; keep or 0: never"`
+	StuckIdleTimeout        time.Duration `envconfig:"STUCK_IDLE_TIMEOUT" default:"10m" desc:"a running task whose timeline has not moved for this long gets an alert event and an inbox item"`
+	HTTPAddr                string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of health, metrics, the /v1 API (SSE, task control) and the page at /"`
+	HTTPReadTimeout         time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"30s" desc:"a request's headers and body must arrive within it, else its connection is closed (an event stream is exempt once it starts); headers alone within 10s"`
+	HTTPWriteTimeout        time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"an answer must be written within it (an event stream is exempt)"`
+	HTTPIdleTimeout         time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"a keep-alive connection without a request for this long is closed"`
+	JWTSecret               string        `envconfig:"JWT_SECRET" desc:"HS256 secret (at least 16 bytes) of the bearer tokens; unset, the /v1 API answers 503"`
+	JWTMaxTTL               time.Duration `envconfig:"JWT_MAX_TTL" default:"24h" desc:"longest a project token may live: one whose exp is further from now, or from its iat, is refused (401)"`
+	JWTServiceMaxTTL        time.Duration `envconfig:"JWT_SERVICE_MAX_TTL" default:"24h" desc:"the same for service_role tokens; the backends holding JWT_SECRET mint them as they need them, so keep it short"`
+	CORSOrigins             []string      `envconfig:"CORS_ALLOWED_ORIGINS" desc:"comma-separated origins allowed to call /v1 from a browser (* for any); the page at / needs none"`
+	SSEHeartbeat            time.Duration `envconfig:"SSE_HEARTBEAT" default:"15s" desc:"interval of the comment lines that keep idle event streams alive"`
+	SSEMaxStreams           int           `envconfig:"SSE_MAX_STREAMS" default:"1000" desc:"event streams this process holds open at once; past it a new one is answered 429 with Retry-After"`
+	SSEMaxPerToken          int           `envconfig:"SSE_MAX_STREAMS_PER_TOKEN" default:"20" desc:"event streams one token may hold open at once (a console tab holds two); past it, 429"`
+	AuditRefusalsPerMinute  int           `envconfig:"AUDIT_REFUSALS_PER_MINUTE" default:"10" desc:"refused API requests (401, 403, illegal transitions) of one actor recorded in audit_log a minute, per process; the rest are counted in the actor's next record (an anonymous caller is counted per remote address)"`
+	MetricsToken            string        `envconfig:"METRICS_TOKEN" desc:"when set, /metrics wants it as a bearer token (Authorization: Bearer …); unset, /metrics is open"`
+	RunCommand              string        `envconfig:"RUN_COMMAND" default:"sandbox" desc:"sandbox: build tasks get run_command (npm scripts in bubblewrap, no network) and run the project's checks before finish; off: no commands. If the sandbox cannot start, commands are off and serve logs why — never unsandboxed"`
+	RunConcurrency          int           `envconfig:"RUN_COMMAND_CONCURRENCY" default:"2" desc:"commands this process runs at once"`
+	RunMaxTimeout           time.Duration `envconfig:"RUN_COMMAND_MAX_TIMEOUT" default:"2m" desc:"cap of a command's timeout (a call's own default is 30s); the whole process group is killed at the timeout"`
+	RunMaxOutput            int           `envconfig:"RUN_COMMAND_MAX_OUTPUT" default:"1048576" desc:"bytes of a command's output kept (the model sees head and tail)"`
+	RunDir                  string        `envconfig:"RUN_COMMAND_DIR" desc:"where per-task workspaces and the dependency cache live (under the temporary directory when empty); must be reachable by user nobody"`
+	RunChecks               string        `envconfig:"RUN_COMMAND_CHECKS" default:"typecheck,lint,test" desc:"npm scripts a build runs before finish when the project has them (comma-separated; empty: none)"`
+	LogLevel                string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat               string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json (log/slog)"`
 }
 
 // loadConfig reads and validates the environment. A malformed value gets
@@ -100,6 +101,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: WORKER_CONCURRENCY must be at least 1, got %d", c.WorkerConcurrency)
 	case c.WorkerActiveLimit < 0:
 		return c, fmt.Errorf("config: WORKER_ACTIVE_LIMIT must be 0 (2 per CPU) or more, got %d", c.WorkerActiveLimit)
+	case c.WorkerProjectMaxRunning < 0:
+		return c, fmt.Errorf("config: WORKER_PROJECT_MAX_RUNNING must be 0 (no cap) or more, got %d", c.WorkerProjectMaxRunning)
 	case c.MaxIterations < 1:
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
 	case c.BudgetMaxTokens < 0 || c.BudgetMaxCostUSD < 0:

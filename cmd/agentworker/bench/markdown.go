@@ -87,6 +87,17 @@ func (r Report) Markdown() string {
 		}
 		row("storm wall less calm wall (s)", fmt.Sprintf("%.1f", st.ExtraS), "", "≤ 20")
 	}
+	fa := r.Fairness
+	for _, run := range fa.Runs {
+		cap := "no per-project cap"
+		if run.Cap > 0 {
+			cap = fmt.Sprintf("WORKER_PROJECT_MAX_RUNNING=%d", run.Cap)
+		}
+		row(fmt.Sprintf("one project's %d queued, WORKER_CONCURRENCY=%d, %.0f ms model, %s: another project's task insert → start (s); the backlog's tasks/s alone → beside it", fa.Backlog, fa.Concurrency, fa.ModelDelayMS, cap),
+			fmt.Sprintf("p50 %.2f / p99 %.2f, %d of %d not started in %.0f s; %.2f → %.2f (%.0f %%)", run.StartS.P50, run.StartS.P99, run.Unstarted, run.Probes, fa.WindowS,
+				run.AlonePerS, run.BesidePerS, 100*(ratio(run.BesidePerS, run.AlonePerS)-1)),
+			"", "p99 ≤ 5 s; ≥ −10 %")
+	}
 	r.Retention.rows(row)
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")

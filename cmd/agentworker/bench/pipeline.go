@@ -118,7 +118,8 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 		return nil, err
 	}
 	timed := newTimedHandlers()
-	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, ActiveLimit: opts.ActiveLimit, Logger: opts.Logger, Announcer: ann})
+	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, ActiveLimit: opts.ActiveLimit,
+		ProjectMaxRunning: opts.projectMaxRunning, Logger: opts.Logger, Announcer: ann})
 	if err != nil {
 		_ = model.Close()
 		return nil, err
