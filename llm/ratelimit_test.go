@@ -42,6 +42,22 @@ func (o *observed) pace() float64 {
 	return o.lastPace
 }
 
+// completeAll makes n calls at once and returns how long they took.
+func completeAll(t *testing.T, client *llm.Client, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if _, err := client.Complete(t.Context(), userRequest("hi")); err != nil {
+				t.Errorf("complete: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 // TestRateLimitPacing sends more calls at once than a provider limiting
 // requests per second answers, twice: every call succeeds; the first wave
 // goes unpaced until the first refusal, so its burst is refused past the
@@ -68,27 +84,13 @@ func TestRateLimitPacing(t *testing.T) {
 			obs := &observed{}
 			client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.Observer = -1, obs })
 
-			wave := func() time.Duration {
-				t.Helper()
-				start := time.Now()
-				var wg sync.WaitGroup
-				for range calls {
-					wg.Go(func() {
-						if _, err := client.Complete(t.Context(), userRequest("hi")); err != nil {
-							t.Errorf("complete: %v", err)
-						}
-					})
-				}
-				wg.Wait()
-				return time.Since(start)
-			}
-			wave()
+			completeAll(t, client, calls)
 			answered1, refused1 := limit.Counts()
 			t.Logf("first wave: %d answered, %d refused", answered1, refused1)
 			if answered1 != calls || refused1 > calls {
 				t.Errorf("first wave: %d answered, %d refused; want %d answered, at most as many refused", answered1, refused1, calls)
 			}
-			elapsed := wave()
+			elapsed := completeAll(t, client, calls)
 			answered2, refused2 := limit.Counts()
 			answered, refused := answered2-answered1, refused2-refused1
 			ideal := time.Duration(float64(calls) / rps * float64(time.Second))
@@ -260,15 +262,7 @@ func TestRateLimitUnpacedStart(t *testing.T) {
 	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }))
 	obs := &observed{}
 	client := newClient(t, srv, func(c *llm.Config) { c.RateLimit.Observer = obs })
-	var wg sync.WaitGroup
-	for range calls {
-		wg.Go(func() {
-			if _, err := client.Complete(t.Context(), userRequest("hi")); err != nil {
-				t.Errorf("complete: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	completeAll(t, client, calls)
 	if obs.waited != 0 || obs.refused != 0 {
 		t.Errorf("calls waited %s for the pace (%d refusals), want none before a refusal", obs.waited, obs.refused)
 	}
