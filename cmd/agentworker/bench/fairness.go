@@ -31,7 +31,7 @@ type FairnessRun struct {
 	AlonePerS  float64 `json:"alone_per_s"`
 	BesidePerS float64 `json:"beside_per_s"`
 	// StartS is the other project's tasks' insert → start; Unstarted
-	// counts those not started by the window's end (not in StartS).
+	// counts those not started within a minute (not in StartS).
 	StartS    Percentiles `json:"start_s"`
 	Probes    int         `json:"probes"`
 	Unstarted int         `json:"unstarted"`
@@ -61,14 +61,15 @@ func runFairness(ctx context.Context, opts Options, r *Report) error {
 		run.Probes, run.Unstarted = len(starts)+unstarted, unstarted
 		f.Runs = append(f.Runs, run)
 	}
-	r.note("fairness: %d build tasks of one project inserted in one statement, WORKER_CONCURRENCY=%d, model delay %s per call (2 calls); after %s, for %s: the backlog's tasks finished a second, and, in the runs beside another project, one task of a second project inserted every %s, each waited for until it starts or the window ends; without a cap and with WORKER_PROJECT_MAX_RUNNING=%d",
+	r.note("fairness: %d build tasks of one project inserted in one statement, WORKER_CONCURRENCY=%d, model delay %s per call (2 calls); after %s, for %s: the backlog's tasks finished a second, and, in the runs beside another project, one task of a second project at a time, inserted once its last finished and at most every %s, each waited for up to a minute; without a cap and with WORKER_PROJECT_MAX_RUNNING=%d",
 		f.Backlog, f.Concurrency, delay, ramp, window, every, f.Concurrency/2)
 	return nil
 }
 
 // fairnessRun queues the backlog, waits ramp, and for window counts the
 // backlog's finished tasks; with every > 0 it inserts another project's
-// task every that often and measures each one's insert → start.
+// tasks one at a time, at most every that often, and measures each one's
+// insert → start.
 func fairnessRun(ctx context.Context, opts Options, f *Fairness, cap int, delay, ramp, window, every time.Duration) (float64, []time.Duration, int, error) {
 	db, err := newWorkerDatabase(ctx, opts.AdminURL, f.Concurrency, nil)
 	if err != nil {
@@ -90,6 +91,10 @@ func fairnessRun(ctx context.Context, opts Options, f *Fairness, cap int, delay,
 	start := time.Now().Add(ramp)
 	end := start.Add(window)
 	time.Sleep(ramp) // the backlog reaches its steady pace: not a wait for a condition
+	// The other project has one task at a time: the next is inserted once
+	// the last has finished, at most every `every`. Each is waited for up
+	// to maxWait after its insert.
+	const maxWait = time.Minute
 	var starts []time.Duration
 	unstarted := 0
 	for every > 0 && time.Now().Before(end) {
@@ -104,10 +109,13 @@ func fairnessRun(ctx context.Context, opts Options, f *Fairness, cap int, delay,
 				starts = append(starts, s.Sub(at))
 				break
 			}
-			if time.Now().After(end) {
+			if time.Since(at) > maxWait {
 				unstarted++
 				break
 			}
+			time.Sleep(5 * time.Millisecond) // polling with a deadline
+		}
+		for time.Since(at) < maxWait && p.timed.finishedAt(id).IsZero() {
 			time.Sleep(5 * time.Millisecond) // polling with a deadline
 		}
 		if next := at.Add(every); time.Now().Before(next) {

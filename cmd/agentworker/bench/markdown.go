@@ -94,7 +94,7 @@ func (r Report) Markdown() string {
 			cap = fmt.Sprintf("WORKER_PROJECT_MAX_RUNNING=%d", run.Cap)
 		}
 		row(fmt.Sprintf("one project's %d queued, WORKER_CONCURRENCY=%d, %.0f ms model, %s: another project's task insert → start (s); the backlog's tasks/s alone → beside it", fa.Backlog, fa.Concurrency, fa.ModelDelayMS, cap),
-			fmt.Sprintf("p50 %.2f / p99 %.2f, %d of %d not started in %.0f s; %.2f → %.2f (%.0f %%)", run.StartS.P50, run.StartS.P99, run.Unstarted, run.Probes, fa.WindowS,
+			fmt.Sprintf("p50 %.2f / p99 %.2f, %d of %d not started in a minute; %.2f → %.2f (%.0f %%)", run.StartS.P50, run.StartS.P99, run.Unstarted, run.Probes,
 				run.AlonePerS, run.BesidePerS, 100*(ratio(run.BesidePerS, run.AlonePerS)-1)),
 			"", "p99 ≤ 5 s; ≥ −10 %")
 	}

@@ -91,6 +91,12 @@ func (t *timedHandlers) startedAt(id uuid.UUID) time.Time {
 	return t.started[id]
 }
 
+func (t *timedHandlers) finishedAt(id uuid.UUID) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.finished[id]
+}
+
 // pipeline is our worker over one scenario database.
 type pipeline struct {
 	db    *database
