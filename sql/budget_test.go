@@ -2,6 +2,7 @@ package sql_test
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -133,5 +134,30 @@ func TestProviderBudgetFourReplicas(t *testing.T) {
 				t.Errorf("took %s, want about %s", elapsed, ideal)
 			}
 		})
+	}
+}
+
+// TestProviderBudgetUnpaced: a replica that found a provider's refusals
+// not its pace's doing publishes no pace (+Inf); the others take it as
+// the newest estimate. One that knows nothing yet (0) does not count.
+func TestProviderBudgetUnpaced(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	key := llm.PaceKey{Endpoint: "api.example.test/v1", Model: "m"}
+	a := &agentsql.ProviderBudget{DB: pool, Replica: "a"}
+	b := &agentsql.ProviderBudget{DB: pool, Replica: "b"}
+	c := &agentsql.ProviderBudget{DB: pool, Replica: "c"}
+	if _, _, err := a.Share(t.Context(), key, llm.PaceState{RPS: 14}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Share(t.Context(), key, llm.PaceState{RPS: math.Inf(1)}); err != nil {
+		t.Fatal(err)
+	}
+	got, live, err := c.Share(t.Context(), key, llm.PaceState{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live != 3 || !math.IsInf(got.RPS, 1) || got.Probing || got.Learned {
+		t.Errorf("agreed %+v among %d, want +Inf (the newest estimate) among 3", got, live)
 	}
 }
