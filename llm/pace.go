@@ -546,9 +546,15 @@ func (p *pacer) backOff(now time.Time) {
 // before the first of a row of them) and that share is taken as the
 // provider's refusals whatever the pace. When too few calls left before
 // the back-off to compare with and the calls after it are still refused,
-// the pace backs off once more and the two paces are compared.
+// the pace backs off once more and the two paces are compared. A replica
+// sharing the key with others cannot tell: their calls, not its own pace,
+// may be what the provider refuses; its back-offs stand.
 func (p *pacer) judge(now time.Time) {
 	if !p.trial || p.cur.n() < trialCalls {
+		return
+	}
+	if p.live > 1 {
+		p.trial = false
 		return
 	}
 	pre, post := p.prev.refusedShare(), p.cur.refusedShare()
