@@ -561,3 +561,15 @@ func TaskRelations(ctx context.Context, db DBTX, id uuid.UUID) (dependsOn, depen
 	}
 	return dependsOn, dependents, children, nil
 }
+
+// ProjectRunning counts the running tasks of task id's project, all
+// replicas together, other than id itself.
+func ProjectRunning(ctx context.Context, db DBTX, id uuid.UUID) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM ai_tasks r
+		WHERE r.project_id = (SELECT project_id FROM ai_tasks WHERE id = $1) AND r.status = 'running' AND r.id <> $1`, id).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the running tasks of task %s's project: %w", id, err)
+	}
+	return n, nil
+}

@@ -163,7 +163,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
-	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, ProjectMaxRunning: cfg.WorkerProjectMaxRunning, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
 		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
