@@ -435,7 +435,9 @@ func (p *privatePG) crash(t *testing.T) {
 
 func (p *privatePG) restart(t *testing.T) {
 	t.Helper()
-	c, err := localpg.Start(t.Context(), localpg.Config{Dir: p.dir, Port: p.port})
+	// Durable: a crash must lose no commit a client saw, as a production
+	// server's does not.
+	c, err := localpg.Start(t.Context(), localpg.Config{Dir: p.dir, Port: p.port, Durable: true})
 	if errors.Is(err, localpg.ErrNotInstalled) {
 		prereq.MissingFromMachine(t, "the PostgreSQL server (initdb, postgres)", "install the postgresql package", err)
 	}

@@ -28,6 +28,8 @@ export const ADVICE = {
   INVALID_TASK_DEPENDENCY: { say: "A task may depend only on other tasks of this project, and never on itself through others: untick the dependency that makes the cycle or is gone." },
   TASK_HAS_DEPENDENTS: { say: "Other tasks depend on this one, so it cannot be removed: remove or re-plan them first." },
   AGENT_HAS_TASKS: { say: "This agent still has unfinished tasks, so it cannot be deleted: disable it instead, or wait until they finish." },
+  INVALID_TOOL_POLICY: { say: "That tool policy cannot be used: each rule needs a known tool (or *), an action allow, ask or deny, and a valid path glob. Fix the rule named and save again.", detail: true },
+  TOOL_CALL_NOT_FOUND: { say: "That tool call is not waiting for an answer on this task: it was answered already, or belongs to another run. Reload the task to see its calls.", detail: true },
   MODEL_UNPRICED: { say: "That model has no price set (LLM_PRICES), so the server will not run it: choose a priced model, or ask the operator to price it.", detail: true },
   AGENT_NAME_TAKEN: { say: "This project already has an agent of that name: choose another name." },
 };
