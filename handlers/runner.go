@@ -105,6 +105,11 @@ type Config struct {
 	// MaxIterations is the iteration budget. Defaults to no token or cost
 	// limit.
 	Budget Budget
+	// ProjectMaxCostUSDPerDay is the daily cost cap of a project without
+	// its own (project_settings): before each model call the project's
+	// spend of the UTC day is read, and at the cap the task pauses with a
+	// budget_exceeded inbox item. Defaults to 0: no cap.
+	ProjectMaxCostUSDPerDay float64
 	// Prices prices the model's usage for task cost and cost budgets. A
 	// task whose own or agent's model is not listed fails
 	// (CodeModelUnpriced) before calling it. Defaults to llm.DefaultPrices().

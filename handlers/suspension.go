@@ -20,6 +20,8 @@ const (
 	CodeAwaitingInput = "awaiting_input"
 	// CodeBudget prefixes the budget spent: budget_max_tokens, ...
 	CodeBudget = "budget"
+	// CodeDayCap: the project's daily cost cap is reached.
+	CodeDayCap = "budget_project_day"
 	// CodeInvalidInput: the task's input (budget, allowed_paths) is malformed.
 	CodeInvalidInput = "invalid_input"
 )
@@ -28,6 +30,9 @@ const (
 const (
 	ReasonQuestion = "question"
 	ReasonBudget   = "budget"
+	// ReasonBudgetExceeded: the project's daily cost cap is reached; the
+	// task resumes when the cap is raised or the UTC day turns.
+	ReasonBudgetExceeded = "budget_exceeded"
 	// AlertRepeat: the agent repeats the same actions.
 	AlertRepeat = "stuck_repeat"
 	// AlertErrors: most of the agent's recent tool calls failed.
@@ -76,7 +81,24 @@ func (r *taskRun) beforeIteration(ctx context.Context) error {
 	if requested {
 		return &Suspension{Status: agentsql.StatusPaused, Code: CodePaused, Message: "paused at an iteration boundary on request"}
 	}
-	return nil
+	return r.underDayCap(ctx)
+}
+
+// underDayCap stops the loop before a model call when the project's spend
+// of the UTC day, with this attempt's spend not yet recorded, is at its
+// daily cap. Every task records its spend after each model call, so the
+// cap is overshot by at most the calls in flight: one per running task.
+func (r *taskRun) underDayCap(ctx context.Context) error {
+	c, err := agentsql.ReadDayCap(ctx, r.runner.deps.Pool, r.task.ProjectID, r.runner.cfg.ProjectMaxCostUSDPerDay)
+	if err != nil {
+		return err
+	}
+	if !c.Reached(r.lp.unrecorded().Cost) {
+		return nil
+	}
+	return &Suspension{Status: agentsql.StatusPaused, Code: CodeDayCap, Reason: ReasonBudgetExceeded,
+		Message: fmt.Sprintf("the project's daily cost cap of $%.4f is reached: $%.4f spent today (UTC); "+
+			"the task resumes when the cap is raised or the UTC day turns", *c.CapUSD, c.SpentUSD+r.lp.unrecorded().Cost)}
 }
 
 // alert records a stuck alert: a warn log event with metadata.alert and one
@@ -131,8 +153,11 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 			}
 			taskID := r.task.ID
 			title := "The agent asks a question"
-			if s.Reason == ReasonBudget {
+			switch s.Reason {
+			case ReasonBudget:
 				title = "Task paused: budget spent"
+			case ReasonBudgetExceeded:
+				title = "Task paused: the project's daily cost cap is reached"
 			}
 			item, _, err := agentsql.OpenInboxItem(wctx, tx, agentsql.InboxItem{ProjectID: r.task.ProjectID, TaskID: &taskID, RunID: &runID,
 				Kind: agentsql.InboxAwaitUserInput, Reason: s.Reason, Title: title, Content: s.Message})

@@ -50,6 +50,11 @@ var access = map[string]map[string][]string{
 	},
 	"task_comments": {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
 	"documents":     {"authenticated": {"select:own"}, "service_role": {"select"}},
+	"project_settings": {
+		"authenticated": {"select:own", "insert:own", "update:own"},
+		"service_role":  {"select", "insert", "update", "delete"},
+	},
+	"project_day_spend": {"authenticated": {"select:own"}, "service_role": {"select"}},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -312,6 +317,8 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO usage_rollup (project_id, day, usage_day, model, stopped, runs)
 				 SELECT $2, current_date, current_date, coalesce((SELECT model FROM ai_tasks WHERE id = $1), 'seed'), true, 1`,
 				`INSERT INTO documents (project_id, path, etag) SELECT $2, 'docs/' || $1::text || '.md', 'seed'`,
+				`INSERT INTO project_settings (project_id, max_cost_usd_per_day) SELECT $2, 5 WHERE $1::uuid IS NOT NULL`,
+				`UPDATE ai_tasks SET cost = 0.01 WHERE id = $1`,
 			} {
 				args := []any{*p.task}
 				if strings.Contains(q, "$2") {

@@ -596,7 +596,7 @@ BEGIN
         IF p_action = 'resume' THEN
             -- A budget pause is acknowledged by resuming.
             UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
-            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'budget' AND status = 'open';
+            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason IN ('budget', 'budget_exceeded') AND status = 'open';
         END IF;
         IF p_action IN ('approve', 'reject', 'cancel') THEN
             UPDATE inbox_items SET status = 'closed', answer = nullif(btrim(p_answer), ''), resolver = v_actor,
@@ -691,6 +691,17 @@ BEGIN
     INSERT INTO agent_event_days (partition, day) VALUES (v_name, p_day);
     RETURN true;
 END
+$$;
+
+-- FUNCTION: agentworker_day_cap(uuid, numeric)
+CREATE FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric) RETURNS record
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    SELECT coalesce((SELECT max_cost_usd_per_day FROM project_settings WHERE project_id = p_project_id),
+                    nullif(greatest(p_default, 0), 0)),
+           coalesce((SELECT sum(cost) FROM project_day_spend
+                     WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0)
 $$;
 
 -- FUNCTION: agentworker_delete_finished_tasks(timestamp with time zone, integer)
@@ -1021,6 +1032,30 @@ CREATE FUNCTION public.agentworker_resume_task(task_id uuid, expected_version in
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'resume', expected_version, actor) $$;
 
+-- FUNCTION: agentworker_resume_under_cap(numeric, uuid)
+CREATE FUNCTION public.agentworker_resume_under_cap(p_default numeric, p_project_id uuid) RETURNS SETOF uuid
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    FOR v_id IN
+        SELECT t.id FROM ai_tasks t
+        WHERE t.status = 'paused' AND (p_project_id IS NULL OR t.project_id = p_project_id)
+          AND EXISTS (SELECT 1 FROM inbox_items i WHERE i.task_id = t.id AND i.kind = 'await_user_input'
+                      AND i.reason = 'budget_exceeded' AND i.status = 'open')
+          AND (SELECT c.cap IS NULL OR c.spent < c.cap FROM agentworker_day_cap(t.project_id, p_default) c)
+        ORDER BY t.created_at
+        FOR UPDATE OF t SKIP LOCKED
+    LOOP
+        IF agentworker_control_task(v_id, 'resume', NULL, 'system:daily-cap') ->> 'outcome' = 'applied' THEN
+            RETURN NEXT v_id;
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- FUNCTION: agentworker_retry_task(uuid, integer, text, boolean)
 CREATE FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text, children boolean DEFAULT false) RETURNS jsonb
     LANGUAGE sql SECURITY DEFINER
@@ -1250,6 +1285,19 @@ BEGIN
         NEW.pause_requested := false;
     END IF;
     RETURN NEW;
+END
+$$;
+
+-- FUNCTION: ai_tasks_count_day_spend()
+CREATE FUNCTION public.ai_tasks_count_day_spend() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO project_day_spend AS s (project_id, day, task_id, cost)
+    VALUES (NEW.project_id, (now() AT TIME ZONE 'UTC')::date, NEW.id, NEW.cost - OLD.cost)
+    ON CONFLICT (project_id, day, task_id) DO UPDATE SET cost = s.cost + excluded.cost;
+    RETURN NULL;
 END
 $$;
 
@@ -2052,7 +2100,7 @@ COMMENT ON TABLE public.inbox_items IS 'What waits for a person: a question the 
 COMMENT ON COLUMN public.inbox_items.kind IS 'await_user_input | task_completed | review_requested.';
 
 -- COMMENT: COLUMN inbox_items.reason
-COMMENT ON COLUMN public.inbox_items.reason IS 'Why an await_user_input item exists: question, budget, stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
+COMMENT ON COLUMN public.inbox_items.reason IS 'Why an await_user_input item exists: question, budget, budget_exceeded (the project''s daily cap), stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
 
 -- TABLE: llm_provider_budget
 CREATE TABLE public.llm_provider_budget (
@@ -2072,6 +2120,31 @@ CREATE TABLE public.llm_provider_budget (
     CONSTRAINT llm_provider_budget_tps_check CHECK ((tps >= (0)::double precision))
 )
 WITH (fillfactor='50');
+
+-- TABLE: project_day_spend
+CREATE TABLE public.project_day_spend (
+    project_id uuid NOT NULL,
+    day date NOT NULL,
+    task_id uuid NOT NULL,
+    cost numeric(14,6) DEFAULT 0 NOT NULL
+);
+
+-- COMMENT: TABLE project_day_spend
+COMMENT ON TABLE public.project_day_spend IS 'What each task spent each UTC day, by project: added to as the task''s cost grows, summed on read for the daily cap.';
+
+-- TABLE: project_settings
+CREATE TABLE public.project_settings (
+    project_id uuid NOT NULL,
+    max_cost_usd_per_day numeric(14,6),
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT project_settings_max_cost_usd_per_day_check CHECK ((max_cost_usd_per_day >= (0)::numeric))
+);
+
+-- COMMENT: TABLE project_settings
+COMMENT ON TABLE public.project_settings IS 'A project''s own settings, set by its owner.';
+
+-- COMMENT: COLUMN project_settings.max_cost_usd_per_day
+COMMENT ON COLUMN public.project_settings.max_cost_usd_per_day IS 'Cap of what the project''s tasks spend a UTC day, in US dollars; NULL: the operator''s PROJECT_MAX_COST_USD_PER_DAY. At the cap, tasks pause until it is raised or the day turns.';
 
 -- TABLE: task_runs
 CREATE TABLE public.task_runs (
@@ -2356,6 +2429,14 @@ ALTER TABLE ONLY public.inbox_items
 ALTER TABLE ONLY public.llm_provider_budget
     ADD CONSTRAINT llm_provider_budget_pkey PRIMARY KEY (endpoint, model, replica);
 
+-- CONSTRAINT: project_day_spend project_day_spend_pkey
+ALTER TABLE ONLY public.project_day_spend
+    ADD CONSTRAINT project_day_spend_pkey PRIMARY KEY (project_id, day, task_id);
+
+-- CONSTRAINT: project_settings project_settings_pkey
+ALTER TABLE ONLY public.project_settings
+    ADD CONSTRAINT project_settings_pkey PRIMARY KEY (project_id);
+
 -- CONSTRAINT: task_checkpoints task_checkpoints_pkey
 ALTER TABLE ONLY public.task_checkpoints
     ADD CONSTRAINT task_checkpoints_pkey PRIMARY KEY (task_id);
@@ -2498,6 +2579,9 @@ CREATE TRIGGER ai_tasks_check_refs BEFORE INSERT OR UPDATE OF agent_id, parent_t
 
 -- TRIGGER: ai_tasks ai_tasks_clear_pause
 CREATE TRIGGER ai_tasks_clear_pause BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['running'::text, 'queued'::text])))) EXECUTE FUNCTION public.ai_tasks_clear_pause();
+
+-- TRIGGER: ai_tasks ai_tasks_count_day_spend
+CREATE TRIGGER ai_tasks_count_day_spend AFTER UPDATE OF cost ON public.ai_tasks FOR EACH ROW WHEN ((new.cost > old.cost)) EXECUTE FUNCTION public.ai_tasks_count_day_spend();
 
 -- TRIGGER: ai_tasks ai_tasks_delete_dependencies
 CREATE TRIGGER ai_tasks_delete_dependencies AFTER DELETE ON public.ai_tasks REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_delete_dependencies();
@@ -2702,6 +2786,24 @@ CREATE POLICY inbox_items_service ON public.inbox_items TO service_role USING (t
 -- ROW SECURITY: llm_provider_budget
 ALTER TABLE public.llm_provider_budget ENABLE ROW LEVEL SECURITY;
 
+-- ROW SECURITY: project_day_spend
+ALTER TABLE public.project_day_spend ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: project_day_spend project_day_spend_read_own
+CREATE POLICY project_day_spend_read_own ON public.project_day_spend FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: project_day_spend project_day_spend_service
+CREATE POLICY project_day_spend_service ON public.project_day_spend FOR SELECT TO service_role USING (true);
+
+-- ROW SECURITY: project_settings
+ALTER TABLE public.project_settings ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: project_settings project_settings_own
+CREATE POLICY project_settings_own ON public.project_settings TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[]))) WITH CHECK ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: project_settings project_settings_service
+CREATE POLICY project_settings_service ON public.project_settings TO service_role USING (true) WITH CHECK (true);
+
 -- ROW SECURITY: task_checkpoints
 ALTER TABLE public.task_checkpoints ENABLE ROW LEVEL SECURITY;
 
@@ -2896,6 +2998,9 @@ REVOKE ALL ON FUNCTION public.agentworker_control_task(p_task_id uuid, p_action 
 -- ACL: FUNCTION agentworker_create_event_partition(p_day date)
 REVOKE ALL ON FUNCTION public.agentworker_create_event_partition(p_day date) FROM PUBLIC;
 
+-- ACL: FUNCTION agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric)
+REVOKE ALL ON FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer)
 REVOKE ALL ON FUNCTION public.agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer) FROM PUBLIC;
 
@@ -2958,6 +3063,9 @@ REVOKE ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_ver
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_resume_under_cap(p_default numeric, p_project_id uuid)
+REVOKE ALL ON FUNCTION public.agentworker_resume_under_cap(p_default numeric, p_project_id uuid) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean)
 REVOKE ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) TO authenticated;
@@ -2991,6 +3099,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_check_refs() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_clear_pause()
 REVOKE ALL ON FUNCTION public.ai_tasks_clear_pause() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_count_day_spend()
+REVOKE ALL ON FUNCTION public.ai_tasks_count_day_spend() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_delete_dependencies()
 REVOKE ALL ON FUNCTION public.ai_tasks_delete_dependencies() FROM PUBLIC;
@@ -3093,6 +3204,20 @@ GRANT SELECT ON TABLE public.documents TO service_role;
 -- ACL: TABLE inbox_items
 GRANT SELECT ON TABLE public.inbox_items TO authenticated;
 GRANT SELECT ON TABLE public.inbox_items TO service_role;
+
+-- ACL: TABLE project_day_spend
+GRANT SELECT ON TABLE public.project_day_spend TO authenticated;
+GRANT SELECT ON TABLE public.project_day_spend TO service_role;
+
+-- ACL: TABLE project_settings
+GRANT SELECT ON TABLE public.project_settings TO authenticated;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.project_settings TO service_role;
+
+-- ACL: COLUMN project_settings.project_id
+GRANT INSERT(project_id) ON TABLE public.project_settings TO authenticated;
+
+-- ACL: COLUMN project_settings.max_cost_usd_per_day
+GRANT INSERT(max_cost_usd_per_day),UPDATE(max_cost_usd_per_day) ON TABLE public.project_settings TO authenticated;
 
 -- ACL: TABLE task_runs
 GRANT SELECT ON TABLE public.task_runs TO authenticated;
