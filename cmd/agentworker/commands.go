@@ -163,7 +163,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
 		ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay,
-		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
+		TasksMD:                 worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
 	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log)
