@@ -55,6 +55,7 @@ var access = map[string]map[string][]string{
 		"service_role":  {"select", "insert", "update", "delete"},
 	},
 	"project_day_spend": {"authenticated": {"select:own"}, "service_role": {"select"}},
+	"task_tree_rollup":  {"authenticated": {"select:own"}, "service_role": {"select"}},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -336,6 +337,9 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO task_dependencies (task_id, depends_on_task_id)
 				 SELECT w.id, d.id FROM ai_tasks w, ai_tasks d
 				 WHERE w.project_id = $1 AND w.prompt = 'dependent' AND d.project_id = $1 AND d.prompt = 'dependency'`,
+				// A child of the seeded task, deleted: its tree keeps its spend.
+				`INSERT INTO ai_tasks (project_id, type, prompt, parent_task_id) SELECT $1, 'chat', 'tree child', id FROM ai_tasks WHERE project_id = $1 AND prompt = 'seed'`,
+				`DELETE FROM ai_tasks WHERE project_id = $1 AND prompt = 'tree child'`,
 			} {
 				if _, err := tx.Exec(t.Context(), q, p.project); err != nil {
 					return fmt.Errorf("%s: %w", q, err)

@@ -81,6 +81,7 @@ CREATE TABLE public.ai_tasks (
     events_archived_seq integer DEFAULT 0 NOT NULL,
     events_archived_at timestamp with time zone,
     events_id_floor bigint,
+    root_task_id uuid,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
@@ -164,6 +165,9 @@ COMMENT ON COLUMN public.ai_tasks.events_archived_at IS 'When the archive was la
 
 -- COMMENT: COLUMN ai_tasks.events_id_floor
 COMMENT ON COLUMN public.ai_tasks.events_id_floor IS 'Every event of the task has an id above this (the event id sequence''s position when the task was inserted), or NULL: no bound. Set by the database on insert, whatever the inserter gave; never changed.';
+
+-- COMMENT: COLUMN ai_tasks.root_task_id
+COMMENT ON COLUMN public.ai_tasks.root_task_id IS 'The root of the task''s tree: its own id, or its parent''s root when it was created; the database''s.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -1623,6 +1627,23 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_roll_up_tree()
+CREATE FUNCTION public.ai_tasks_roll_up_tree() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ai_tasks WHERE root_task_id = OLD.root_task_id AND id <> OLD.id) THEN
+        INSERT INTO task_tree_rollup (root_task_id, project_id, task_id, tokens_in, tokens_out, cost)
+        VALUES (OLD.root_task_id, OLD.project_id, OLD.id, OLD.tokens_in, OLD.tokens_out, OLD.cost)
+        ON CONFLICT (root_task_id, task_id) DO NOTHING;
+    ELSE
+        DELETE FROM task_tree_rollup WHERE root_task_id = OLD.root_task_id;
+    END IF;
+    RETURN OLD;
+END
+$$;
+
 -- FUNCTION: ai_tasks_roll_up_usage()
 CREATE FUNCTION public.ai_tasks_roll_up_usage() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1642,6 +1663,21 @@ CREATE FUNCTION public.ai_tasks_set_events_id_floor() RETURNS trigger
 BEGIN
     SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END
         INTO NEW.events_id_floor FROM agent_events_id_seq s;
+    RETURN NEW;
+END
+$$;
+
+-- FUNCTION: ai_tasks_set_root()
+CREATE FUNCTION public.ai_tasks_set_root() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.parent_task_id IS NULL THEN
+        NEW.root_task_id := OLD.root_task_id;
+        RETURN NEW;
+    END IF;
+    NEW.root_task_id := coalesce((SELECT root_task_id FROM ai_tasks WHERE id = NEW.parent_task_id), NEW.id);
     RETURN NEW;
 END
 $$;
@@ -2298,6 +2334,19 @@ COMMENT ON TABLE public.task_dependencies IS 'task_id waits (status waiting, no 
 -- COMMENT: COLUMN task_dependencies.project_id
 COMMENT ON COLUMN public.task_dependencies.project_id IS 'The project of both tasks; set by the database.';
 
+-- TABLE: task_tree_rollup
+CREATE TABLE public.task_tree_rollup (
+    root_task_id uuid NOT NULL,
+    project_id uuid NOT NULL,
+    task_id uuid NOT NULL,
+    tokens_in bigint DEFAULT 0 NOT NULL,
+    tokens_out bigint DEFAULT 0 NOT NULL,
+    cost numeric(14,6) DEFAULT 0 NOT NULL
+);
+
+-- COMMENT: TABLE task_tree_rollup
+COMMENT ON TABLE public.task_tree_rollup IS 'What deleted tasks spent, by the root of their tree: added in the transaction that deletes them, read with the live tasks for a tree''s figures.';
+
 -- TABLE: tasks_md_cursor
 CREATE TABLE public.tasks_md_cursor (
     id boolean DEFAULT true NOT NULL,
@@ -2461,6 +2510,10 @@ ALTER TABLE ONLY public.task_runs
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_attempt_key UNIQUE (task_id, attempt);
 
+-- CONSTRAINT: task_tree_rollup task_tree_rollup_pkey
+ALTER TABLE ONLY public.task_tree_rollup
+    ADD CONSTRAINT task_tree_rollup_pkey PRIMARY KEY (root_task_id, task_id);
+
 -- CONSTRAINT: tasks_md_cursor tasks_md_cursor_pkey
 ALTER TABLE ONLY public.tasks_md_cursor
     ADD CONSTRAINT tasks_md_cursor_pkey PRIMARY KEY (id);
@@ -2513,6 +2566,9 @@ CREATE INDEX ai_tasks_project_id_idx ON public.ai_tasks USING btree (project_id,
 
 -- INDEX: ai_tasks_queued_idx
 CREATE INDEX ai_tasks_queued_idx ON public.ai_tasks USING btree (created_at) WHERE (status = 'queued'::text);
+
+-- INDEX: ai_tasks_root_idx
+CREATE INDEX ai_tasks_root_idx ON public.ai_tasks USING btree (root_task_id);
 
 -- INDEX: audit_log_at_idx
 CREATE INDEX audit_log_at_idx ON public.audit_log USING btree (at);
@@ -2625,6 +2681,9 @@ CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_task
 -- TRIGGER: ai_tasks ai_tasks_inherit_trace_id
 CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
 
+-- TRIGGER: ai_tasks ai_tasks_keep_root
+CREATE TRIGGER ai_tasks_keep_root BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((new.parent_task_id IS DISTINCT FROM old.parent_task_id) OR (new.root_task_id IS DISTINCT FROM old.root_task_id))) EXECUTE FUNCTION public.ai_tasks_set_root();
+
 -- TRIGGER: ai_tasks ai_tasks_project_fixed
 CREATE TRIGGER ai_tasks_project_fixed BEFORE UPDATE OF project_id ON public.ai_tasks FOR EACH ROW WHEN ((new.project_id IS DISTINCT FROM old.project_id)) EXECUTE FUNCTION public.agentworker_project_fixed();
 
@@ -2634,11 +2693,17 @@ CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_t
 -- TRIGGER: ai_tasks ai_tasks_requeue
 CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.ai_tasks_requeue();
 
+-- TRIGGER: ai_tasks ai_tasks_roll_up_tree
+CREATE TRIGGER ai_tasks_roll_up_tree BEFORE DELETE ON public.ai_tasks FOR EACH ROW WHEN ((old.root_task_id IS NOT NULL)) EXECUTE FUNCTION public.ai_tasks_roll_up_tree();
+
 -- TRIGGER: ai_tasks ai_tasks_roll_up_usage
 CREATE TRIGGER ai_tasks_roll_up_usage BEFORE DELETE ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_roll_up_usage();
 
 -- TRIGGER: ai_tasks ai_tasks_set_events_id_floor
 CREATE TRIGGER ai_tasks_set_events_id_floor BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_set_events_id_floor();
+
+-- TRIGGER: ai_tasks ai_tasks_set_root
+CREATE TRIGGER ai_tasks_set_root BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_set_root();
 
 -- TRIGGER: ai_tasks ai_tasks_truncate_events
 CREATE TRIGGER ai_tasks_truncate_events AFTER TRUNCATE ON public.ai_tasks FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_truncate_events();
@@ -2838,6 +2903,15 @@ CREATE POLICY task_runs_read_own ON public.task_runs FOR SELECT TO authenticated
 
 -- POLICY: task_runs task_runs_service
 CREATE POLICY task_runs_service ON public.task_runs TO service_role USING (true) WITH CHECK (true);
+
+-- ROW SECURITY: task_tree_rollup
+ALTER TABLE public.task_tree_rollup ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: task_tree_rollup task_tree_rollup_read_own
+CREATE POLICY task_tree_rollup_read_own ON public.task_tree_rollup FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: task_tree_rollup task_tree_rollup_service
+CREATE POLICY task_tree_rollup_service ON public.task_tree_rollup FOR SELECT TO service_role USING (true);
 
 -- ROW SECURITY: tasks_md_cursor
 ALTER TABLE public.tasks_md_cursor ENABLE ROW LEVEL SECURITY;
@@ -3145,11 +3219,17 @@ REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_requeue()
 REVOKE ALL ON FUNCTION public.ai_tasks_requeue() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_roll_up_tree()
+REVOKE ALL ON FUNCTION public.ai_tasks_roll_up_tree() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_roll_up_usage()
 REVOKE ALL ON FUNCTION public.ai_tasks_roll_up_usage() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_set_events_id_floor()
 REVOKE ALL ON FUNCTION public.ai_tasks_set_events_id_floor() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_set_root()
+REVOKE ALL ON FUNCTION public.ai_tasks_set_root() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_truncate_events()
 REVOKE ALL ON FUNCTION public.ai_tasks_truncate_events() FROM PUBLIC;
@@ -3244,6 +3324,10 @@ GRANT INSERT(task_id) ON TABLE public.task_dependencies TO authenticated;
 
 -- ACL: COLUMN task_dependencies.depends_on_task_id
 GRANT INSERT(depends_on_task_id) ON TABLE public.task_dependencies TO authenticated;
+
+-- ACL: TABLE task_tree_rollup
+GRANT SELECT ON TABLE public.task_tree_rollup TO authenticated;
+GRANT SELECT ON TABLE public.task_tree_rollup TO service_role;
 
 -- ACL: TABLE usage_daily
 GRANT SELECT ON TABLE public.usage_daily TO service_role;

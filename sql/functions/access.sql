@@ -159,6 +159,13 @@ CREATE POLICY project_settings_own ON project_settings TO authenticated
     USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]))
     WITH CHECK (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
 
+DROP POLICY IF EXISTS task_tree_rollup_service ON task_tree_rollup;
+CREATE POLICY task_tree_rollup_service ON task_tree_rollup FOR SELECT TO service_role USING (true);
+
+DROP POLICY IF EXISTS task_tree_rollup_read_own ON task_tree_rollup;
+CREATE POLICY task_tree_rollup_read_own ON task_tree_rollup FOR SELECT TO authenticated
+    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
+
 DROP POLICY IF EXISTS project_day_spend_service ON project_day_spend;
 CREATE POLICY project_day_spend_service ON project_day_spend FOR SELECT TO service_role USING (true);
 

@@ -104,6 +104,47 @@ GROUP BY 1, 2, 3;
 
 COMMENT ON VIEW project_usage_daily IS 'Tokens and cost by project, UTC day and model, read with the caller''s rights: live runs and the rollup of deleted ones.';
 
+-- A task's root is its parent's root, else its own id; a task moved under
+-- another parent takes that parent's root. A parent's deletion (which
+-- sets parent_task_id NULL) keeps the root.
+CREATE OR REPLACE FUNCTION ai_tasks_set_root() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.parent_task_id IS NULL THEN
+        NEW.root_task_id := OLD.root_task_id;
+        RETURN NEW;
+    END IF;
+    NEW.root_task_id := coalesce((SELECT root_task_id FROM ai_tasks WHERE id = NEW.parent_task_id), NEW.id);
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER ai_tasks_set_root BEFORE INSERT ON ai_tasks
+    FOR EACH ROW EXECUTE FUNCTION ai_tasks_set_root();
+
+CREATE OR REPLACE TRIGGER ai_tasks_keep_root BEFORE UPDATE ON ai_tasks
+    FOR EACH ROW WHEN (NEW.parent_task_id IS DISTINCT FROM OLD.parent_task_id OR NEW.root_task_id IS DISTINCT FROM OLD.root_task_id)
+    EXECUTE FUNCTION ai_tasks_set_root();
+
+-- A deleted task's spend stays with its tree while any task of the tree
+-- is left; the tree's last task takes the rows with it.
+CREATE OR REPLACE FUNCTION ai_tasks_roll_up_tree() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ai_tasks WHERE root_task_id = OLD.root_task_id AND id <> OLD.id) THEN
+        INSERT INTO task_tree_rollup (root_task_id, project_id, task_id, tokens_in, tokens_out, cost)
+        VALUES (OLD.root_task_id, OLD.project_id, OLD.id, OLD.tokens_in, OLD.tokens_out, OLD.cost)
+        ON CONFLICT (root_task_id, task_id) DO NOTHING;
+    ELSE
+        DELETE FROM task_tree_rollup WHERE root_task_id = OLD.root_task_id;
+    END IF;
+    RETURN OLD;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER ai_tasks_roll_up_tree BEFORE DELETE ON ai_tasks
+    FOR EACH ROW WHEN (OLD.root_task_id IS NOT NULL) EXECUTE FUNCTION ai_tasks_roll_up_tree();
+
 -- A task's spend is added to its row of the UTC day as its cost grows: the
 -- task's own row, so no task waits on another's.
 CREATE OR REPLACE FUNCTION ai_tasks_count_day_spend() RETURNS trigger
@@ -166,6 +207,8 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'task_runs_roll_up_usage()',
     'agentworker_delete_finished_tasks(timestamptz, integer)',
     'ai_tasks_count_day_spend()',
+    'ai_tasks_set_root()',
+    'ai_tasks_roll_up_tree()',
     'agentworker_day_cap(uuid, numeric)',
     'agentworker_resume_under_cap(numeric, uuid)']::regprocedure[]);
 REVOKE ALL ON usage_daily, project_usage_daily FROM PUBLIC, anon, authenticated, service_role;

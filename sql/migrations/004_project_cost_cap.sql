@@ -38,3 +38,43 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON project_settings TO service_role;
 GRANT SELECT ON project_day_spend TO authenticated, service_role;
 
 COMMENT ON COLUMN inbox_items.reason IS 'Why an await_user_input item exists: question, budget, budget_exceeded (the project''s daily cap), stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
+
+-- Cost by tree: every task names the root of the tree it is part of (its
+-- own id, or its parent's root), set by the database, so that a tree's
+-- spend is one indexed sum, and stays one when a task between a child and
+-- its root is deleted (its children's parent_task_id is set NULL, their
+-- root stays).
+ALTER TABLE ai_tasks ADD COLUMN root_task_id uuid;
+
+COMMENT ON COLUMN ai_tasks.root_task_id IS 'The root of the task''s tree: its own id, or its parent''s root when it was created; the database''s.';
+
+WITH RECURSIVE tree AS (
+    SELECT id, id AS root FROM ai_tasks WHERE parent_task_id IS NULL
+    UNION ALL
+    SELECT c.id, tree.root FROM ai_tasks c JOIN tree ON c.parent_task_id = tree.id
+)
+UPDATE ai_tasks t SET root_task_id = tree.root FROM tree WHERE t.id = tree.id;
+
+-- A cycle (no root) names itself.
+UPDATE ai_tasks SET root_task_id = id WHERE root_task_id IS NULL;
+
+CREATE INDEX ai_tasks_root_idx ON ai_tasks (root_task_id);
+
+-- What the deleted tasks of a tree spent, one row a deleted task, added
+-- as retention deletes them and dropped with the tree's last task: a
+-- tree's figures are its live tasks' and these.
+CREATE TABLE task_tree_rollup (
+    root_task_id uuid NOT NULL,
+    project_id   uuid NOT NULL,
+    task_id      uuid NOT NULL,
+    tokens_in    bigint NOT NULL DEFAULT 0,
+    tokens_out   bigint NOT NULL DEFAULT 0,
+    cost         numeric(14, 6) NOT NULL DEFAULT 0,
+    PRIMARY KEY (root_task_id, task_id)
+);
+
+COMMENT ON TABLE task_tree_rollup IS 'What deleted tasks spent, by the root of their tree: added in the transaction that deletes them, read with the live tasks for a tree''s figures.';
+
+ALTER TABLE task_tree_rollup ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON task_tree_rollup FROM PUBLIC, anon, authenticated, service_role;
+GRANT SELECT ON task_tree_rollup TO authenticated, service_role;
