@@ -64,7 +64,8 @@ func budgetSuspension(which, msg string, atCeiling bool) *Suspension {
 		Message: msg + hint}
 }
 
-// beforeIteration stops the loop when a pause was requested. The claim (for
+// beforeIteration stops the loop when a pause was requested, or when the
+// project's daily cost cap is reached (underDayCap). The claim (for
 // the first iteration) or the checkpoint that ended the previous iteration
 // read the request already; otherwise (a plan step, an attempt not started
 // by a claim) it is read here.
@@ -88,6 +89,10 @@ func (r *taskRun) beforeIteration(ctx context.Context) error {
 // of the UTC day, with this attempt's spend not yet recorded, is at its
 // daily cap. Every task records its spend after each model call, so the
 // cap is overshot by at most the calls in flight: one per running task.
+// It is read here, after the last checkpoint committed, never in the
+// checkpoint's transaction: a read there misses the spend that other
+// tasks' checkpoints are committing at the same moment, and each of them
+// would make one call more.
 func (r *taskRun) underDayCap(ctx context.Context) error {
 	c, err := agentsql.ReadDayCap(ctx, r.runner.deps.Pool, r.task.ProjectID, r.runner.cfg.ProjectMaxCostUSDPerDay)
 	if err != nil {
