@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,18 @@ func ResumeUnderCap(ctx context.Context, db DBTX, defaultUSD float64, projectID 
 		return nil, fmt.Errorf("resume the tasks paused at the daily cap of project %s: %w", projectID, err)
 	}
 	return ids, nil
+}
+
+// DeleteDaySpendBefore deletes up to limit rows of project_day_spend of
+// UTC days before day: the cap reads only the current day's, and the usage
+// views hold the history.
+func DeleteDaySpendBefore(ctx context.Context, db DBTX, day time.Time, limit int) (int, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM project_day_spend WHERE (project_id, day, task_id) IN (
+		SELECT project_id, day, task_id FROM project_day_spend WHERE day < $1::date LIMIT $2)`, day.UTC().Format(time.DateOnly), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete up to %d daily spend rows before %s: %w", limit, day.Format(time.DateOnly), err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // ProjectSettings are a project's own settings.

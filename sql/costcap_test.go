@@ -3,6 +3,7 @@ package sql_test
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -94,6 +95,19 @@ func TestDayCapCountsEveryTaskOfTheDay(t *testing.T) {
 	}
 	if c = readCap(t, pool, project, 0); c.SpentUSD != 0 {
 		t.Fatalf("a new day starts at 0, got %v", c.SpentUSD)
+	}
+
+	// Retention deletes the days before yesterday, and only those.
+	if _, err := pool.Exec(t.Context(), `UPDATE project_day_spend SET day = day - 1 WHERE project_id = $1 AND task_id = $2`, project, b); err != nil {
+		t.Fatal(err)
+	}
+	n, err := agentsql.DeleteDaySpendBefore(t.Context(), pool, time.Now().AddDate(0, 0, -1), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("deleted %d rows (%v), want the one of two days ago", n, err)
+	}
+	var left int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM project_day_spend WHERE project_id = $1`, project).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d rows left (%v), want yesterday's", left, err)
 	}
 }
 
