@@ -90,3 +90,47 @@ func TestProjectSettings(t *testing.T) {
 		t.Fatalf("unset: %+v", s)
 	}
 }
+
+// TestTaskReadShowsTreeSpend: GET /v1/tasks/{id} answers the spend of the
+// task's tree (its root and every descendant) beside the task's own, and
+// a descendant deleted by retention still counts.
+func TestTaskReadShowsTreeSpend(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectID := uuid.New()
+	tok := e.token(t, "", "authenticated", projectID)
+	insert := func(parent *uuid.UUID, cost float64) uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		if err := e.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status, parent_task_id) VALUES ($1, 'chat', 'x', 'paused', $2) RETURNING id`,
+			projectID, parent).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(t.Context(), `UPDATE ai_tasks SET cost = $2, tokens_in = 100, tokens_out = 10 WHERE id = $1`, id, cost); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	root := insert(nil, 1)
+	child := insert(&root, 2)
+	grandchild := insert(&child, 4)
+	read := func(id uuid.UUID) api.TaskView {
+		t.Helper()
+		rp := e.call(t, "GET", "/v1/tasks/"+id.String(), tok, "", nil)
+		var v api.TaskView
+		if rp.status != http.StatusOK || json.Unmarshal(rp.body, &v) != nil || v.Tree == nil {
+			t.Fatalf("read task %s: %d %s", id, rp.status, rp.body)
+		}
+		return v
+	}
+	v := read(grandchild)
+	if v.CostUSD != 4 || v.Tree.RootTaskID != root || v.Tree.Tasks != 3 || v.Tree.CostUSD != 7 || v.Tree.TokensIn != 300 || v.Tree.TokensOut != 30 {
+		t.Fatalf("grandchild: own $%v, tree %+v; want $4 and a tree of 3 tasks, $7, rooted at %s", v.CostUSD, *v.Tree, root)
+	}
+	if _, err := e.pool.Exec(t.Context(), `DELETE FROM ai_tasks WHERE id = $1`, child); err != nil {
+		t.Fatal(err)
+	}
+	if v = read(root); v.CostUSD != 1 || v.Tree.Tasks != 3 || v.Tree.CostUSD != 7 {
+		t.Fatalf("root after its child was deleted: own $%v, tree %+v; want $1 and the tree's $7", v.CostUSD, *v.Tree)
+	}
+}

@@ -85,27 +85,6 @@ func (r *taskRun) beforeIteration(ctx context.Context) error {
 	return r.underDayCap(ctx)
 }
 
-// underDayCap stops the loop before a model call when the project's spend
-// of the UTC day, with this attempt's spend not yet recorded, is at its
-// daily cap. Every task records its spend after each model call, so the
-// cap is overshot by at most the calls in flight: one per running task.
-// It is read here, after the last checkpoint committed, never in the
-// checkpoint's transaction: a read there misses the spend that other
-// tasks' checkpoints are committing at the same moment, and each of them
-// would make one call more.
-func (r *taskRun) underDayCap(ctx context.Context) error {
-	c, err := agentsql.ReadDayCap(ctx, r.runner.deps.Pool, r.task.ProjectID, r.runner.cfg.ProjectMaxCostUSDPerDay)
-	if err != nil {
-		return err
-	}
-	if !c.Reached(r.lp.unrecorded().Cost) {
-		return nil
-	}
-	return &Suspension{Status: agentsql.StatusPaused, Code: CodeDayCap, Reason: ReasonBudgetExceeded,
-		Message: fmt.Sprintf("the project's daily cost cap of $%.4f is reached: $%.4f spent today (UTC); "+
-			"the task resumes when the cap is raised or the UTC day turns", *c.CapUSD, c.SpentUSD+r.lp.unrecorded().Cost)}
-}
-
 // alert records a stuck alert: a warn log event with metadata.alert and one
 // open inbox item per run and kind.
 func (r *taskRun) alert(ctx context.Context, kind, detail string) error {

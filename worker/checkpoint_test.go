@@ -369,3 +369,28 @@ func TestProjectDayCapPausesTheTask(t *testing.T) {
 	}
 	assertNoRepeats(t, reqs)
 }
+
+// TestProjectOwnCapPausesTheTask: with no operator's cap, a project's own
+// cap (set by its owner) pauses its task before the next model call.
+func TestProjectOwnCapPausesTheTask(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Queue(
+			llmtest.Call("write_file", map[string]string{"path": "one.txt", "content": "1\n"}),
+			llmtest.Call("finish", map[string]string{"summary": "one file"}),
+		),
+		prices: llm.Prices{llmtest.Model: {InPer1K: 1, OutPer1K: 1}},
+	})
+	projectID, cap := uuid.New(), 0.001
+	if err := agentsql.SetProjectSettings(t.Context(), h.pool, agentsql.ProjectSettings{ProjectID: projectID, MaxCostUSDPerDay: &cap}); err != nil {
+		t.Fatal(err)
+	}
+	id := h.insertTask(t, projectID, "build", "write a file")
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	if got := len(h.llm.Requests()); got != 1 {
+		t.Errorf("model calls before the pause = %d, want 1", got)
+	}
+	if items := h.openItems(t, id, handlers.ReasonBudgetExceeded); len(items) != 1 {
+		t.Fatalf("open budget_exceeded items = %+v", items)
+	}
+}
