@@ -195,7 +195,7 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/logs", scope: projectScope, handle: a.logs},
 		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
 		{pattern: "GET /v1/projects/{id}/settings", scope: projectScope, handle: a.projectSettings},
-		{pattern: "PUT /v1/projects/{id}/settings", scope: projectScope, handle: a.setProjectSettings},
+		{pattern: "PATCH /v1/projects/{id}/settings", scope: projectScope, handle: a.setProjectSettings},
 		{pattern: "GET /v1/projects/{id}/docs", scope: projectScope, handle: a.listDocuments},
 		{pattern: "POST /v1/projects/{id}/docs/index", scope: projectScope, handle: a.indexDocuments},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},

@@ -14,12 +14,12 @@ import (
 // maxSettingsBody bounds a project settings body.
 const maxSettingsBody = 4 << 10
 
-// ProjectSettingsRequest is the body of PUT /v1/projects/{id}/settings:
-// the project's settings whole (an absent or null field is unset).
+// ProjectSettingsRequest is the body of PATCH /v1/projects/{id}/settings.
 type ProjectSettingsRequest struct {
-	// MaxCostUSDPerDay is the project's daily cost cap in US dollars;
-	// null: the operator's (PROJECT_MAX_COST_USD_PER_DAY).
-	MaxCostUSDPerDay *float64 `json:"max_cost_usd_per_day"`
+	// MaxCostUSDPerDay is the project's daily cost cap in US dollars, a
+	// number or null (the operator's, PROJECT_MAX_COST_USD_PER_DAY);
+	// required.
+	MaxCostUSDPerDay json.RawMessage `json:"max_cost_usd_per_day"`
 }
 
 // ProjectSettings is a project's settings with the cap that holds and its
@@ -48,7 +48,7 @@ func (a *API) projectSettings(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// setProjectSettings serves PUT /v1/projects/{id}/settings. A cap under
+// setProjectSettings serves PATCH /v1/projects/{id}/settings. A cap under
 // which the project's spend of the day now is resumes its tasks paused at
 // the cap.
 func (a *API) setProjectSettings(w http.ResponseWriter, r *http.Request) error {
@@ -62,12 +62,17 @@ func (a *API) setProjectSettings(w http.ResponseWriter, r *http.Request) error {
 		}
 		return validation(`body must be {"max_cost_usd_per_day": number or null}`)
 	}
-	if c := req.MaxCostUSDPerDay; c != nil && (*c < 0 || math.IsInf(*c, 0) || math.IsNaN(*c) || *c >= 1e8) {
+	if req.MaxCostUSDPerDay == nil {
+		return validation("max_cost_usd_per_day is required: a number, or null for the operator's cap")
+	}
+	var capUSD *float64
+	if err := json.Unmarshal(req.MaxCostUSDPerDay, &capUSD); err != nil ||
+		capUSD != nil && (*capUSD < 0 || math.IsInf(*capUSD, 0) || math.IsNaN(*capUSD) || *capUSD >= 1e8) {
 		return validation("max_cost_usd_per_day must be a number from 0 to 99999999, or null")
 	}
 	project := accessOf(r).id
 	if err := agentsql.SetProjectSettings(r.Context(), a.pool, agentsql.ProjectSettings{ProjectID: project,
-		MaxCostUSDPerDay: req.MaxCostUSDPerDay}); err != nil {
+		MaxCostUSDPerDay: capUSD}); err != nil {
 		return err
 	}
 	resumed, err := agentsql.ResumeUnderCap(r.Context(), a.pool, a.cfg.ProjectMaxCostUSDPerDay, project)

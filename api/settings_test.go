@@ -62,31 +62,32 @@ func TestProjectSettings(t *testing.T) {
 		{"TooLarge", `{"max_cost_usd_per_day": 1e9}`},
 		{"NotANumber", `{"max_cost_usd_per_day": "5"}`},
 		{"UnknownField", `{"max_cost": 5}`},
+		{"Missing", `{}`},
 	} {
-		if rp := e.call(t, "PUT", path, tok, tt.body, nil); rp.status != http.StatusBadRequest || errorCode(t, rp) != api.CodeValidation {
+		if rp := e.call(t, "PATCH", path, tok, tt.body, nil); rp.status != http.StatusBadRequest || errorCode(t, rp) != api.CodeValidation {
 			t.Errorf("%s: %d %s, want 400 %s", tt.name, rp.status, rp.body, api.CodeValidation)
 		}
 	}
 	// Still under the spend: nothing resumes.
-	if s = read(e.call(t, "PUT", path, tok, `{"max_cost_usd_per_day": 0.75}`, nil)); *s.CapUSD != 0.75 || len(s.Resumed) != 0 || status() != "paused" {
+	if s = read(e.call(t, "PATCH", path, tok, `{"max_cost_usd_per_day": 0.75}`, nil)); *s.CapUSD != 0.75 || len(s.Resumed) != 0 || status() != "paused" {
 		t.Fatalf("cap 0.75: %+v, task %s", s, status())
 	}
 	// Another project's token may neither read nor set it.
 	other := e.token(t, "", "authenticated", uuid.New())
-	for _, m := range []string{"GET", "PUT"} {
+	for _, m := range []string{"GET", "PATCH"} {
 		if rp := e.call(t, m, path, other, `{"max_cost_usd_per_day": 100}`, nil); rp.status != http.StatusForbidden {
 			t.Errorf("%s with another project's token: %d %s", m, rp.status, rp.body)
 		}
 	}
 	// Raised above the spend: the task resumes.
-	if s = read(e.call(t, "PUT", path, tok, `{"max_cost_usd_per_day": 2}`, nil)); *s.CapUSD != 2 || !slices.Equal(s.Resumed, []uuid.UUID{task}) {
+	if s = read(e.call(t, "PATCH", path, tok, `{"max_cost_usd_per_day": 2}`, nil)); *s.CapUSD != 2 || !slices.Equal(s.Resumed, []uuid.UUID{task}) {
 		t.Fatalf("cap 2: %+v", s)
 	}
 	if st := status(); st != "queued" {
 		t.Errorf("task %s after the cap was raised, want queued", st)
 	}
 	// Unset: the default holds again.
-	if s = read(e.call(t, "PUT", path, tok, `{"max_cost_usd_per_day": null}`, nil)); s.MaxCostUSDPerDay != nil || *s.CapUSD != 0.5 {
+	if s = read(e.call(t, "PATCH", path, tok, `{"max_cost_usd_per_day": null}`, nil)); s.MaxCostUSDPerDay != nil || *s.CapUSD != 0.5 {
 		t.Fatalf("unset: %+v", s)
 	}
 }

@@ -116,7 +116,7 @@ func TestDayCapAcrossReplicas(t *testing.T) {
 	}
 	raised.Store(true)
 	poll.Until(t, "the API to take the new cap", 30*time.Second, func() bool {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, fmt.Sprintf("http://127.0.0.1:%d/v1/projects/%s/settings", port, project),
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPatch, fmt.Sprintf("http://127.0.0.1:%d/v1/projects/%s/settings", port, project),
 			strings.NewReader(`{"max_cost_usd_per_day": 10000}`))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
@@ -126,7 +126,7 @@ func TestDayCapAcrossReplicas(t *testing.T) {
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("PUT settings: %s", resp.Status)
+			t.Fatalf("PATCH settings: %s", resp.Status)
 		}
 		return true
 	})
