@@ -20,7 +20,8 @@ const maxAgentBody = 64 << 10
 // its default; on update, an absent field is left as it is, and
 // expected_version is required. "tools": null means every tool the task
 // type allows. "review": true makes the builds the agent runs end in
-// review, as input.review does.
+// review, as input.review does. "tool_policy" is the agent's ordered rules
+// deciding each tool call of its tasks (null: none, every call allowed).
 type AgentRequest struct {
 	Name            *string         `json:"name"`
 	Role            *string         `json:"role"`
@@ -29,6 +30,7 @@ type AgentRequest struct {
 	Tools           json.RawMessage `json:"tools"`
 	Status          *string         `json:"status"`
 	Review          *bool           `json:"review"`
+	ToolPolicy      json.RawMessage `json:"tool_policy"`
 	ExpectedVersion *int            `json:"expected_version"`
 }
 
@@ -115,7 +117,7 @@ func readAgent(w http.ResponseWriter, r *http.Request) (AgentRequest, agentsql.A
 		if errors.As(err, &tooLarge) {
 			return req, agentsql.AgentFields{}, &apiError{http.StatusRequestEntityTooLarge, CodeValidation, "request body too large"}
 		}
-		return req, agentsql.AgentFields{}, validation(`body must be {"name", "role", "model", "persona", "tools", "status", "review", "expected_version"}`)
+		return req, agentsql.AgentFields{}, validation(`body must be {"name", "role", "model", "persona", "tools", "status", "review", "tool_policy", "expected_version"}`)
 	}
 	f := agentsql.AgentFields{Name: req.Name, Role: req.Role, Model: req.Model, Persona: req.Persona, Status: req.Status, Review: req.Review}
 	if req.Name != nil && (strings.TrimSpace(*req.Name) == "" || len(*req.Name) > 100) {
@@ -123,6 +125,12 @@ func readAgent(w http.ResponseWriter, r *http.Request) (AgentRequest, agentsql.A
 	}
 	if req.Status != nil && *req.Status != "enabled" && *req.Status != "disabled" {
 		return req, f, validation("status must be enabled or disabled")
+	}
+	if len(req.ToolPolicy) > 0 {
+		if _, err := tools.ParseCallPolicy(req.ToolPolicy); err != nil {
+			return req, f, &apiError{http.StatusBadRequest, CodeInvalidToolPolicy, err.Error()}
+		}
+		f.ToolPolicy = req.ToolPolicy
 	}
 	if len(req.Tools) > 0 {
 		f.SetTools = true
@@ -151,6 +159,8 @@ func readAgent(w http.ResponseWriter, r *http.Request) (AgentRequest, agentsql.A
 func agentRefusal(err error) error {
 	var rule *agentsql.RuleError
 	switch {
+	case errors.As(err, &rule) && rule.Code == CodeInvalidToolPolicy:
+		return &apiError{http.StatusBadRequest, rule.Code, rule.Message}
 	case errors.As(err, &rule):
 		return &apiError{http.StatusConflict, rule.Code, rule.Message}
 	case errors.Is(err, agentsql.ErrAgentVersionConflict):

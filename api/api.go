@@ -209,8 +209,16 @@ func (a *API) routes() []route {
 		{pattern: "DELETE /v1/agents/{id}", scope: agentScope, handle: a.deleteAgent},
 	}
 	for _, action := range agentsql.Actions {
+		if action == agentsql.ActionApproveCall || action == agentsql.ActionDenyCall {
+			continue // per call, below
+		}
 		rs = append(rs, route{pattern: "POST /v1/tasks/{id}/" + string(action), scope: taskScope, handle: a.control(action)})
 	}
+	rs = append(rs,
+		route{pattern: "GET /v1/tasks/{id}/tool-calls", scope: taskScope, handle: a.listToolCalls},
+		route{pattern: "GET /v1/projects/{id}/tool-calls", scope: projectScope, handle: a.pendingToolCalls},
+		route{pattern: "POST /v1/tasks/{id}/tool-calls/{call_id}/approve", scope: taskScope, handle: a.control(agentsql.ActionApproveCall)},
+		route{pattern: "POST /v1/tasks/{id}/tool-calls/{call_id}/deny", scope: taskScope, handle: a.control(agentsql.ActionDenyCall)})
 	for _, command := range agentsql.BroadcastCommands {
 		rs = append(rs, route{pattern: "POST /v1/projects/{id}/tasks/broadcast/" + string(command), scope: projectScope, handle: a.broadcast(command)})
 	}

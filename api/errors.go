@@ -37,6 +37,12 @@ const (
 	// CodeModelUnpriced: an agent names, or a task's agent names, a model
 	// with no price (LLM_PRICES) (400).
 	CodeModelUnpriced = "MODEL_UNPRICED"
+	// CodeInvalidToolPolicy: an agent's tool_policy or a task's
+	// input.tool_policy is not a valid policy; the message names the rule.
+	CodeInvalidToolPolicy = "INVALID_TOOL_POLICY"
+	// CodeToolCallNotFound: the task has no call of that id waiting or
+	// answered.
+	CodeToolCallNotFound = "TOOL_CALL_NOT_FOUND"
 )
 
 // apiError is a refusal with its status, code and message.

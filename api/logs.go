@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentworker/agentworker/events"
 	agentsql "github.com/agentworker/agentworker/sql"
 )
 
@@ -31,6 +32,11 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := agentsql.LogQuery{Level: params.Get("level"), Text: params.Get("q"), Limit: limit}
+	switch q.Level {
+	case "", events.LevelDebug, events.LevelInfo, events.LevelWarn, events.LevelError:
+	default:
+		return validation("level %q is not one of debug, info, warn, error", bounded(q.Level))
+	}
 	if len(q.Text) > maxLogsText {
 		return validation("q is at most %d bytes", maxLogsText)
 	}

@@ -42,12 +42,18 @@ type TaskView struct {
 	Dependents []uuid.UUID `json:"dependents,omitempty"`
 	Children   []uuid.UUID `json:"children,omitempty"`
 	Prompt     string      `json:"prompt"`
-	Model      string      `json:"model,omitempty"`
-	Attempt    int         `json:"attempt"`
-	Iterations int         `json:"iterations"`
-	TokensIn   int64       `json:"tokens_in"`
-	TokensOut  int64       `json:"tokens_out"`
-	CostUSD    float64     `json:"cost_usd"`
+	// Title is the title a plan gave the task it planned (its input's
+	// planned_task.title); "" for a task no plan made.
+	Title string `json:"title,omitempty"`
+	// PausePending: a pause of the running task was requested and takes
+	// effect at its next iteration.
+	PausePending bool    `json:"pause_pending,omitempty"`
+	Model        string  `json:"model,omitempty"`
+	Attempt      int     `json:"attempt"`
+	Iterations   int     `json:"iterations"`
+	TokensIn     int64   `json:"tokens_in"`
+	TokensOut    int64   `json:"tokens_out"`
+	CostUSD      float64 `json:"cost_usd"`
 	// Tree is the spend of the tree the task is part of: its root with
 	// every descendant, deleted ones included, beside the task's own
 	// (GET /v1/tasks/{id} only).
@@ -122,7 +128,8 @@ func (a *API) listTasks(w http.ResponseWriter, r *http.Request) error {
 			Model: t.Model, Attempt: t.Attempt, Iterations: t.Iterations, TokensIn: t.TokensIn, TokensOut: t.TokensOut,
 			CostUSD: t.Cost, Summary: t.Summary, ErrorMessage: t.ErrorMessage, Version: t.Version,
 			CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
-			Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID, DependsOn: t.DependsOn}
+			Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID, DependsOn: t.DependsOn,
+			Title: t.Title, PausePending: t.PauseRequested && t.Status == agentsql.StatusRunning}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -156,6 +163,15 @@ func viewOf(t agentsql.Task, iterations int) TaskView {
 		CostUSD: t.Cost, Input: t.Input, Result: t.Result, Error: t.Error, Version: t.Version,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
 		Priority: t.Priority, AgentID: t.AgentID, ParentTaskID: t.ParentTaskID, TraceID: t.TraceID}
+	v.PausePending = t.PauseRequested && t.Status == agentsql.StatusRunning
+	var in struct {
+		Planned struct {
+			Title string `json:"title"`
+		} `json:"planned_task"`
+	}
+	if json.Unmarshal(t.Input, &in) == nil {
+		v.Title = in.Planned.Title
+	}
 	var result struct {
 		Summary string `json:"summary"`
 	}

@@ -287,3 +287,43 @@ func TestHostileRequests(t *testing.T) {
 		t.Errorf("the API logged %d bytes: %.500s", len(log.String()), log.String())
 	}
 }
+
+// TestTaskListTitleAndPausePending: the task list names a planned task by
+// the title its plan gave it, and says of a running task that a pause of
+// it is pending; the task's own answer says the same.
+func TestTaskListTitleAndPausePending(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	project := uuid.New()
+	tok := e.token(t, "alice", "", project)
+	var child uuid.UUID
+	if err := e.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, input)
+		VALUES ($1, 'build', 'Write the parser. It reads…', '{"planned_task": {"key": "t1", "title": "Parser"}}') RETURNING id`, project).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := dbtest.HeldBuild(t, tx, project, "take your time").TaskID
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.ControlTask(t.Context(), e.pool, running, agentsql.ActionPause, agentsql.ControlOpts{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	var list api.TaskList
+	e.get(t, "/v1/projects/"+project.String()+"/tasks", tok, &list)
+	got := map[uuid.UUID]api.TaskView{}
+	for _, v := range list.Tasks {
+		got[v.ID] = v
+	}
+	if got[child].Title != "Parser" || got[child].PausePending || !got[running].PausePending || got[running].Title != "" {
+		t.Errorf("list: child title %q pending %v; running title %q pending %v", got[child].Title, got[child].PausePending, got[running].Title, got[running].PausePending)
+	}
+	var one api.TaskView
+	e.get(t, "/v1/tasks/"+running.String(), tok, &one)
+	if !one.PausePending || one.Status != "running" {
+		t.Errorf("the running task: %s, pause pending %v", one.Status, one.PausePending)
+	}
+}

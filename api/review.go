@@ -1,11 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/google/uuid"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
@@ -103,6 +106,9 @@ func (a *API) addComment(w http.ResponseWriter, r *http.Request) error {
 			return validation("path: %v", err)
 		}
 		req.Path = p
+		if err := a.checkCommentLine(r, acc.id, req.Path, req.Line); err != nil {
+			return err
+		}
 	}
 	c, err := agentsql.AddComment(r.Context(), a.pool, agentsql.Comment{TaskID: acc.id, Author: actor(acc.claims),
 		Body: req.Body, Path: req.Path, Line: req.Line})
@@ -111,4 +117,49 @@ func (a *API) addComment(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, c)
 	return nil
+}
+
+// checkCommentLine refuses a comment on a file the task's change set does
+// not change, or on a line its staged version (the revision under review)
+// does not have: the reviewer and the model must see the same line.
+func (a *API) checkCommentLine(r *http.Request, taskID uuid.UUID, path string, line *int) error {
+	_, entries, err := agentsql.BuildChanges(r.Context(), a.pool, taskID)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Path != path {
+			continue
+		}
+		switch {
+		case line == nil:
+			return nil
+		case e.Op == agentsql.ChangeDelete:
+			return validation("%s is deleted by this revision: comment on the file, not on line %d", path, *line)
+		case binary(e.Content):
+			return validation("%s is a binary file: comment on the file, not on line %d", path, *line)
+		}
+		if n := lineCount(e.Content); *line > n {
+			return validation("line %d is not in the revision under review: %s has %d line%s", *line, path, n, plural(n))
+		}
+		return nil
+	}
+	return validation("%s is not changed by this task's revision: comment on a file of its diff", path)
+}
+
+// lineCount is the number of lines of content, the last one counted
+// whether or not it ends with a newline.
+func lineCount(content []byte) int {
+	n := bytes.Count(content, []byte("\n"))
+	if len(content) > 0 && content[len(content)-1] != '\n' {
+		n++
+	}
+	return n
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

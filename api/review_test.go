@@ -57,8 +57,9 @@ func TestApproveConflict(t *testing.T) {
 	}
 }
 
-// TestRejectAndComments: comments name a file and line of the diff; a
-// reject's feedback is kept as a comment and queues the task; a reject
+// TestRejectAndComments: comments name a file and line of the diff, a line
+// the revision under review holds (else 400 naming the file and its
+// length); a reject's feedback is kept as a comment and queues the task; a reject
 // without feedback cancels it; both are audited.
 func TestRejectAndComments(t *testing.T) {
 	t.Parallel()
@@ -66,19 +67,27 @@ func TestRejectAndComments(t *testing.T) {
 	project := uuid.New()
 	tok := e.token(t, "alice", "", project)
 	id := e.insertBuild(t, project, agentsql.StatusReview, `{"summary": "wrote a.txt"}`, agentsql.ChangeSetOpen,
-		agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("new\n")})
+		agentsql.ChangeEntry{Path: "a.txt", Op: agentsql.ChangeWrite, Content: []byte("new\n")},
+		agentsql.ChangeEntry{Path: "gone.txt", Op: agentsql.ChangeDelete, BaseETag: "e1"})
 	base := "/v1/tasks/" + id.String()
 	for _, tt := range []struct {
 		name, body string
 		want       int
+		says       string // in the refusal's message
 	}{
-		{"Empty", `{"body": " "}`, http.StatusBadRequest},
-		{"LineWithoutPath", `{"body": "x", "line": 3}`, http.StatusBadRequest},
-		{"BadPath", `{"body": "x", "path": "../etc/passwd"}`, http.StatusBadRequest},
-		{"OnLine", `{"body": "name it greeting", "path": "a.txt", "line": 1}`, http.StatusCreated},
+		{"Empty", `{"body": " "}`, http.StatusBadRequest, "body"},
+		{"LineWithoutPath", `{"body": "x", "line": 3}`, http.StatusBadRequest, "path"},
+		{"BadPath", `{"body": "x", "path": "../etc/passwd"}`, http.StatusBadRequest, "path"},
+		{"LinePastEnd", `{"body": "x", "path": "a.txt", "line": 99}`, http.StatusBadRequest, "a.txt has 1 line"},
+		{"LineOfUnchangedFile", `{"body": "x", "path": "b.txt", "line": 1}`, http.StatusBadRequest, "b.txt is not changed"},
+		{"PastLastLine", `{"body": "x", "path": "a.txt", "line": 2}`, http.StatusBadRequest, "a.txt has 1 line"},
+		{"LineOfDeletedFile", `{"body": "x", "path": "gone.txt", "line": 1}`, http.StatusBadRequest, "gone.txt is deleted"},
+		{"OnDeletedFile", `{"body": "keep it", "path": "gone.txt"}`, http.StatusCreated, ""},
+		{"OnLine", `{"body": "name it greeting", "path": "a.txt", "line": 1}`, http.StatusCreated, ""},
 	} {
-		if rp := e.call(t, http.MethodPost, base+"/comments", tok, tt.body, nil); rp.status != tt.want {
-			t.Errorf("%s: comment answered %d %s, want %d", tt.name, rp.status, rp.body, tt.want)
+		rp := e.call(t, http.MethodPost, base+"/comments", tok, tt.body, nil)
+		if rp.status != tt.want || !strings.Contains(string(rp.body), tt.says) {
+			t.Errorf("%s: comment answered %d %s, want %d saying %q", tt.name, rp.status, rp.body, tt.want, tt.says)
 		}
 	}
 	if rp := e.call(t, http.MethodGet, base+"/comments", e.token(t, "mallory", "", uuid.New()), "", nil); rp.status != http.StatusForbidden {
@@ -90,8 +99,8 @@ func TestRejectAndComments(t *testing.T) {
 	}
 	var got struct{ Comments []agentsql.Comment }
 	e.get(t, base+"/comments", tok, &got)
-	if len(got.Comments) != 2 || got.Comments[0].Path != "a.txt" || got.Comments[0].Line == nil || *got.Comments[0].Line != 1 ||
-		got.Comments[1].Body != "use a greeting" || got.Comments[1].Author != "user:alice" {
+	if len(got.Comments) != 3 || got.Comments[1].Path != "a.txt" || got.Comments[1].Line == nil || *got.Comments[1].Line != 1 ||
+		got.Comments[2].Body != "use a greeting" || got.Comments[2].Author != "user:alice" {
 		b, _ := json.Marshal(got)
 		t.Errorf("comments = %s", b)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/auth"
+	"github.com/agentworker/agentworker/handlers"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/traceid"
 )
@@ -45,19 +46,12 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 		}
 		return validation(`body must be {"type", "prompt", "input", "agent_id", "priority", "parent_task_id", "depends_on"}`)
 	}
-	if req.Priority < 0 || req.Priority > 4 {
-		return validation("priority must be 1 (most urgent) to 4")
-	}
-	switch req.Type {
-	case "chat", "plan", "build":
-	default:
-		return validation("type must be chat, plan or build")
-	}
 	if string(req.Input) == "null" {
 		req.Input = nil
 	}
-	if len(req.Input) > 0 && !json.Valid(req.Input) {
-		return validation("input must be JSON")
+	var bad *handlers.InputError
+	if err := handlers.CheckTask(req.Type, req.Priority, req.Input); errors.As(err, &bad) {
+		return validation("%s", bad.Message)
 	}
 	if req.AgentID != nil {
 		// An agent written past the API may name a model with no price.
@@ -92,6 +86,8 @@ type controlRequest struct {
 	Feedback string `json:"feedback"`
 	// Children is a retry's: retry the children a cancel left cancelled too.
 	Children bool `json:"children"`
+	// Message is a tool call's denial: the model reads it as the call's result.
+	Message string `json:"message"`
 }
 
 // control serves POST /v1/tasks/{id}/<action>.
@@ -103,8 +99,12 @@ func (a *API) control(action agentsql.Action) handler {
 			return err
 		}
 		answer := req.Answer
-		if action == agentsql.ActionReject {
+		var callID string
+		switch action {
+		case agentsql.ActionReject:
 			answer = req.Feedback
+		case agentsql.ActionApproveCall, agentsql.ActionDenyCall:
+			answer, callID = req.Message, r.PathValue("call_id")
 		}
 		if req.Children && action != agentsql.ActionRetry {
 			return validation("children is for retry only")
@@ -115,7 +115,7 @@ func (a *API) control(action agentsql.Action) handler {
 			}
 		}
 		res, err := agentsql.ControlTask(r.Context(), a.pool, acc.id, action, agentsql.ControlOpts{
-			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer, Children: req.Children})
+			ExpectedVersion: req.ExpectedVersion, Actor: actor(acc.claims), Answer: answer, Children: req.Children, ToolCallID: callID})
 		var ce *agentsql.ControlError
 		switch {
 		case err == nil:
@@ -127,6 +127,9 @@ func (a *API) control(action agentsql.Action) handler {
 			return &apiError{http.StatusConflict, CodeIllegal, ce.Result.Error}
 		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrInvalidAction):
 			return validation("%s", ce.Result.Error)
+		case errors.As(err, &ce) && errors.Is(err, agentsql.ErrTaskNotFound) && callID != "":
+			// The guard saw the task: what is missing is the call.
+			return &apiError{http.StatusNotFound, CodeToolCallNotFound, ce.Result.Error}
 		default: // a task deleted since the guard read it is answered as a missing one
 			return notVisible(acc.claims, err)
 		}

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/console"
 	"github.com/agentworker/agentworker/llm/scripted"
+	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
 )
 
@@ -124,14 +127,14 @@ func TestBoardInChromium(t *testing.T) {
 	eval(t, ctx, `Object.fromEntries([...document.querySelectorAll("#board li.card")].map(c => [c.dataset.id, {
 		ID: c.querySelector(".card-id").textContent, Title: c.querySelector(".card-title").textContent,
 		Agent: c.querySelector(".card-agent").textContent, Priority: c.querySelector(".prio").textContent,
-		Deps: [...c.querySelectorAll(".card-deps code")].map(d => d.textContent) }]))`, &cards)
+		Deps: [...c.querySelectorAll(".card-deps .dep")].map(d => d.textContent) }]))`, &cards)
 	for _, want := range []struct {
 		id string
 		cardText
 	}{
 		{first, cardText{first[:8], "first step: write first.txt", hostile, "P1", []string{}}},
-		{second, cardText{second[:8], "second step: write second.txt", "reviewer", "P3", []string{first[:8]}}},
-		{third, cardText{third[:8], "third step: write third.txt", "default agent", "P2", []string{second[:8]}}},
+		{second, cardText{second[:8], "second step: write second.txt", "reviewer", "P3", []string{"first step: write first.txt · " + first[:8]}}},
+		{third, cardText{third[:8], "third step: write third.txt", "default agent", "P2", []string{"second step: write second.txt · " + second[:8]}}},
 	} {
 		if got := cards[want.id]; fmt.Sprint(got) != fmt.Sprint(want.cardText) {
 			t.Errorf("card %s = %+v, want %+v", want.id, got, want.cardText)
@@ -159,7 +162,8 @@ func TestBoardInChromium(t *testing.T) {
 		until(`document.getElementById("task-relations").textContent.includes("before")`))
 	var relations string
 	eval(t, ctx, `document.getElementById("task-relations").textContent`, &relations)
-	if want := fmt.Sprintf("agent reviewer · priority 3 · after %s · before %s", first[:8], third[:8]); relations != want {
+	// Related tasks are named by their titles, not bare ids.
+	if want := fmt.Sprintf("agent reviewer · priority 3 · after first step: write first.txt · %s · before third step: write third.txt · %s", first[:8], third[:8]); relations != want {
 		t.Errorf("task relations = %q, want %q", relations, want)
 	}
 	// In order: each started after the one it depends on finished.
@@ -218,6 +222,12 @@ func TestBoardInChromium(t *testing.T) {
 		click(`#agent-save`),
 		visible(`#agent-error[data-code="AGENT_NAME_TAKEN"]`),
 	)
+	// A refusal reads as what to do, not as the database's words.
+	var taken string
+	eval(t, ctx, `document.querySelector("#agent-error").textContent`, &taken)
+	if taken != "This project already has an agent of that name: choose another name." {
+		t.Errorf("a taken name reads %q", taken)
+	}
 	scratch := createAgent("scratch", "tries things", "You are temporary.")
 	run(t, ctx, "disable the planner, delete scratch",
 		click(plannerRow),
@@ -242,7 +252,8 @@ func TestBoardInChromium(t *testing.T) {
 		keys(`#prompt`, "fourth step: refused"),
 		choose(`#agent`, reviewer),
 		click(`#submit`),
-		until(`document.getElementById("message").textContent.includes("INVALID_ASSIGNEE")`),
+		visible(`#message[data-code="INVALID_ASSIGNEE"]`),
+		until(`document.getElementById("message").textContent.includes("choose another agent")`),
 		until(fmt.Sprintf(`document.querySelector('#agent option[value="%s"]:disabled')`, reviewer)),
 	)
 	var tasks int
@@ -286,8 +297,9 @@ func (c *pipeline) patchAgent(t *testing.T, id, body string) {
 
 // TestBoardStateInChromium checks the board's grouping in the browser's
 // own JavaScript: every status has its column (a question and a pause in
-// review, failed and blocked together), and a column is ordered by
-// priority, then oldest first.
+// paused and needing input together, failed and blocked together), a
+// column is ordered by priority, then oldest first, with a plan's children
+// together; a cancel's cascade is the open tasks depending on it.
 func TestBoardStateInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
@@ -296,8 +308,11 @@ func TestBoardStateInChromium(t *testing.T) {
 	ctx := browse(t, 60*time.Second)
 	run(t, ctx, "open the page", chromedp.Navigate(srv.URL), chromedp.WaitReady(chromedp.CSS(`body`)))
 	var got map[string][]string
-	eval(t, ctx, `import("/board.js").then(({ boardColumns }) => {
+	eval(t, ctx, `import("/board.js").then(({ boardColumns, cascade }) => {
 		const rows = [
+			{ id: "c1", status: "queued", priority: 2, created_at: "2026-01-04T00:00:00Z", parent_task_id: "plan" },
+			{ id: "q-x", status: "queued", priority: 2, created_at: "2026-01-05T00:00:00Z" },
+			{ id: "c2", status: "queued", priority: 3, created_at: "2026-01-04T00:00:00Z", parent_task_id: "plan" },
 			{ id: "w", status: "waiting", priority: 2, created_at: "2026-01-01T00:00:00Z" },
 			{ id: "q-late-p1", status: "queued", priority: 1, created_at: "2026-01-03T00:00:00Z" },
 			{ id: "q-old-p4", status: "queued", priority: 4, created_at: "2026-01-01T00:00:00Z" },
@@ -310,10 +325,22 @@ func TestBoardStateInChromium(t *testing.T) {
 			{ id: "blocked", status: "blocked", priority: 2, created_at: "2026-01-02T00:00:00Z" },
 			{ id: "x", status: "cancelled", priority: 2, created_at: "2026-01-01T00:00:00Z" },
 		];
-		return Object.fromEntries([...boardColumns(rows)].map(([k, list]) => [k, list.map(t => t.id)]));
+		const graph = [
+			{ id: "A", status: "running" }, { id: "B", status: "waiting", depends_on: ["A"] },
+			{ id: "C", status: "waiting", depends_on: ["B"] }, { id: "D", status: "succeeded", depends_on: ["A"] },
+			{ id: "E", status: "waiting", depends_on: ["D"] },
+			{ id: "F", status: "queued", parent_task_id: "A" }, { id: "G", status: "waiting", depends_on: ["F"] },
+			{ id: "H", status: "succeeded", parent_task_id: "A" },
+		];
+		return { ...Object.fromEntries([...boardColumns(rows)].map(([k, list]) => [k, list.map(t => t.id)])),
+			cascade: cascade(graph, ["A"]) };
 	})`, &got)
-	want := map[string][]string{"waiting": {"w"}, "queued": {"q-old-p1", "q-late-p1", "q-old-p4"}, "running": {"r"},
-		"review": {"asks", "paused"}, "succeeded": {"ok"}, "failed": {"failed", "blocked"}, "cancelled": {"x"}}
+	// A plan's children stay together where the first of them goes; a
+	// cancel of A blocks B and, through it, C, and cancels its open child
+	// F, which blocks G.
+	want := map[string][]string{"waiting": {"w"}, "queued": {"q-old-p1", "q-late-p1", "c1", "c2", "q-x", "q-old-p4"}, "running": {"r"},
+		"held": {"asks", "paused"}, "review": {}, "succeeded": {"ok"}, "failed": {"failed", "blocked"}, "cancelled": {"x"},
+		"cascade": {"B", "C", "F", "G"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("board columns = %v, want %v", got, want)
 	}
@@ -370,45 +397,106 @@ func TestBoardBlockedInChromium(t *testing.T) {
 }
 
 // TestBoardBroadcastInChromium: an operator ticks two of three paused
-// cards and cancels them with one command; the page reports the outcomes,
-// those two move to the cancelled column, the third stays.
+// cards (in their own column, not review's) and cancels them with one
+// command: the page asks first, saying that a task waiting on one of them
+// is blocked too; the page reports the outcomes, those two move to the
+// cancelled column, the third stays, and no box stays ticked — also after
+// a command that changes nothing. A running task whose pause is pending
+// reads "pausing…"; a plan's children show their planned titles under it.
 func TestBoardBroadcastInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
 	c := newConsole(t, scripted.Func(func(*scripted.Request) scripted.Reply {
 		return scripted.Reply{Status: 500, ErrorMessage: "no task of this test runs"}
 	}))
-	var ids []string
-	for i := range 3 {
+	insert := func(query string, args ...any) string {
+		t.Helper()
 		var id string
-		if err := c.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status)
-			VALUES ($1, 'build', $2, 'paused') RETURNING id`, c.project, fmt.Sprintf("paused %d", i)).Scan(&id); err != nil {
+		if err := c.pool.QueryRow(t.Context(), query, append([]any{c.project}, args...)...).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
+		return id
 	}
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, insert(`INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'build', $2, 'paused') RETURNING id`, fmt.Sprintf("paused %d", i)))
+	}
+	waiter, err := agentsql.InsertTask(t.Context(), c.pool, agentsql.NewTask{ProjectID: c.project, Type: "build", Prompt: "after paused 0",
+		DependsOn: []uuid.UUID{uuid.MustParse(ids[0])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A running task no worker holds (no job: the pickup is off in its
+	// transaction), asked to pause.
+	tx, err := c.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context())
+	if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+		t.Fatal(err)
+	}
+	pausing := dbtest.HeldBuild(t, tx, c.project, "pause me").TaskID.String()
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := agentsql.ControlTask(t.Context(), c.pool, uuid.MustParse(pausing), agentsql.ActionPause, agentsql.ControlOpts{Actor: "test"}); err != nil || !res.Pending {
+		t.Fatalf("pause the running task: %+v, %v", res, err)
+	}
+	plan := insert(`INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'plan', 'Plan the release', 'paused') RETURNING id`)
+	child := insert(`INSERT INTO ai_tasks (project_id, type, prompt, status, parent_task_id, input) VALUES ($1, 'build', 'You write the changelog from the commits since…', 'paused', $2,
+		'{"planned_task": {"key": "t1", "title": "Changelog"}}') RETURNING id`, plan)
 	ctx := browse(t, 90*time.Second)
 	card := func(column, id string) string {
 		return fmt.Sprintf(`#board .board-col[data-column="%s"] li.card[data-id="%s"]`, column, id)
 	}
 	run(t, ctx, "open the console", chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`),
-		visible(card("review", ids[0])), visible(card("review", ids[1])), visible(card("review", ids[2])))
+		visible(card("held", ids[0])), visible(card("held", ids[1])), visible(card("held", ids[2])),
+		visible(card("waiting", waiter.ID.String())), visible(card("running", pausing)+` .badge.pausing`), visible(card("held", child)+`.child`))
+	var shown struct{ Pausing, Title, Parent string }
+	eval(t, ctx, `({pausing: document.querySelector('`+card("running", pausing)+` .badge').textContent,
+		title: document.querySelector('`+card("held", child)+` .card-title').textContent,
+		parent: document.querySelector('`+card("held", child)+` .card-parent').textContent})`, &shown)
+	if shown.Pausing != "pausing…" || shown.Title != "Changelog" || shown.Parent != "↳ part of Plan the release" {
+		t.Errorf("cards show %+v", shown)
+	}
 	run(t, ctx, "tick two and cancel them",
-		click(card("review", ids[0])+" input.card-pick"),
-		click(card("review", ids[1])+" input.card-pick"),
+		click(card("held", ids[0])+" input.card-pick"),
+		click(card("held", ids[1])+" input.card-pick"),
 		until(`document.getElementById("board-picked").textContent === "2 selected"`),
 		enabled(`#board-cancel`),
 		click(`#board-cancel`),
+		visible(`#confirm`))
+	var asked string
+	eval(t, ctx, `document.getElementById("confirm-text").textContent + " | " + document.getElementById("confirm-yes").textContent`, &asked)
+	if asked != "Cancel 2 tasks? 1 more task goes with it: unfinished children are cancelled, tasks waiting on a cancelled one blocked. | Cancel 3 tasks" {
+		t.Errorf("the confirmation reads %q", asked)
+	}
+	screenshot(t, ctx, "board-cascade-confirm")
+	run(t, ctx, "confirm",
+		click(`#confirm-yes`),
 		until(`document.body.dataset.broadcast === "cancel"`),
 		visible(card("cancelled", ids[0])),
 		visible(card("cancelled", ids[1])),
-		visible(card("review", ids[2])),
+		visible(card("held", ids[2])),
+		visible(card("failed", waiter.ID.String())+`[data-status="blocked"]`),
 	)
 	var result, picked string
+	var ticked int
 	eval(t, ctx, `document.getElementById("board-result").textContent`, &result)
 	eval(t, ctx, `document.getElementById("board-picked").textContent`, &picked)
-	if result != "cancel: 2 applied" || picked != "0 selected" {
-		t.Errorf("after the command: result %q, %q", result, picked)
+	eval(t, ctx, `document.querySelectorAll("#board input.card-pick:checked").length`, &ticked)
+	if result != "cancel: 2 applied" || picked != "0 selected" || ticked != 0 {
+		t.Errorf("after the command: result %q, %q, %d boxes ticked", result, picked, ticked)
+	}
+	run(t, ctx, "a command that changes nothing",
+		click(card("held", ids[2])+" input.card-pick"),
+		enabled(`#board-pause`), click(`#board-pause`),
+		until(`document.body.dataset.broadcast === "pause"`),
+		until(`document.getElementById("board-picked").textContent === "0 selected"`))
+	eval(t, ctx, `document.querySelectorAll("#board input.card-pick:checked").length`, &ticked)
+	if ticked != 0 {
+		t.Errorf("%d boxes ticked after a command that changed nothing", ticked)
 	}
 	var opened string
 	eval(t, ctx, `document.body.dataset.task || ""`, &opened)

@@ -4,13 +4,17 @@
 // the project's event stream; follows a task's own stream (stage and
 // iteration progress, a timeline of phases, tool calls, self-repair and
 // errors, streamed model text, the files it touched); shows its result,
-// error and the diff of its changes; steers it (cancel, pause, resume,
+// error and the diff of its changes (line numbers on both sides, review
+// comments at their line); steers it (cancel, pause, resume,
 // retry, answering its question); shows the project's files, inbox and
 // usage, and its runs per day by status as a chart (an inline SVG drawn by
 // runs.js) with their tokens, cost, durations and rate-limit waits; draws the tasks as a board by status with their agent, priority and
 // dependencies; creates tasks with an agent, a priority and dependencies; and
-// lists and edits the project's agents. Everything it shows is read from the
-// /v1 API and set as text, never as HTML.
+// lists and edits the project's agents; lists the project's documents and
+// renders Markdown (documents, tasks.md) for reading. Everything it shows is
+// read from the /v1 API and set as text, never as HTML, but Markdown: marked
+// (MIT) renders it and DOMPurify (Apache-2.0) keeps only safe HTML of it,
+// both vendored as files under static/vendor.
 package console
 
 import (

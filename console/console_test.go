@@ -49,7 +49,9 @@ func TestServesEmbeddedPage(t *testing.T) {
 	defer srv.Close()
 	for path, want := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/state.js": "text/javascript",
 		"/api.js": "text/javascript", "/style.css": "text/css",
-		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css", "/runs.js": "text/javascript"} {
+		"/board.js": "text/javascript", "/agents.js": "text/javascript", "/board.css": "text/css", "/runs.js": "text/javascript",
+		"/review.js": "text/javascript", "/errors.js": "text/javascript", "/markdown.js": "text/javascript",
+		"/dom.js": "text/javascript", "/vendor/marked.esm.js": "text/javascript", "/vendor/purify.es.js": "text/javascript"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -558,8 +560,9 @@ func TestConsoleInChromium(t *testing.T) {
 		visible(`#changes .file-diff[data-path="hello.txt"][data-op="update"]`),
 	)
 	var diff []string
-	eval(t, ctx, `[...document.querySelectorAll('#changes .file-diff[data-path="hello.txt"] pre.diff span')].map(s => s.className + " " + s.textContent.trimEnd())`, &diff)
-	want := []string{"meta --- a/hello.txt", "meta +++ b/hello.txt", "hunk @@ -1 +1,2 @@", "del -hello", "add +hello,", "add +world"}
+	eval(t, ctx, `[...document.querySelectorAll('#changes .file-diff[data-path="hello.txt"] .diff .line')].map(r => [...r.children].map(c => c.textContent).join("|"))`, &diff)
+	// Each row: its line in the old file, in the new file, and its text.
+	want := []string{"||@@ -1 +1,2 @@", "1||-hello", "|1|+hello,", "|2|+world"}
 	if strings.Join(diff, "|") != strings.Join(want, "|") {
 		t.Errorf("diff lines = %q, want %q", diff, want)
 	}

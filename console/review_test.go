@@ -17,9 +17,12 @@ import (
 )
 
 // TestReviewQueueInChromium: a build to review waits in the board's review
-// column with its changes unapplied; a comment on a line of its diff and a
-// reject with feedback from the page reach the model's revision, and
-// approved from the page the revision lands.
+// column, "waiting for your review", with its changes unapplied; a comment
+// on a line of its diff (line numbers on both sides, the line highlighted)
+// shows under that line and, with a reject's feedback, reaches the model's
+// revision; the Changes tab follows the revision without a tab switch; the
+// review card's Approve lands it, and the review forms hide once it is
+// done.
 func TestReviewQueueInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
@@ -62,23 +65,53 @@ func TestReviewQueueInChromium(t *testing.T) {
 	ctx := browse(t, 120*time.Second)
 	runs(1)
 	run(t, ctx, "the build waits in the review column",
-		chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`), visible(card), click(card),
+		chromedp.Navigate(c.page()), visible(`body[data-project-conn="live"]`), visible(card), visible(card+` button.card-approve`),
+		until(`document.querySelector("#inbox .inbox-item.review button.approve")`), click(card),
 		visible(fmt.Sprintf(`body[data-task="%s"][data-task-status="review"]`, id)), visible(`#review-form`), enabled(`#approve`))
 	if got := file(); got != "" {
 		t.Fatalf("a.txt = %q while in review, want it not written", got)
 	}
-	screenshot(t, ctx, "review-queue")
-	line := `#changes .file-diff[data-path="a.txt"] span[data-line="1"]`
-	run(t, ctx, "comment on the diff's first line", click(`#tab-changes`), visible(line), click(line), visible(`#comment-form`),
-		keys(`#comment-body`, "not v1"), click(`#comment-submit`), visible(`#comments li[data-path="a.txt"][data-line="1"]`))
+	var words struct {
+		Card, Inbox, Note string
+	}
+	eval(t, ctx, `({card: document.querySelector('`+card+` .card-review').textContent,
+		inbox: [...document.querySelectorAll('#inbox .inbox-item.review button')].map(b => b.textContent).join(","),
+		note: document.querySelector('#review-form .review-note').textContent})`, &words)
+	if !strings.Contains(words.Card, "waiting for your review") || words.Inbox != "Approve,Reject…" || !strings.Contains(words.Note, "Waiting for your review") {
+		t.Errorf("the review's words: %+v", words)
+	}
+	line := `#changes .file-diff[data-path="a.txt"] .line[data-line="1"]`
+	run(t, ctx, "comment on the diff's first line", click(`#tab-changes`), visible(line),
+		until(`document.getElementById("changes-status").textContent.startsWith("Waiting for your review")`),
+		click(line), visible(line+`.selected`), visible(line+` + #comment-form`),
+		keys(`#comment-body`, "not v1"), click(`#comment-submit`),
+		visible(`#changes .file-diff[data-path="a.txt"] .line[data-line="1"] + ul.thread li.comment[data-line="1"]`))
+	var numbers []string
+	eval(t, ctx, `[...document.querySelectorAll('#changes .file-diff[data-path="a.txt"] .line')].map(r => r.className + "|" + r.querySelector('.ln.old').textContent + "|" + r.querySelector('.ln.new').textContent + "|" + r.querySelector('.text').textContent)`, &numbers)
+	if want := []string{"line hunk|||@@ -0,0 +1 @@", "line add||1|+v1"}; strings.Join(numbers, ",") != strings.Join(want, ",") {
+		t.Errorf("diff rows (class|old|new|text) = %q, want %q", numbers, want)
+	}
+	screenshot(t, ctx, "review-comment-inline")
 	run(t, ctx, "reject with feedback", keys(`#feedback`, "make it v2"), click(`#reject`))
 	runs(2)
 	if p, _ := revisionPrompt.Load().(string); !strings.Contains(p, "a.txt:1: not v1") {
 		t.Errorf("the revision's prompt %q lacks the line comment", p)
 	}
-	run(t, ctx, "approve the revision", visible(card), enabled(`#approve`), click(`#approve`),
-		visible(fmt.Sprintf(`#board .board-col[data-column="succeeded"] li.card[data-id="%s"]`, id)))
+	// The Changes tab stayed open: the revision shows without a switch.
+	run(t, ctx, "the revision's diff", until(`[...document.querySelectorAll('#changes .file-diff[data-path="a.txt"] .line.add .text')].some(s => s.textContent === "+v2")`),
+		until(`document.body.dataset.taskStatus === "review"`))
+	screenshot(t, ctx, "review-revision")
+	run(t, ctx, "approve the revision from its card", visible(card+` button.card-approve`), click(card+` button.card-approve`),
+		visible(fmt.Sprintf(`#board .board-col[data-column="succeeded"] li.card[data-id="%s"]`, id)),
+		visible(fmt.Sprintf(`body[data-task-status="succeeded"]`)))
 	if got := file(); got != "v2\n" {
 		t.Errorf("a.txt = %q after approving the revision, want v2", got)
 	}
+	// A task out of review shows neither the reject box nor the comment box.
+	var shown []string
+	eval(t, ctx, `["review-form", "comment-form", "feedback", "reject"].filter(id => document.getElementById(id).offsetParent !== null)`, &shown)
+	if len(shown) != 0 {
+		t.Errorf("shown on a succeeded task: %v", shown)
+	}
+	screenshot(t, ctx, "review-approved")
 }

@@ -25,6 +25,11 @@ const (
 	TypeLog        Type = "log"
 	TypeError      Type = "error"
 	TypeProgress   Type = "progress"
+	// TypeToolApprovalRequested: a tool call asked, by the task's tool
+	// policy, and waits for a person.
+	TypeToolApprovalRequested Type = "tool_approval_requested"
+	// TypeToolApprovalAnswered: a person approved or denied a call that asked.
+	TypeToolApprovalAnswered Type = "tool_approval_answered"
 )
 
 // Payload is the body of one event; each event type has its own struct.
@@ -63,6 +68,10 @@ const (
 	// PhaseReview: a build finished cleanly and waits for a person to
 	// approve or reject its staged change set.
 	PhaseReview = "review"
+	// PhaseAwaitingApproval: a tool call of the last model turn asked,
+	// by the task's tool policy, and the task waits until every such call
+	// is approved or denied.
+	PhaseAwaitingApproval = "awaiting_approval"
 )
 
 // AgentPhase marks a change of agent phase or task lifecycle.
@@ -212,6 +221,41 @@ type Progress struct {
 // EventType implements Payload.
 func (Progress) EventType() Type { return TypeProgress }
 
+// Decisions of ToolApprovalAnswered.
+const (
+	DecisionApproved = "approved"
+	DecisionDenied   = "denied"
+)
+
+// ToolApprovalRequested records a tool call that was not run because a
+// rule of the task's tool policy asks: it runs once approved.
+type ToolApprovalRequested struct {
+	ToolCallID string `json:"toolCallId"`
+	ToolName   string `json:"toolName"`
+	// Arguments are the call's arguments as the model sent them.
+	Arguments string `json:"arguments"`
+	Reason    string `json:"reason,omitempty"` // the rule's
+}
+
+// EventType implements Payload.
+func (ToolApprovalRequested) EventType() Type { return TypeToolApprovalRequested }
+
+// ToolApprovalAnswered records a person's answer to a call that asked.
+type ToolApprovalAnswered struct {
+	ToolCallID string `json:"toolCallId"`
+	ToolName   string `json:"toolName"`
+	Decision   string `json:"decision"`
+	// Message is a denial's, which the model reads as the call's result.
+	Message string `json:"message,omitempty"`
+	Actor   string `json:"actor"`
+	// Waiting is how many calls of the task still wait for an answer; at 0
+	// the task is queued again.
+	Waiting int `json:"waiting"`
+}
+
+// EventType implements Payload.
+func (ToolApprovalAnswered) EventType() Type { return TypeToolApprovalAnswered }
+
 // Event is one stored event of a task's timeline.
 type Event struct {
 	ID        int64           `json:"id"`
@@ -241,6 +285,10 @@ func (e Event) Decode() (Payload, error) {
 		p = &Error{}
 	case TypeProgress:
 		p = &Progress{}
+	case TypeToolApprovalRequested:
+		p = &ToolApprovalRequested{}
+	case TypeToolApprovalAnswered:
+		p = &ToolApprovalAnswered{}
 	default:
 		return nil, fmt.Errorf("decode event %d: unknown type %q", e.ID, e.Type)
 	}

@@ -36,6 +36,8 @@ type loopState struct {
 	Repairs            int                 `json:"repairs,omitempty"`
 	Trigger            string              `json:"trigger,omitempty"`
 	Pending            *pendingInput       `json:"pending,omitempty"`
+	// Asked are the calls of the last turn that wait for approval.
+	Asked []askedCall `json:"asked,omitempty"`
 	// RulesGiven are the folders whose rules the model has had ("" the
 	// root's), RulesBytes the rules bytes given.
 	RulesGiven []string `json:"rulesGiven,omitempty"`
@@ -61,7 +63,7 @@ func (r *taskRun) state() loopState {
 	return loopState{RulesGiven: given, RulesBytes: used, Iterations: l.iterations, Granted: l.granted, Usage: l.usage, Cost: l.cost, Changes: l.changes,
 		History: l.history, Writes: l.writes, Summaries: l.summaries, Touched: touched, Problems: l.problems,
 		Consecutive: l.consecutive, Outcomes: l.outcomes, ToolChoiceFallback: l.toolChoiceFallback,
-		Repairs: r.repairs, Trigger: r.trigger, Pending: l.pending}
+		Repairs: r.repairs, Trigger: r.trigger, Pending: l.pending, Asked: l.asked}
 }
 
 // restore puts the loop and build back where the checkpoint left them. The
@@ -72,6 +74,7 @@ func (r *taskRun) restore(st loopState) {
 	l.maxIterations = max(l.maxIterations, st.Granted)
 	l.history, l.writes, l.summaries, l.problems = st.History, st.Writes, st.Summaries, st.Problems
 	l.consecutive, l.outcomes, l.toolChoiceFallback, l.pending = st.Consecutive, st.Outcomes, st.ToolChoiceFallback, st.Pending
+	l.asked = st.Asked
 	l.touched = map[string]bool{}
 	for _, p := range st.Touched {
 		l.touched[p] = true
@@ -161,5 +164,8 @@ func (r *taskRun) resumeFrom(ctx context.Context, cp agentsql.Checkpoint) ([]llm
 	}
 	r.rec.Add(events.Log{Level: events.LevelInfo, Message: note,
 		Metadata: map[string]any{"checkpointIteration": cp.Iteration, "checkpointAttempt": cp.Attempt, "messages": len(messages)}})
+	if len(r.lp.asked) > 0 {
+		return r.answerAsked(ctx, messages)
+	}
 	return messages, nil
 }

@@ -101,7 +101,15 @@ type loop struct {
 	// granted is the iteration cap a repair attempt raised maxIterations to.
 	granted int
 	// pending is the request_input call waiting for the user's answer.
-	pending  *pendingInput
+	pending *pendingInput
+	// policies decide each call (allow, ask, deny): the strictest of
+	// them holds. asked are the calls of the last turn that wait for a
+	// person's answer; approved, the calls being run on a person's word.
+	policies []tools.CallPolicy
+	asked    []askedCall
+	approved map[string]bool
+	// noAsk, when set, says why this loop cannot wait for approval.
+	noAsk    string
 	outcomes []bool          // success of the last calls, for the error rate
 	alerted  map[string]bool // alert kinds raised this run
 
@@ -274,7 +282,14 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 			return resp.Message.Content, messages, nil
 		}
 		var finished *string
+		var asked []llm.ToolCall
 		for i, call := range resp.Message.ToolCalls {
+			if d := l.decide(call); d.Action == tools.PolicyAsk {
+				// Not run: it waits for a person, and its result joins the
+				// conversation when the task goes on.
+				asked = append(asked, call)
+				continue
+			}
 			res, err := l.callTool(ctx, call)
 			if err != nil {
 				return "", messages, err
@@ -283,6 +298,7 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 				// The answer becomes this call's result when the task resumes;
 				// the calls after it wait for the answer too.
 				messages = notRun(messages, resp.Message.ToolCalls[i+1:], "not run: the task waited for the user's answer; call again if still needed")
+				messages = notRun(messages, asked, "not run: the task waited for the user's answer; call again if still needed")
 				l.pending = &pendingInput{ToolCallID: call.ID, Question: res.Question}
 				return "", messages, &Suspension{Status: agentsql.StatusAwaitingInput, Code: CodeAwaitingInput,
 					Reason: ReasonQuestion, Message: res.Question}
@@ -312,11 +328,16 @@ func (l *loop) run(ctx context.Context, messages []llm.Message) (string, []llm.M
 				// Answer the calls not run, so the conversation stays valid
 				// for a repair attempt.
 				messages = notRun(messages, resp.Message.ToolCalls[i+1:], "not run: the loop was stopped")
+				messages = notRun(messages, asked, "not run: the loop was stopped")
 				return "", messages, term
 			}
 		}
 		if finished != nil {
+			messages = notRun(messages, asked, "not run: the task finished")
 			return *finished, messages, nil
+		}
+		if len(asked) > 0 {
+			return "", messages, l.askFor(asked)
 		}
 		if l.after != nil {
 			if err := l.after(ctx, messages); err != nil {
@@ -650,7 +671,10 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 		flushed <- err
 	})
 	start := time.Now()
-	res, repeat := l.repeated(call)
+	res, repeat := l.denied(call)
+	if !repeat {
+		res, repeat = l.repeated(call)
+	}
 	stopped := false
 	var turnWait time.Duration // waiting for a turn to work again is not the tool's time
 	if repeat {

@@ -613,6 +613,16 @@ func (r *taskRun) buildLoop(ctx context.Context, spec typeSpec) error {
 	if err != nil {
 		return err
 	}
+	calls := pol.calls
+	if r.agent != nil {
+		agentCalls, err := tools.ParseCallPolicy(r.agent.ToolPolicy)
+		if err != nil {
+			return &taskError{CodeInvalidInput, fmt.Errorf("the agent %s of task %s: %w", r.agent.ID, task.ID, err)}
+		}
+		if len(agentCalls) > 0 {
+			calls = append(calls, agentCalls)
+		}
+	}
 	// The task's input or its agent asks for review.
 	r.review = (pol.review || r.agent != nil && r.agent.Review) && r.cs != nil
 	model := task.Model
@@ -636,10 +646,15 @@ func (r *taskRun) buildLoop(ctx context.Context, spec typeSpec) error {
 		maxIterations: pol.budget.MaxIterations, maxToolFailures: rn.cfg.MaxToolFailures,
 		stream: !rn.cfg.DisableStreaming, taskID: task.ID.String(), contextTokens: rn.cfg.ContextTokens,
 		budget: pol.budget, ceiling: pol.ceiling, price: price, toolStartDelay: rn.cfg.ToolStartDelay,
-		rules: r.rules, log: r.log,
+		rules: r.rules, log: r.log, policies: calls,
 	}
 	r.lp = lp
 	lp.before, lp.alert = r.beforeIteration, r.alert
+	if r.plan != nil {
+		// Its next attempt replays the plan's steps, not this conversation:
+		// nothing would give the model the answers.
+		lp.noAsk = "this build follows a plan and cannot wait for approval; asked calls are refused"
+	}
 	if r.plan == nil {
 		// A plan-driven build resumes by its recorded decisions instead.
 		lp.after = r.checkpoint

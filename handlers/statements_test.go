@@ -138,7 +138,9 @@ func (l *statementLog) ours() []statement {
 		switch {
 		case strings.HasPrefix(s.sql, "-- name:"), strings.HasPrefix(s.sql, "SELECT pg_notify("),
 			strings.Contains(s.sql, "agentworker_flag_idle"), strings.Contains(s.sql, "agentworker_take_over_lapsed"),
-			strings.Contains(s.sql, "NOT EXISTS ( SELECT 1 FROM river_job j"):
+			strings.Contains(s.sql, "NOT EXISTS ( SELECT 1 FROM river_job j"),
+			strings.Contains(s.sql, "agentworker_release_stranded"), strings.Contains(s.sql, "agentworker_resume_under_cap"),
+			strings.Contains(s.sql, "agentworker_prepare_event_partitions"), strings.Contains(s.sql, "DELETE FROM project_day_spend"):
 			continue
 		case s.sql == "begin":
 			open[s.conn] = &openTx{begin: len(out)}

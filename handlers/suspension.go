@@ -44,7 +44,7 @@ const (
 // a question (awaiting_input until answered). The loop's checkpoint keeps
 // its place; the next attempt continues from it.
 type Suspension struct {
-	Status agentsql.Status // paused or awaiting_input
+	Status agentsql.Status // paused, awaiting_input or awaiting_approval
 	Code   string          // the interrupted run's error_code
 	// Reason, when set, opens an inbox item of that reason (budget, question).
 	Reason  string
@@ -119,8 +119,11 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 	}
 	spend := r.lp.unrecorded()
 	phase := events.PhasePaused
-	if s.Status == agentsql.StatusAwaitingInput {
+	switch s.Status {
+	case agentsql.StatusAwaitingInput:
 		phase = events.PhaseAwaitingInput
+	case agentsql.StatusAwaitingApproval:
+		phase = events.PhaseAwaitingApproval
 	}
 	err = r.rec.InTx(wctx, r.runner.deps.Pool, func(tx pgx.Tx) error {
 		if _, err := r.rec.EmitIn(wctx, tx); err != nil {
@@ -130,6 +133,11 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 			return err
 		}
 		meta := map[string]any{"code": s.Code}
+		if s.Status == agentsql.StatusAwaitingApproval {
+			if err := r.requestApprovals(wctx, tx); err != nil {
+				return err
+			}
+		}
 		if s.Reason != "" {
 			runID, err := agentsql.RunID(wctx, tx, r.task.ID, r.task.Attempt)
 			if err != nil {
@@ -142,6 +150,8 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 				title = "Task paused: budget spent"
 			case ReasonBudgetExceeded:
 				title = "Task paused: the project's daily cost cap is reached"
+			case ReasonToolApproval:
+				title = "Tool calls wait for approval"
 			}
 			item, _, err := agentsql.OpenInboxItem(wctx, tx, agentsql.InboxItem{ProjectID: r.task.ProjectID, TaskID: &taskID, RunID: &runID,
 				Kind: agentsql.InboxAwaitUserInput, Reason: s.Reason, Title: title, Content: s.Message})

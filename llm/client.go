@@ -202,7 +202,7 @@ func (c *Client) watchLimits(req *http.Request, next option.MiddlewareNext) (*ht
 		cs.pacer.refused(res.Header, wait, cs.departed)
 		res.Header.Set("x-should-retry", "false")
 	} else if res.StatusCode < http.StatusBadRequest {
-		cs.pacer.answered(res.Header)
+		cs.pacer.answered(res.Header, cs.departed)
 	}
 	return res, err
 }
@@ -244,7 +244,7 @@ func (c *Client) paced(ctx context.Context, model string, tokens float64, onWait
 			}
 			return cs.waited, err
 		}
-		cs.refused, cs.departed = false, time.Now()
+		cs.refused = false
 		err := call(ctx)
 		if err == nil || !cs.refused || ctx.Err() != nil {
 			return cs.waited, err

@@ -9,17 +9,32 @@ import (
 	"time"
 )
 
-// Pacing constants. A key whose limit is unknown starts at startRPS and
-// doubles its pace every slowStartInterval its calls had to queue (slow
-// start) until the provider first refuses one; from then on it backs off
-// on refusals and probes upward by probeStep a second while busy.
+// Pacing constants. A key whose limit is unknown is not paced until the
+// provider first refuses one of its calls; from then on the pacer backs
+// off on refusals the pace explains and probes upward by probeStep a
+// second while busy.
 const (
-	startRPS          = 10.0
-	maxRPS            = 10000.0
-	minRPS            = 1.0 / 60
-	probeStep         = 0.05
-	probeInterval     = time.Second
-	slowStartInterval = 200 * time.Millisecond
+	maxRPS        = 10000.0
+	minRPS        = 1.0 / 60
+	probeStep     = 0.05
+	probeInterval = time.Second
+	// firstRPS is the least pace the first refusal backs off to: a
+	// burst's first refusal may come before most of its answers.
+	firstRPS = 10.0
+	// A back-off is on trial until trialCalls calls that left after it
+	// have an outcome: when they are refused about as often as the calls
+	// before it, the refusals are not the pace's doing (a provider that
+	// refuses at random) and the back-off is undone.
+	trialCalls = 20
+	// noiseMargin is how much more often than the refusals no pace
+	// explains calls must be refused for a back-off; noiseHalfLife is how
+	// soon that level is forgotten once refusals stop bearing it out.
+	noiseMargin   = 0.15
+	noiseHalfLife = 30 * time.Second
+	// outcomeWindow is the span of the recent answers and refusals a
+	// back-off reads, in outcomeBuckets buckets.
+	outcomeWindow  = time.Second
+	outcomeBuckets = 10
 	// A refusal asking for a wait this long means the provider is out of
 	// capacity for a while: every call of the key waits, not just the
 	// refused one.
@@ -41,7 +56,8 @@ const (
 // queue in arrival order and leave one every 1/rate seconds, the rate being
 // this replica's share of what the provider allows. It learns that limit
 // from x-ratelimit headers when the provider sends them and from refusals
-// otherwise (slow start, then additive increase, multiplicative decrease).
+// otherwise (additive increase, multiplicative decrease); until either
+// says anything, calls are not paced.
 type pacer struct {
 	key            PaceKey
 	capRPS, capTPS float64 // 0: none
@@ -51,11 +67,14 @@ type pacer struct {
 
 	mu sync.Mutex
 	// total is the estimated requests per second allowed for the key, all
-	// replicas together; tps the tokens per second (0: unknown).
+	// replicas together (+Inf: unpaced); tps the tokens per second (0:
+	// unknown).
 	total, tps float64
 	learned    bool // total read from x-ratelimit headers
-	slowStart  bool
-	live       int // replicas sharing the key, this one included
+	// refusedOnce: a refusal or another replica's estimate has been
+	// seen; until then an unpaced key publishes no estimate.
+	refusedOnce bool
+	live        int // replicas sharing the key, this one included
 	// weight is this replica's published demand (queued calls + 1) and
 	// totalWeight all live replicas' (0: not shared yet).
 	weight, totalWeight float64
@@ -67,25 +86,49 @@ type pacer struct {
 	running             bool // the dispatcher goroutine runs
 	wake                chan struct{}
 	// busy: a call queued since the last probe.
-	busy         bool
-	lastProbe    time.Time
-	lastDecrease time.Time
-	// wmax is the estimate before the last back-off: probing returns to
-	// it quickly, and past it slowly.
+	busy      bool
+	lastProbe time.Time
+	// lastDecrease and prevDecrease start the current and the previous
+	// epoch: the calls that left since the last back-off, and those that
+	// left between the two before. cur and prev count their outcomes.
+	lastDecrease, prevDecrease time.Time
+	cur, prev                  outcomes
+	// trial: the last back-off awaits trialCalls outcomes of the current
+	// epoch; undo is the pace before it.
+	trial bool
+	undo  float64
+	// noise is the share of calls refused whatever the pace, as of
+	// noiseAt.
+	noise   float64
+	noiseAt time.Time
+	// wmax is the finite estimate before the last back-off: probing
+	// returns to it quickly, and past it slowly (0: none).
 	wmax float64
-	// Answers counted over the current second, and the rate of the last
-	// one: while the provider refuses, it answers about its limit.
-	winStart     time.Time
-	winCount     int
-	answeredRate float64
-	syncing      bool
-	lastSync     time.Time
-	lastRate     float64 // last rate reported to obs
-	created      time.Time
+	// recent counts answers and refusals over the last outcomeWindow.
+	recent   [outcomeBuckets]outcomes
+	recentAt time.Time // start of the newest bucket
+	syncing  bool
+	lastSync time.Time
+	lastRate float64 // last rate reported to obs
+	created  time.Time
+}
+
+// outcomes counts answered and refused calls.
+type outcomes struct{ answered, refused int }
+
+func (o outcomes) n() int { return o.answered + o.refused }
+
+// refusedShare is the share of o refused (0 when empty).
+func (o outcomes) refusedShare() float64 {
+	if o.n() == 0 {
+		return 0
+	}
+	return float64(o.refused) / float64(o.n())
 }
 
 type waiter struct {
 	tokens    float64
+	at        time.Time // when it left
 	ready     chan struct{}
 	cancelled bool
 	departed  bool
@@ -97,7 +140,7 @@ func newPacer(key PaceKey, cfg RateLimitConfig, logger *slog.Logger) *pacer {
 	if p.capRPS > 0 {
 		p.total = p.capRPS // the operator named the limit: no need to find it
 	} else {
-		p.total, p.slowStart = startRPS, true
+		p.total = math.Inf(1)
 	}
 	p.tps = p.capTPS
 	p.tokens, p.tokensAt = p.tokenBurstSize(), time.Now()
@@ -198,6 +241,7 @@ func (p *pacer) acquire(ctx context.Context, cs *callState) error {
 	p.probe(now)
 	if len(p.queue) == 0 && !p.readyAt(now, cs.tokens).After(now) {
 		p.depart(now, cs.tokens)
+		cs.departed = now
 		p.mu.Unlock()
 		return nil
 	}
@@ -222,6 +266,7 @@ func (p *pacer) acquire(ctx context.Context, cs *callState) error {
 	var err error
 	select {
 	case <-w.ready:
+		cs.departed = w.at // written before ready was closed
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
@@ -231,6 +276,7 @@ func (p *pacer) acquire(ctx context.Context, cs *callState) error {
 		p.mu.Lock()
 		if w.departed {
 			err = nil // it left as the wait ended: go
+			cs.departed = w.at
 		} else {
 			w.cancelled = true
 		}
@@ -263,15 +309,15 @@ func (p *pacer) dispatch() {
 		if !at.After(now) {
 			p.depart(now, w.tokens)
 			p.queue = p.queue[1:]
-			w.departed = true
+			w.departed, w.at = true, now
 			close(w.ready)
 			p.mu.Unlock()
 			continue
 		}
 		p.mu.Unlock()
 		// A pace change (a refusal, a sync) may move the departure: wake
-		// for it, and at least every slow-start interval to probe.
-		timer := time.NewTimer(min(at.Sub(now), slowStartInterval))
+		// for it, and at least every fifth of a probe interval to probe.
+		timer := time.NewTimer(min(at.Sub(now), probeInterval/5))
 		select {
 		case <-timer.C:
 		case <-p.wake:
@@ -289,29 +335,25 @@ func (p *pacer) signal() {
 }
 
 // probe raises an estimated pace that kept calls queued for a probe
-// interval without a refusal: doubling it in slow start, by probeStep
-// after. A pace read from the provider's headers is not probed.
+// interval without a back-off: quickly back towards the estimate before
+// the last back-off, by probeStep past it. Each replica raises the key's
+// estimate by its part of the step, so that several replicas probe no
+// faster than one. A pace read from the provider's headers, and no pace,
+// are not probed.
 func (p *pacer) probe(now time.Time) {
-	interval := probeInterval
-	if p.slowStart {
-		interval = slowStartInterval
-	}
-	if now.Sub(p.lastProbe) < interval {
+	if now.Sub(p.lastProbe) < probeInterval {
 		return
 	}
 	busy := p.busy || len(p.queue) > 0
 	p.busy, p.lastProbe = false, now
-	if !busy || p.learned || now.Sub(p.lastDecrease) < probeInterval {
+	if !busy || p.learned || math.IsInf(p.total, 1) || now.Sub(p.lastDecrease) < probeInterval {
 		return
 	}
 	if p.capRPS > 0 && p.total >= p.capRPS {
 		return
 	}
-	if p.slowStart {
-		p.total = min(p.total*2, maxRPS)
-	} else {
-		p.total = min(p.total+max(p.total*probeStep, (p.wmax-p.total)/2), maxRPS)
-	}
+	step := max(p.total*probeStep, (p.wmax-p.total)/2) * p.part()
+	p.total = min(p.total+step, maxRPS)
 	if p.capRPS > 0 {
 		p.total = min(p.total, p.capRPS)
 	}
@@ -327,30 +369,78 @@ func (p *pacer) paced() {
 	p.lastRate = r
 }
 
-// answered learns from the headers of an answer that was not a refusal.
-func (p *pacer) answered(h http.Header) {
+// answered learns from the headers of an answer that was not a refusal,
+// to a call that left at departed.
+func (p *pacer) answered(h http.Header, departed time.Time) {
 	now := time.Now()
 	l := readLimits(h, now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.roll(now)
-	p.winCount++
+	p.count(now, departed, false)
 	p.learn(now, l)
+	p.judge(now)
 }
 
-// roll starts a new second of counting answers when the last is over.
+// roll moves the recent outcomes' buckets to now.
 func (p *pacer) roll(now time.Time) {
-	if d := now.Sub(p.winStart); d >= time.Second {
-		p.answeredRate = float64(p.winCount) / d.Seconds()
-		p.winStart, p.winCount = now, 0
+	width := outcomeWindow / outcomeBuckets
+	if p.recentAt.IsZero() {
+		p.recentAt = now
 	}
+	for n := 0; now.Sub(p.recentAt) >= width; n++ {
+		if n == outcomeBuckets {
+			p.recent, p.recentAt = [outcomeBuckets]outcomes{}, now
+			break
+		}
+		copy(p.recent[1:], p.recent[:outcomeBuckets-1])
+		p.recent[0] = outcomes{}
+		p.recentAt = p.recentAt.Add(width)
+	}
+}
+
+// recentOutcomes sums the outcomes of the last outcomeWindow.
+func (p *pacer) recentOutcomes(now time.Time) outcomes {
+	p.roll(now)
+	var o outcomes
+	for _, b := range p.recent {
+		o.answered += b.answered
+		o.refused += b.refused
+	}
+	return o
+}
+
+// count records the outcome of a call that left at departed, in the
+// recent window and in its epoch.
+func (p *pacer) count(now, departed time.Time, refused bool) {
+	p.roll(now)
+	add := func(o *outcomes) {
+		if refused {
+			o.refused++
+		} else {
+			o.answered++
+		}
+	}
+	add(&p.recent[0])
+	switch {
+	case !departed.Before(p.lastDecrease):
+		add(&p.cur)
+	case !departed.Before(p.prevDecrease):
+		add(&p.prev)
+	}
+}
+
+// newEpoch starts an epoch at now: the calls leaving from now on are
+// counted apart from those before.
+func (p *pacer) newEpoch(now time.Time) {
+	p.prevDecrease, p.lastDecrease = p.lastDecrease, now
+	p.prev, p.cur = p.cur, outcomes{}
 }
 
 // learn takes what the x-ratelimit headers said.
 func (p *pacer) learn(now time.Time, l limits) {
 	changed := false
 	if l.rpm > 0 && (p.total != l.rpm/60 || !p.learned) {
-		p.total, p.learned, p.slowStart, changed = l.rpm/60, true, false, true
+		p.total, p.learned, p.trial, changed = l.rpm/60, true, false, true
 	}
 	if l.tpm > 0 {
 		tps := l.tpm / 60
@@ -372,10 +462,21 @@ func (p *pacer) learn(now time.Time, l limits) {
 	}
 }
 
+// noiseLevel is the share of calls refused whatever the pace, as known
+// now: it halves every noiseHalfLife since it was last borne out.
+func (p *pacer) noiseLevel(now time.Time) float64 {
+	if p.noise == 0 {
+		return 0
+	}
+	return p.noise * math.Exp2(-now.Sub(p.noiseAt).Seconds()/noiseHalfLife.Seconds())
+}
+
 // refused learns from a refusal (429, or 503 with Retry-After) asking for
-// wait, of a call that left at departed. Only a call that left after the
-// last back-off backs off again: the calls already under way when the
-// pace went down say nothing of the new pace.
+// wait, of a call that left at departed. The refused call waits as asked
+// in any case; the pace backs off only when the refusal may be its doing:
+// the call left after the last back-off, that back-off is not on trial,
+// and calls are refused more often than the provider refuses whatever the
+// pace.
 func (p *pacer) refused(h http.Header, wait time.Duration, departed time.Time) {
 	if p.obs != nil {
 		p.obs.RateRefused(p.key)
@@ -384,30 +485,101 @@ func (p *pacer) refused(h http.Header, wait time.Duration, departed time.Time) {
 	l := readLimits(h, now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.count(now, departed, true)
 	p.learn(now, l)
-	if !p.learned && departed.After(p.lastDecrease) {
-		factor := 0.7
-		if p.slowStart {
-			factor = 0.5 // the pace doubled past the limit within the last second
-		}
-		p.wmax = p.total
-		if p.slowStart {
-			p.wmax = p.total / 2 // the last pace that was not refused
-		}
-		// Not below what the provider answered in the last second, all
-		// replicas alike: refusing, it answers about its limit.
-		p.roll(now)
-		floor := min(p.answeredRate*float64(p.live)*0.9, p.total)
-		p.total = max(p.total*factor, floor, minRPS)
-		p.slowStart, p.lastDecrease = false, now
-		p.paced()
+	if !p.learned && !departed.Before(p.lastDecrease) && !p.trial && p.beyondNoise(now) {
+		p.backOff(now)
 	}
+	p.judge(now)
 	p.syncAfter(now, refusedSyncInterval)
 	if wait >= blockAfter {
 		if until := now.Add(wait); until.After(p.blocked) {
 			p.blocked = until
 		}
 	}
+	p.signal()
+}
+
+// beyondNoise reports whether the recent refusals are more than the
+// provider makes whatever the pace; while it makes none, any refusal is.
+// Recent refusals within the level bear it out.
+func (p *pacer) beyondNoise(now time.Time) bool {
+	noise := p.noiseLevel(now)
+	if noise == 0 {
+		return true
+	}
+	r := p.recentOutcomes(now)
+	if r.n() < trialCalls {
+		return false
+	}
+	if share := r.refusedShare(); share <= noise+noiseMargin {
+		p.noise, p.noiseAt = max(noise, share), now
+		return false
+	}
+	return true
+}
+
+// backOff lowers the pace after a refusal and puts the back-off on trial.
+// The first refusal of an unpaced key goes to what the provider answered
+// this replica in the last second, scaled to all replicas by this one's
+// part (refusing, the provider answers about its limit); a paced key goes
+// down by 0.7, not below that.
+func (p *pacer) backOff(now time.Time) {
+	answered := float64(p.recentOutcomes(now).answered) / outcomeWindow.Seconds() / p.part()
+	p.undo = p.total
+	if math.IsInf(p.total, 1) {
+		p.total, p.wmax = max(answered, firstRPS), 0
+	} else {
+		p.wmax = p.total
+		p.total = max(p.total*0.7, min(answered*0.9, p.total), minRPS)
+	}
+	p.refusedOnce, p.trial = true, true
+	p.newEpoch(now)
+	p.paced()
+}
+
+// judge ends the trial of the last back-off once enough calls that left
+// after it have an outcome. A pace past the limit is refused less after a
+// back-off (or, still past it, more often as the provider's burst is
+// spent); a provider refusing at random refuses as often. When the share
+// refused stayed about the same, the back-off is undone (back to the pace
+// before the first of a row of them) and that share is taken as the
+// provider's refusals whatever the pace. When too few calls left before
+// the back-off to compare with and the calls after it are still refused,
+// the pace backs off once more and the two paces are compared. A replica
+// sharing the key with others cannot tell: their calls, not its own pace,
+// may be what the provider refuses; its back-offs stand.
+func (p *pacer) judge(now time.Time) {
+	if !p.trial || p.cur.n() < trialCalls {
+		return
+	}
+	if p.live > 1 {
+		p.trial = false
+		return
+	}
+	pre, post := p.prev.refusedShare(), p.cur.refusedShare()
+	if p.prev.n() < trialCalls && p.cur.refused >= 2 {
+		p.wmax = p.total
+		p.total = max(p.total*0.7, minRPS)
+		p.newEpoch(now)
+		p.paced()
+		return
+	}
+	p.trial = false
+	same := post >= pre*0.6 && post <= pre*1.25+0.05
+	if p.prev.n() < trialCalls || p.prev.refused < 2 || p.cur.refused < 2 || !same {
+		return
+	}
+	p.noise, p.noiseAt = post, now
+	if p.undo > p.total {
+		p.total = p.undo
+		if !math.IsInf(p.total, 1) {
+			p.wmax = 0
+		}
+		p.logger.Debug("provider refusals are not the pace's doing: back-off undone", slog.String("endpoint", p.key.Endpoint),
+			slog.String("model", p.key.Model), slog.Float64("refused_share", post), slog.Float64("rps", p.total))
+	}
+	p.paced()
 	p.signal()
 }
 
@@ -438,13 +610,23 @@ func (p *pacer) maybeSync(now time.Time) {
 	p.syncAfter(now, syncInterval)
 }
 
+// published is the estimate this replica shares: none (0) while it has
+// neither read the limit nor met a refusal, +Inf once refusals were found
+// not to be the pace's doing.
+func (p *pacer) published() float64 {
+	if !p.learned && !p.refusedOnce {
+		return 0
+	}
+	return p.total
+}
+
 // syncAfter starts a reconciliation unless one ran within interval.
 func (p *pacer) syncAfter(now time.Time, interval time.Duration) {
 	if p.share == nil || p.syncing || now.Sub(p.lastSync) < interval {
 		return
 	}
 	p.syncing, p.lastSync = true, now
-	mine := PaceState{RPS: p.total, TPS: p.tps, Learned: p.learned, Probing: p.slowStart, BlockedUntil: p.blocked,
+	mine := PaceState{RPS: p.published(), TPS: p.tps, Learned: p.learned, BlockedUntil: p.blocked,
 		Demand: float64(len(p.queue) + 1)}
 	go p.sync(mine)
 }
@@ -467,14 +649,19 @@ func (p *pacer) sync(mine PaceState) {
 	if agreed.Demand >= mine.Demand {
 		p.weight, p.totalWeight = mine.Demand, agreed.Demand
 	}
-	if agreed.RPS > 0 && !math.IsInf(agreed.RPS, 0) && (agreed.Learned || !p.learned) {
-		if !agreed.Probing && !agreed.Learned && agreed.RPS < p.total {
+	// An estimate another replica made (or +Inf: it found the refusals
+	// not the pace's doing) is taken unless this one read the limit; one
+	// on trial here is not replaced before its verdict.
+	if agreed.RPS > 0 && !agreed.Probing && (agreed.Learned || (!p.learned && !p.trial)) && agreed.RPS != p.total {
+		if !agreed.Learned && agreed.RPS < p.total {
 			// Another replica backed off: so does this one, once, and
 			// its calls already under way say nothing of the new pace.
-			p.wmax, p.lastDecrease = max(p.wmax, agreed.RPS/0.7), time.Now()
+			if !math.IsInf(p.total, 1) {
+				p.wmax = max(p.wmax, p.total)
+			}
+			p.newEpoch(time.Now())
 		}
-		p.slowStart = p.slowStart && agreed.Probing
-		p.total, p.learned = agreed.RPS, agreed.Learned
+		p.total, p.learned, p.refusedOnce = agreed.RPS, agreed.Learned, true
 	}
 	if agreed.TPS > 0 {
 		p.tps = agreed.TPS

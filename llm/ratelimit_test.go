@@ -1,11 +1,13 @@
 package llm_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,9 +36,33 @@ func (o *observed) RatePaced(_ llm.PaceKey, rps float64) {
 	o.mu.Unlock()
 }
 
+func (o *observed) pace() float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lastPace
+}
+
+// completeAll makes n calls at once and returns how long they took.
+func completeAll(t *testing.T, client *llm.Client, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if _, err := client.Complete(t.Context(), userRequest("hi")); err != nil {
+				t.Errorf("complete: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 // TestRateLimitPacing sends more calls at once than a provider limiting
-// requests per second answers: every call succeeds, few are refused, and
-// the whole takes about the limit's time.
+// requests per second answers, twice: every call succeeds; the first wave
+// goes unpaced until the first refusal, so its burst is refused past the
+// provider's bucket; the second, paced from the start, is refused little
+// and takes about the limit's time.
 func TestRateLimitPacing(t *testing.T) {
 	t.Parallel()
 	const (
@@ -58,25 +84,17 @@ func TestRateLimitPacing(t *testing.T) {
 			obs := &observed{}
 			client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.Observer = -1, obs })
 
-			start := time.Now()
-			var wg sync.WaitGroup
-			errs := make(chan error, calls)
-			for range calls {
-				wg.Go(func() {
-					if _, err := client.Complete(t.Context(), userRequest("hi")); err != nil {
-						errs <- err
-					}
-				})
+			completeAll(t, client, calls)
+			answered1, refused1 := limit.Counts()
+			t.Logf("first wave: %d answered, %d refused", answered1, refused1)
+			if answered1 != calls || refused1 > calls {
+				t.Errorf("first wave: %d answered, %d refused; want %d answered, at most as many refused", answered1, refused1, calls)
 			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			close(errs)
-			for err := range errs {
-				t.Errorf("complete: %v", err)
-			}
-			answered, refused := limit.Counts()
+			elapsed := completeAll(t, client, calls)
+			answered2, refused2 := limit.Counts()
+			answered, refused := answered2-answered1, refused2-refused1
 			ideal := time.Duration(float64(calls) / rps * float64(time.Second))
-			t.Logf("%d answered, %d refused (%.1f%%), %s for an ideal %s", answered, refused,
+			t.Logf("second wave: %d answered, %d refused (%.1f%%), %s for an ideal %s", answered, refused,
 				100*float64(refused)/float64(answered), elapsed.Round(time.Millisecond), ideal)
 			if answered != calls {
 				t.Errorf("%d calls answered, want %d", answered, calls)
@@ -84,15 +102,15 @@ func TestRateLimitPacing(t *testing.T) {
 			if float64(refused) > 0.1*calls {
 				t.Errorf("%d calls refused, want at most 10%% of %d", refused, calls)
 			}
-			if obs.refused != refused {
-				t.Errorf("observer saw %d refusals, the server made %d", obs.refused, refused)
+			if obs.refused != refused2 {
+				t.Errorf("observer saw %d refusals, the server made %d", obs.refused, refused2)
 			}
 			// Generous: the machine is shared. The bench measures closely.
 			if elapsed > 2*ideal {
 				t.Errorf("took %s, want about %s", elapsed, ideal)
 			}
-			if tt.headers && math.Abs(obs.lastPace-rps) > 0.01 {
-				t.Errorf("pace = %.2f/s, want the %d/s the headers say", obs.lastPace, rps)
+			if tt.headers && math.Abs(obs.pace()-rps) > 0.01 {
+				t.Errorf("pace = %.2f/s, want the %d/s the headers say", obs.pace(), rps)
 			}
 		})
 	}
@@ -233,5 +251,84 @@ func TestInsufficientQuotaIsNotWaitedOut(t *testing.T) {
 	}
 	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("%d requests, want 1", n)
+	}
+}
+
+// TestRateLimitUnpacedStart: calls to a provider that has refused none and
+// sent no x-ratelimit header leave at once, however many there are.
+func TestRateLimitUnpacedStart(t *testing.T) {
+	t.Parallel()
+	const calls = 100
+	srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }))
+	obs := &observed{}
+	client := newClient(t, srv, func(c *llm.Config) { c.RateLimit.Observer = obs })
+	completeAll(t, client, calls)
+	if obs.waited != 0 || obs.refused != 0 {
+		t.Errorf("calls waited %s for the pace (%d refusals), want none before a refusal", obs.waited, obs.refused)
+	}
+}
+
+// TestRateLimitStorm: a provider refusing 40% of calls at random with
+// Retry-After: 1, whatever the pace. Each refused call waits its second
+// and tries again; the random refusals do not pull the pace down, so 200
+// two-call builds all finish, with about as many refusals as the storm
+// makes (0.67 a call), not a growing queue. The builds start at once, or
+// one every 10 ms, so that few calls have an outcome when the first is
+// refused.
+func TestRateLimitStorm(t *testing.T) {
+	t.Parallel()
+	const builds = 200
+	for _, tt := range []struct {
+		name  string
+		every time.Duration
+	}{
+		{name: "AtOnce"},
+		{name: "Trickle", every: 10 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			limit := &scripted.RateLimit{Storm: 0.4, Seed: 46}
+			srv := llmtest.NewWith(t, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("ok") }),
+				llmtest.Limit(limit))
+			obs := &observed{}
+			client := newClient(t, srv, func(c *llm.Config) { c.MaxRetries, c.RateLimit.Observer = -1, obs })
+			// A bound, not a speed target: the builds take seconds unpaced,
+			// and stalled for minutes when random refusals collapsed the
+			// pace.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			tick := time.NewTicker(max(tt.every, time.Microsecond))
+			defer tick.Stop()
+			for range builds {
+				if tt.every > 0 {
+					<-tick.C
+				}
+				wg.Go(func() {
+					for range 2 {
+						if _, err := client.Complete(ctx, userRequest("hi")); err != nil {
+							failed.Add(1)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			answered, refused := limit.Counts()
+			t.Logf("%d answered, %d refused, pace %.1f/s", answered, refused, obs.pace())
+			if n := failed.Load(); n != 0 {
+				t.Errorf("%d of %d builds failed", n, builds)
+			}
+			if answered != 2*builds {
+				t.Errorf("%d calls answered, want %d", answered, 2*builds)
+			}
+			if refused > 2*answered {
+				t.Errorf("%d calls refused, want at most twice the %d answered", refused, answered)
+			}
+			if pace := obs.pace(); !math.IsInf(pace, 1) {
+				t.Errorf("pace %.1f/s at the end, want none: random refusals are not the pace's doing", pace)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package sql
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -30,10 +31,13 @@ type Agent struct {
 	Tools  []string `json:"tools"`
 	Status string   `json:"status"` // enabled or disabled
 	// Review: a build it runs that finishes cleanly ends in review.
-	Review    bool      `json:"review"`
-	Version   int       `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Review bool `json:"review"`
+	// ToolPolicy is the ordered rules deciding each tool call of its
+	// tasks (allow, ask or deny); [] allows every call.
+	ToolPolicy json.RawMessage `json:"tool_policy"`
+	Version    int             `json:"version"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
 }
 
 // AgentFields are the fields a create or an update sets; a nil field is
@@ -44,23 +48,26 @@ type AgentFields struct {
 	Review                             *bool
 	Tools                              []string
 	SetTools                           bool
+	// ToolPolicy, when not nil, replaces the agent's tool policy.
+	ToolPolicy json.RawMessage
 }
 
-const agentColumns = `id, project_id, name, role, coalesce(model, ''), persona, tools, status, review, version, created_at, updated_at`
+const agentColumns = `id, project_id, name, role, coalesce(model, ''), persona, tools, status, review, tool_policy, version, created_at, updated_at`
 
 func scanAgent(row pgx.Row) (Agent, error) {
 	var a Agent
-	err := row.Scan(&a.ID, &a.ProjectID, &a.Name, &a.Role, &a.Model, &a.Persona, &a.Tools, &a.Status, &a.Review, &a.Version, &a.CreatedAt, &a.UpdatedAt)
+	err := row.Scan(&a.ID, &a.ProjectID, &a.Name, &a.Role, &a.Model, &a.Persona, &a.Tools, &a.Status, &a.Review, &a.ToolPolicy, &a.Version, &a.CreatedAt, &a.UpdatedAt)
 	return a, err
 }
 
 // CreateAgent adds an agent to a project. A name the project has already is
 // a *RuleError AGENT_NAME_TAKEN.
 func CreateAgent(ctx context.Context, db DBTX, projectID uuid.UUID, f AgentFields) (Agent, error) {
-	a, err := scanAgent(db.QueryRow(ctx, `INSERT INTO agents (project_id, name, role, model, persona, tools, status, review)
-		VALUES ($1, $2, coalesce($3, ''), nullif($4, ''), coalesce($5, ''), $6, coalesce($7, 'enabled'), coalesce($8, false))
+	a, err := scanAgent(db.QueryRow(ctx, `INSERT INTO agents (project_id, name, role, model, persona, tools, status, review, tool_policy)
+		VALUES ($1, $2, coalesce($3, ''), nullif($4, ''), coalesce($5, ''), $6, coalesce($7, 'enabled'), coalesce($8, false),
+			coalesce($9::jsonb, '[]'))
 		RETURNING `+agentColumns,
-		projectID, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.Status, f.Review))
+		projectID, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.Status, f.Review, policyArg(f.ToolPolicy)))
 	if err != nil {
 		var name string
 		if f.Name != nil {
@@ -106,10 +113,11 @@ func UpdateAgent(ctx context.Context, db DBTX, id uuid.UUID, expectedVersion int
 			tools = CASE WHEN $8 THEN $7 ELSE tools END,
 			status = coalesce($9, status),
 			review = coalesce($10, review),
+			tool_policy = coalesce($11::jsonb, tool_policy),
 			version = version + 1, updated_at = now()
 		WHERE id = $1 AND version = $2
 		RETURNING `+agentColumns,
-		id, expectedVersion, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.SetTools, f.Status, f.Review))
+		id, expectedVersion, f.Name, f.Role, f.Model, f.Persona, f.Tools, f.SetTools, f.Status, f.Review, policyArg(f.ToolPolicy)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Agent{}, agentMiss(ctx, db, "update", id, expectedVersion)
 	}
@@ -143,4 +151,16 @@ func agentMiss(ctx context.Context, db DBTX, op string, id uuid.UUID, expectedVe
 		return fmt.Errorf("%s agent %s: %w", op, id, err)
 	}
 	return fmt.Errorf("%s agent %s: at version %d, not the expected %d: %w", op, id, version, expectedVersion, ErrAgentVersionConflict)
+}
+
+// policyArg is a tool policy as a query argument: nil leaves the column
+// as it is, JSON null is the empty policy.
+func policyArg(p json.RawMessage) any {
+	switch {
+	case p == nil:
+		return nil
+	case string(p) == "null":
+		return "[]"
+	}
+	return string(p)
 }

@@ -22,10 +22,7 @@ func projectTasks(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, statuses 
 	t.Helper()
 	ids := make([]uuid.UUID, len(statuses))
 	for i, st := range statuses {
-		ids[i] = insertTaskIn(t, pool, st)
-		if _, err := pool.Exec(t.Context(), `UPDATE ai_tasks SET project_id = $2 WHERE id = $1`, ids[i], project); err != nil {
-			t.Fatal(err)
-		}
+		ids[i] = insertProjectTaskIn(t, pool, project, st)
 	}
 	return ids
 }

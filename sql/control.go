@@ -36,14 +36,21 @@ const (
 	// ActionReject: a task in review goes on with the feedback (ControlOpts.
 	// Answer), or without feedback is cancelled and its change set discarded.
 	ActionReject Action = "reject"
+	// ActionApproveCall approves one tool call (ControlOpts.ToolCallID) of
+	// a task awaiting approval: it runs when the task goes on.
+	ActionApproveCall Action = "approve_call"
+	// ActionDenyCall denies one tool call; the model reads ControlOpts.
+	// Answer (optional) as its failed result.
+	ActionDenyCall Action = "deny_call"
 )
 
 // Actions lists every control action.
-var Actions = []Action{ActionCancel, ActionPause, ActionResume, ActionRetry, ActionAnswer, ActionApprove, ActionReject}
+var Actions = []Action{ActionCancel, ActionPause, ActionResume, ActionRetry, ActionAnswer, ActionApprove, ActionReject,
+	ActionApproveCall, ActionDenyCall}
 
 // Statuses lists every task status.
 var Statuses = []Status{StatusQueued, StatusRunning, StatusSucceeded, StatusFailed, StatusBlocked,
-	StatusCancelled, StatusPaused, StatusAwaitingInput, StatusReview}
+	StatusCancelled, StatusPaused, StatusAwaitingInput, StatusReview, StatusAwaitingApproval}
 
 // Target is the status an action moves a task to.
 func (a Action) Target() Status {
@@ -52,8 +59,9 @@ func (a Action) Target() Status {
 		return StatusCancelled
 	case ActionPause:
 		return StatusPaused
-	case ActionResume, ActionRetry, ActionAnswer, ActionApprove, ActionReject:
-		// A reject without feedback cancels instead.
+	case ActionResume, ActionRetry, ActionAnswer, ActionApprove, ActionReject, ActionApproveCall, ActionDenyCall:
+		// A reject without feedback cancels instead; the answer to a call
+		// while others still wait leaves the task awaiting approval.
 		return StatusQueued
 	}
 	return ""
@@ -67,7 +75,8 @@ func (a Action) Permits(from Status) bool {
 	var ok bool
 	switch a {
 	case ActionCancel:
-		ok = from == StatusQueued || from == StatusRunning || from == StatusPaused || from == StatusAwaitingInput || from == StatusReview
+		ok = from == StatusQueued || from == StatusRunning || from == StatusPaused || from == StatusAwaitingInput || from == StatusReview ||
+			from == StatusAwaitingApproval
 	case ActionPause:
 		ok = from == StatusQueued || from == StatusRunning
 	case ActionResume:
@@ -78,6 +87,8 @@ func (a Action) Permits(from Status) bool {
 		ok = from == StatusAwaitingInput
 	case ActionApprove, ActionReject:
 		ok = from == StatusReview
+	case ActionApproveCall, ActionDenyCall:
+		ok = from == StatusAwaitingApproval
 	}
 	return ok && CanTransition(from, a.Target())
 }
@@ -90,7 +101,10 @@ type ControlOpts struct {
 	// Actor names who acts, for the audit event. Defaults to the database user.
 	Actor string
 	// Answer is the reply to the agent's question; required by ActionAnswer.
+	// With ActionDenyCall, the message the model reads (optional).
 	Answer string
+	// ToolCallID is the call ActionApproveCall and ActionDenyCall answer.
+	ToolCallID string
 	// Children, with ActionRetry, also retries the task's children that a
 	// cancel left cancelled, and theirs (ControlResult.Children).
 	Children bool
@@ -108,6 +122,10 @@ type ControlResult struct {
 	// Pending is set when a pause of a running task was requested: the
 	// task stays running until its loop reaches the next iteration boundary.
 	Pending bool `json:"pending,omitempty"`
+	// ToolCallID is the call an approve_call or deny_call answered, and
+	// Waiting the calls of the task that still wait for an answer.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	Waiting    int    `json:"waiting,omitempty"`
 	// Children are the results of retrying the task's cancelled children
 	// (ControlOpts.Children).
 	Children []ControlResult `json:"children,omitempty"`
@@ -129,24 +147,33 @@ func (e *ControlError) Unwrap() error { return e.kind }
 // ControlTask applies a control action through agentworker_control_task,
 // the one implementation apps reach through PostgREST too. The audit event
 // is written whatever the outcome; a refused action returns a *ControlError.
+//
+// An applied action's From is the status the task was in, read in the same
+// statement under the row's lock before the function runs, so no other
+// move comes between (agentworker_control_task answers no from then).
 func ControlTask(ctx context.Context, db DBTX, id uuid.UUID, action Action, o ControlOpts) (ControlResult, error) {
 	if o.Children && action != ActionRetry {
 		return ControlResult{}, fmt.Errorf("%s task %s with its children: %w", action, id, ErrInvalidAction)
 	}
-	var row pgx.Row
+	call, args := `agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))`,
+		[]any{id, string(action), o.ExpectedVersion, o.Actor, o.Answer, o.ToolCallID}
 	if o.Children {
-		row = db.QueryRow(ctx, `SELECT agentworker_retry_with_children($1, $2, nullif($3, ''))`, id, o.ExpectedVersion, o.Actor)
-	} else {
-		row = db.QueryRow(ctx, `SELECT agentworker_control_task($1, $2, $3, nullif($4, ''), nullif($5, ''))`,
-			id, string(action), o.ExpectedVersion, o.Actor, o.Answer)
+		call, args = `agentworker_retry_with_children($1, $2, nullif($3, ''))`, []any{id, o.ExpectedVersion, o.Actor}
 	}
 	var raw []byte
-	if err := row.Scan(&raw); err != nil {
+	var from *string
+	// The join makes the locked row's scan come before the select list,
+	// where the function runs.
+	if err := db.QueryRow(ctx, `WITH locked AS MATERIALIZED (SELECT status FROM ai_tasks WHERE id = $1 FOR UPDATE)
+		SELECT l.status, `+call+` FROM (SELECT 1) one LEFT JOIN locked l ON true`, args...).Scan(&from, &raw); err != nil {
 		return ControlResult{}, fmt.Errorf("%s task %s: %w", action, id, err)
 	}
 	var res ControlResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return ControlResult{}, fmt.Errorf("%s task %s: decode result %s: %w", action, id, raw, err)
+	}
+	if res.From == "" && from != nil {
+		res.From = Status(*from)
 	}
 	var kind error
 	switch res.Outcome {

@@ -36,6 +36,12 @@ func withoutPickup(t *testing.T, pool *pgxpool.Pool, fn func(tx pgx.Tx)) {
 // insertTaskIn creates a task already in status, without a River job.
 func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid.UUID {
 	t.Helper()
+	return insertProjectTaskIn(t, pool, uuid.New(), status)
+}
+
+// insertProjectTaskIn is insertTaskIn for a task of project.
+func insertProjectTaskIn(t *testing.T, pool *pgxpool.Pool, project uuid.UUID, status agentsql.Status) uuid.UUID {
+	t.Helper()
 	var id uuid.UUID
 	withoutPickup(t, pool, func(tx pgx.Tx) {
 		// A task starts queued (or paused); other statuses are reached by
@@ -45,7 +51,7 @@ func insertTaskIn(t *testing.T, pool *pgxpool.Pool, status agentsql.Status) uuid
 			start = status
 		}
 		if err := tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'build', 'x', $2) RETURNING id`,
-			uuid.New(), start).Scan(&id); err != nil {
+			project, start).Scan(&id); err != nil {
 			t.Fatalf("insert %s task: %v", status, err)
 		}
 		var path []agentsql.Status
@@ -127,7 +133,16 @@ func TestControlEveryActionFromEveryStatus(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res, err := agentsql.ControlTask(t.Context(), pool, id, action, agentsql.ControlOpts{Actor: "tester", Answer: "yes"})
+				opts := agentsql.ControlOpts{Actor: "tester", Answer: "yes"}
+				if action == agentsql.ActionApproveCall || action == agentsql.ActionDenyCall {
+					// The call waits, whatever the task's status.
+					if _, err := pool.Exec(t.Context(), `INSERT INTO tool_approvals (task_id, tool_call_id, project_id, tool_name, arguments)
+						SELECT id, 'call_1', project_id, 'write_file', '{}' FROM ai_tasks WHERE id = $1`, id); err != nil {
+						t.Fatal(err)
+					}
+					opts.ToolCallID = "call_1"
+				}
+				res, err := agentsql.ControlTask(t.Context(), pool, id, action, opts)
 				after, gerr := agentsql.GetTask(t.Context(), pool, id)
 				if gerr != nil {
 					t.Fatal(gerr)

@@ -48,8 +48,9 @@ var access = map[string]map[string][]string{
 		"authenticated": {"select:own", "insert:own"},
 		"service_role":  {"select", "insert", "delete"},
 	},
-	"task_comments": {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
-	"documents":     {"authenticated": {"select:own"}, "service_role": {"select"}},
+	"task_comments":  {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
+	"documents":      {"authenticated": {"select:own"}, "service_role": {"select"}},
+	"tool_approvals": {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"project_settings": {
 		"authenticated": {"select:own", "insert:own", "update:own"},
 		"service_role":  {"select", "insert", "update", "delete"},
@@ -71,6 +72,8 @@ var apiFunctions = []string{
 	"agentworker_broadcast_tasks(text,uuid,text[],uuid[],jsonb,text,uuid,integer)",
 	"agentworker_approve_task(uuid,integer,text)",
 	"agentworker_reject_task(uuid,text,integer,text)",
+	"agentworker_approve_tool_call(uuid,text,integer,text)",
+	"agentworker_deny_tool_call(uuid,text,text,integer,text)",
 	"agent_events(ai_tasks)",
 	"ai_tasks(agent_events)",
 }
@@ -318,6 +321,7 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO usage_rollup (project_id, day, usage_day, model, stopped, runs)
 				 SELECT $2, current_date, current_date, coalesce((SELECT model FROM ai_tasks WHERE id = $1), 'seed'), true, 1`,
 				`INSERT INTO documents (project_id, path, etag) SELECT $2, 'docs/' || $1::text || '.md', 'seed'`,
+				`INSERT INTO tool_approvals (task_id, tool_call_id, project_id, tool_name, arguments) VALUES ($1, 'call_seed', $2, 'write_file', '{}')`,
 				`INSERT INTO project_settings (project_id, max_cost_usd_per_day) SELECT $2, 5 WHERE $1::uuid IS NOT NULL`,
 				`UPDATE ai_tasks SET cost = 0.01 WHERE id = $1`,
 			} {

@@ -38,6 +38,12 @@ type TaskSummary struct {
 	AgentID      *uuid.UUID
 	ParentTaskID *uuid.UUID
 	DependsOn    []uuid.UUID // the tasks it waits for, succeeded or not
+	// Title is the title of the planned task a plan made it from
+	// (input.planned_task.title), "" for a task no plan made.
+	Title string
+	// PauseRequested: a pause was requested; a running task takes it at
+	// its next iteration.
+	PauseRequested bool
 }
 
 // TaskQuery selects a page of a project's tasks.
@@ -110,7 +116,8 @@ func listProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQ
 			`+taskIterations+`, t.tokens_in, t.tokens_out, t.cost::float8,
 			coalesce(t.result ->> 'summary', ''), coalesce(t.error ->> 'message', ''), t.version,
 			t.created_at, t.updated_at, t.started_at, t.finished_at, t.priority, t.agent_id, t.parent_task_id,
-			(SELECT array_agg(d.depends_on_task_id ORDER BY d.created_at) FROM task_dependencies d WHERE d.task_id = t.id)
+			(SELECT array_agg(d.depends_on_task_id ORDER BY d.created_at) FROM task_dependencies d WHERE d.task_id = t.id),
+			coalesce(t.input -> 'planned_task' ->> 'title', ''), coalesce(t.pause_requested, false)
 		FROM (SELECT 1) one
 		LEFT JOIN LATERAL (
 			SELECT * FROM ai_tasks t WHERE t.project_id = $1
@@ -137,7 +144,8 @@ func listProjectTasks(ctx context.Context, db DBTX, projectID uuid.UUID, q TaskQ
 		)
 		if err := rows.Scan(&head, &page.Head.Xid, &page.Head.ID, &id, &typ, &status, &prompt, &model, &attempt,
 			&iterations, &tokensIn, &tokensOut, &cost, &summary, &errMsg, &version,
-			&createdAt, &updatedAt, &s.StartedAt, &s.FinishedAt, &priority, &s.AgentID, &s.ParentTaskID, &s.DependsOn); err != nil {
+			&createdAt, &updatedAt, &s.StartedAt, &s.FinishedAt, &priority, &s.AgentID, &s.ParentTaskID, &s.DependsOn,
+			&s.Title, &s.PauseRequested); err != nil {
 			return TaskPage{}, head, fmt.Errorf("list tasks of project %s: %w", projectID, err)
 		}
 		if id == nil { // no task: the row carries only the head

@@ -17,7 +17,10 @@ type RunGroup struct {
 	Status    string     `json:"status"`
 	ErrorCode string     `json:"error_code,omitempty"`
 	Runs      int64      `json:"runs"`
-	// Retries counts the runs that were not their task's first attempt.
+	// Retries counts the runs past their task's first attempt that retry
+	// it: all but those after a run that succeeded (a review's revision,
+	// its approve) or was suspended (interrupted by a pause, a question or
+	// a budget: resumed, not retried).
 	Retries   int64   `json:"retries"`
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
@@ -37,7 +40,10 @@ type RunGroup struct {
 func ProjectRunSummary(ctx context.Context, db DBTX, projectID uuid.UUID, days int) ([]RunGroup, error) {
 	rows, err := db.Query(ctx, `SELECT (coalesce(r.started_at, r.created_at) AT TIME ZONE 'UTC')::date AS day,
 			t.agent_id, r.status, coalesce(r.error_code, '') AS code,
-			count(*), count(*) FILTER (WHERE r.attempt > 1),
+			count(*), count(*) FILTER (WHERE r.attempt > 1 AND NOT EXISTS (SELECT 1 FROM task_runs p
+				WHERE p.task_id = r.task_id AND p.attempt = r.attempt - 1
+				  AND (p.status = 'succeeded'
+				       OR p.status = 'interrupted' AND (p.error_code IN ('paused', 'awaiting_input') OR p.error_code LIKE 'budget%')))),
 			sum(r.tokens_in), sum(r.tokens_out), sum(r.cost)::float8, sum(r.rate_limit_wait_ms)::bigint,
 			coalesce(avg(d.ms), 0), coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY d.ms), 0), coalesce(max(d.ms), 0)
 		FROM ai_tasks t JOIN task_runs r ON r.task_id = t.id

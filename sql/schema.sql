@@ -15,7 +15,7 @@ CREATE TABLE public.agent_events (
     xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     batch uuid,
     CONSTRAINT agent_events_check CHECK (((task_id IS NULL) OR (seq IS NOT NULL))),
-    CONSTRAINT agent_events_type_check CHECK ((type = ANY (ARRAY['agent_phase'::text, 'tool_call'::text, 'file_update'::text, 'self_repair'::text, 'log'::text, 'error'::text, 'progress'::text])))
+    CONSTRAINT agent_events_type_check CHECK ((type = ANY (ARRAY['agent_phase'::text, 'tool_call'::text, 'file_update'::text, 'self_repair'::text, 'log'::text, 'error'::text, 'progress'::text, 'tool_approval_requested'::text, 'tool_approval_answered'::text])))
 )
 PARTITION BY RANGE (created_at);
 ALTER TABLE ONLY public.agent_events ALTER COLUMN payload SET COMPRESSION lz4;
@@ -83,7 +83,7 @@ CREATE TABLE public.ai_tasks (
     events_id_floor bigint,
     root_task_id uuid,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
-    CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text]))),
+    CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text, 'awaiting_approval'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
@@ -221,6 +221,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agents_check_tool_policy()
+CREATE FUNCTION public.agents_check_tool_policy() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM agentworker_check_tool_policy(NEW.tool_policy, 'tool_policy');
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION: agents_guard_delete()
 CREATE FUNCTION public.agents_guard_delete() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -259,6 +270,12 @@ CREATE FUNCTION public.agentworker_approve_task(task_id uuid, expected_version i
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'approve', expected_version, actor) $$;
+
+-- FUNCTION: agentworker_approve_tool_call(uuid, text, integer, text)
+CREATE FUNCTION public.agentworker_approve_tool_call(task_id uuid, tool_call_id text, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$ SELECT agentworker_control_for_caller(task_id, 'approve_call', expected_version, actor, NULL, tool_call_id) $$;
 
 -- FUNCTION: agentworker_block_dependent(uuid, public.ai_tasks)
 CREATE FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) RETURNS void
@@ -397,6 +414,87 @@ CREATE FUNCTION public.agentworker_cancel_task(task_id uuid, expected_version in
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'cancel', expected_version, actor) $$;
 
+-- FUNCTION: agentworker_check_tool_policy(jsonb, text)
+CREATE FUNCTION public.agentworker_check_tool_policy(p_policy jsonb, p_where text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+DECLARE
+    -- finish and request_input steer the loop: always allowed, never named.
+    v_tools constant text[] := ARRAY['apply_patch', 'delete_file', 'edit_file', 'generate_image',
+        'get_project_structure', 'list_files', 'move_file', 'read_file', 'run_command',
+        'search_files', 'write_file'];
+    v_path_tools constant text[] := ARRAY['list_files', 'read_file', 'search_files', 'get_project_structure',
+        'write_file', 'edit_file', 'apply_patch', 'delete_file', 'move_file', 'generate_image'];
+    v_rule  jsonb;
+    v_i     integer := 0;
+    v_key   text;
+    v_tool  text;
+    v_match text;
+BEGIN
+    IF p_policy IS NULL OR jsonb_typeof(p_policy) = 'null' THEN
+        RETURN;
+    END IF;
+    IF jsonb_typeof(p_policy) <> 'array' THEN
+        RAISE EXCEPTION '%: must be a list of {"tool", "match", "action", "reason"}', p_where
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+    END IF;
+    IF jsonb_array_length(p_policy) > 100 THEN
+        RAISE EXCEPTION '%: % rules; at most 100', p_where, jsonb_array_length(p_policy)
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+    END IF;
+    FOR v_rule IN SELECT value FROM jsonb_array_elements(p_policy) LOOP
+        IF jsonb_typeof(v_rule) <> 'object' THEN
+            RAISE EXCEPTION '%[%]: a rule is an object {"tool", "match", "action", "reason"}', p_where, v_i
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+        END IF;
+        FOR v_key IN SELECT jsonb_object_keys(v_rule) LOOP
+            IF v_key NOT IN ('tool', 'match', 'action', 'reason') THEN
+                RAISE EXCEPTION '%[%]: unknown field %', p_where, v_i, v_key
+                    USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+            END IF;
+            IF jsonb_typeof(v_rule -> v_key) <> 'string' THEN
+                RAISE EXCEPTION '%[%]: % must be a string', p_where, v_i, v_key
+                    USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+            END IF;
+        END LOOP;
+        v_tool := coalesce(v_rule ->> 'tool', '');
+        v_match := coalesce(v_rule ->> 'match', '');
+        IF v_tool <> '*' AND NOT v_tool = ANY (v_tools) THEN
+            RAISE EXCEPTION '%[%]: tool % is not a tool; use "*" or one of %', p_where, v_i, to_jsonb(v_tool),
+                array_to_string(v_tools, ', ')
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+        END IF;
+        IF coalesce(v_rule ->> 'action', '') NOT IN ('allow', 'ask', 'deny') THEN
+            RAISE EXCEPTION '%[%]: action % : want allow, ask or deny', p_where, v_i, to_jsonb(coalesce(v_rule ->> 'action', ''))
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+        END IF;
+        IF length(coalesce(v_rule ->> 'reason', '')) > 500 THEN
+            RAISE EXCEPTION '%[%]: reason is longer than 500', p_where, v_i
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+        END IF;
+        IF v_match <> '' THEN
+            IF length(v_match) > 300 THEN
+                RAISE EXCEPTION '%[%]: match is longer than 300', p_where, v_i
+                    USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+            END IF;
+            IF v_tool <> '*' AND v_tool <> 'run_command' AND NOT v_tool = ANY (v_path_tools) THEN
+                RAISE EXCEPTION '%[%]: tool % takes no match: a match is a path glob for the file tools and a command for run_command',
+                    p_where, v_i, v_tool
+                    USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+            END IF;
+            -- The malformed globs: a class never closed or empty, a
+            -- trailing escape.
+            IF v_match ~ '\[[^]]*$' OR v_match ~ '\[\^?\]' OR v_match ~ '\\$' THEN
+                RAISE EXCEPTION '%[%]: match % is not a valid pattern', p_where, v_i, to_jsonb(v_match)
+                    USING ERRCODE = 'check_violation', CONSTRAINT = 'tool_policy_valid';
+            END IF;
+        END IF;
+        v_i := v_i + 1;
+    END LOOP;
+END
+$_$;
+
 -- FUNCTION: agentworker_claim_task(uuid, bigint, text, interval, text, boolean)
 CREATE FUNCTION public.agentworker_claim_task(p_task uuid, p_job bigint, p_worker text, p_lease interval, p_start_events text DEFAULT NULL::text, p_open_change_set boolean DEFAULT false) RETURNS TABLE(claimed boolean, checkpointed boolean, change_set_status text, change_set_created boolean, task public.ai_tasks)
     LANGUAGE plpgsql
@@ -480,8 +578,8 @@ BEGIN
 END
 $$;
 
--- FUNCTION: agentworker_control_for_caller(uuid, text, integer, text, text)
-CREATE FUNCTION public.agentworker_control_for_caller(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text DEFAULT NULL::text) RETURNS jsonb
+-- FUNCTION: agentworker_control_for_caller(uuid, text, integer, text, text, text)
+CREATE FUNCTION public.agentworker_control_for_caller(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text DEFAULT NULL::text, p_tool_call_id text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -490,12 +588,12 @@ BEGIN
         RETURN jsonb_build_object('outcome', 'not_found', 'task_id', p_task_id, 'action', p_action,
             'error', format('task %s not found', p_task_id));
     END IF;
-    RETURN agentworker_control_task(p_task_id, p_action, p_expected_version, p_actor, p_answer);
+    RETURN agentworker_control_task(p_task_id, p_action, p_expected_version, p_actor, p_answer, p_tool_call_id);
 END
 $$;
 
--- FUNCTION: agentworker_control_task(uuid, text, integer, text, text)
-CREATE FUNCTION public.agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer DEFAULT NULL::integer, p_actor text DEFAULT NULL::text, p_answer text DEFAULT NULL::text) RETURNS jsonb
+-- FUNCTION: agentworker_control_task(uuid, text, integer, text, text, text)
+CREATE FUNCTION public.agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer DEFAULT NULL::integer, p_actor text DEFAULT NULL::text, p_answer text DEFAULT NULL::text, p_tool_call_id text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -512,6 +610,8 @@ DECLARE
     v_result  jsonb;
     v_pending boolean := false;
     v_withdraw boolean := false;
+    v_call    tool_approvals%ROWTYPE;
+    v_waiting integer := 0;
 BEGIN
     SELECT * INTO v_task FROM ai_tasks WHERE id = p_task_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -520,7 +620,7 @@ BEGIN
     END IF;
 
     CASE p_action
-        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting', 'review'];
+        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting', 'review', 'awaiting_approval'];
         WHEN 'pause'  THEN v_target := 'paused';    v_sources := ARRAY['queued', 'running', 'waiting'];
         WHEN 'resume' THEN v_target := 'queued';    v_sources := ARRAY['paused'];
         WHEN 'retry'  THEN v_target := 'queued';    v_sources := ARRAY['failed', 'blocked', 'cancelled'];
@@ -532,13 +632,22 @@ BEGIN
         WHEN 'reject' THEN
             v_target := CASE WHEN coalesce(btrim(p_answer), '') = '' THEN 'cancelled' ELSE 'queued' END;
             v_sources := ARRAY['review'];
+        WHEN 'approve_call', 'deny_call' THEN v_target := 'queued'; v_sources := ARRAY['awaiting_approval'];
         ELSE v_target := NULL;
     END CASE;
+    IF p_action IN ('approve_call', 'deny_call') THEN
+        SELECT * INTO v_call FROM tool_approvals WHERE task_id = p_task_id AND tool_call_id = p_tool_call_id;
+        SELECT count(*) INTO v_waiting FROM tool_approvals
+        WHERE task_id = p_task_id AND status = 'pending' AND tool_call_id IS DISTINCT FROM p_tool_call_id;
+    END IF;
     v_withdraw := p_action = 'resume' AND v_task.status = 'running' AND v_task.pause_requested;
 
     IF v_target IS NULL THEN
         v_outcome := 'invalid';
-        v_error := format('unknown action %L: want cancel, pause, resume, retry, answer, approve or reject', p_action);
+        v_error := format('unknown action %L: want cancel, pause, resume, retry, answer, approve, reject, approve_call or deny_call', p_action);
+    ELSIF p_action IN ('approve_call', 'deny_call') AND coalesce(p_tool_call_id, '') = '' THEN
+        v_outcome := 'invalid';
+        v_error := 'a tool_call_id is required';
     ELSIF p_action = 'answer' AND coalesce(btrim(p_answer), '') = '' THEN
         v_outcome := 'invalid';
         v_error := 'an answer is required';
@@ -552,6 +661,12 @@ BEGIN
                          WHERE from_status = v_task.status AND to_status = v_target) THEN
         v_outcome := 'rejected';
         v_error := format('cannot %s a %s task', p_action, v_task.status);
+    ELSIF p_action IN ('approve_call', 'deny_call') AND v_call.task_id IS NULL THEN
+        v_outcome := 'not_found';
+        v_error := format('tool call %s of task %s not found', p_tool_call_id, p_task_id);
+    ELSIF p_action IN ('approve_call', 'deny_call') AND v_call.status <> 'pending' THEN
+        v_outcome := 'rejected';
+        v_error := format('tool call %s of task %s is already %s', p_tool_call_id, p_task_id, v_call.status);
     ELSIF p_action = 'reject' AND v_target = 'queued' AND v_task.input ? 'plan_task_id' THEN
         -- Such a build replays its plan's recorded decisions rather than a
         -- conversation, so there is nothing feedback could revise.
@@ -567,7 +682,23 @@ BEGIN
     END IF;
 
     PERFORM set_config('agentworker.requeue', 'on', true);
-    IF v_outcome = 'applied' AND v_withdraw THEN
+    IF v_outcome = 'applied' AND p_action IN ('approve_call', 'deny_call') THEN
+        UPDATE tool_approvals SET status = CASE WHEN p_action = 'approve_call' THEN 'approved' ELSE 'denied' END,
+            message = CASE WHEN p_action = 'deny_call' THEN nullif(btrim(p_answer), '') END,
+            resolver = v_actor, answered_at = now()
+        WHERE task_id = p_task_id AND tool_call_id = p_tool_call_id
+        RETURNING * INTO v_call;
+        INSERT INTO agent_events (task_id, project_id, type, payload)
+        VALUES (p_task_id, v_task.project_id, 'tool_approval_answered', jsonb_build_object(
+            'toolCallId', v_call.tool_call_id, 'toolName', v_call.tool_name,
+            'decision', v_call.status, 'message', v_call.message, 'actor', v_actor, 'waiting', v_waiting));
+    END IF;
+    IF v_outcome = 'applied' AND p_action IN ('approve_call', 'deny_call') AND v_waiting > 0 THEN
+        -- Other calls of the turn still wait: the task stays where it is.
+        UPDATE ai_tasks SET version = version + 1, updated_at = now()
+        WHERE id = p_task_id
+        RETURNING * INTO v_task;
+    ELSIF v_outcome = 'applied' AND v_withdraw THEN
         -- The loop has not reached its boundary yet: it simply goes on.
         UPDATE ai_tasks SET pause_requested = false, version = version + 1, updated_at = now()
         WHERE id = p_task_id
@@ -616,6 +747,10 @@ BEGIN
         IF p_action = 'approve' THEN
             UPDATE ai_tasks SET approved = true WHERE id = p_task_id;
         END IF;
+        IF p_action IN ('approve_call', 'deny_call', 'cancel') THEN
+            UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
+            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'tool_approval' AND status = 'open';
+        END IF;
         IF p_action = 'answer' THEN
             UPDATE inbox_items SET status = 'closed', answer = p_answer, resolver = v_actor,
                 resolved_at = now(), version = version + 1
@@ -631,7 +766,9 @@ BEGIN
 
     v_result := jsonb_build_object('outcome', v_outcome, 'task_id', p_task_id, 'action', p_action,
         'from', CASE WHEN v_outcome = 'applied' THEN NULL ELSE v_task.status END,
-        'status', v_task.status, 'version', v_task.version, 'error', v_error, 'pending', v_pending);
+        'status', v_task.status, 'version', v_task.version, 'error', v_error, 'pending', v_pending)
+        || CASE WHEN p_action IN ('approve_call', 'deny_call') THEN jsonb_build_object('tool_call_id', p_tool_call_id, 'waiting', v_waiting)
+                ELSE '{}' END;
 
     -- The audit event: who, what, outcome, whatever the outcome.
     INSERT INTO agent_events (task_id, project_id, type, payload)
@@ -642,13 +779,18 @@ BEGIN
                                   THEN format('pause requested by %s: the task pauses at its next iteration boundary', v_actor)
                                   WHEN v_withdraw
                                   THEN format('resume by %s: the pending pause is withdrawn; the task goes on', v_actor)
+                                  WHEN p_action IN ('approve_call', 'deny_call') AND v_waiting > 0
+                                  THEN format('%s %s by %s: %s more call(s) wait for an answer', p_action, p_tool_call_id, v_actor, v_waiting)
+                                  WHEN p_action IN ('approve_call', 'deny_call')
+                                  THEN format('%s %s by %s: task is now %s', p_action, p_tool_call_id, v_actor, v_task.status)
                                   ELSE format('%s by %s: task is now %s', p_action, v_actor, v_task.status) END
                         ELSE format('%s by %s refused (%s): %s', p_action, v_actor, v_outcome, v_error) END,
         'metadata', jsonb_build_object('audit', true, 'actor', v_actor, 'action', p_action,
             'outcome', v_outcome, 'status', v_task.status, 'version', v_task.version, 'pending', v_pending,
-            'expectedVersion', p_expected_version, 'error', v_error)));
+            'expectedVersion', p_expected_version, 'error', v_error)
+            || CASE WHEN p_tool_call_id IS NOT NULL THEN jsonb_build_object('toolCallId', p_tool_call_id) ELSE '{}' END));
 
-    IF v_outcome = 'applied' AND NOT v_pending AND NOT v_withdraw THEN
+    IF v_outcome = 'applied' AND NOT v_pending AND NOT v_withdraw AND v_waiting = 0 THEN
         -- The lifecycle event; cancelled is terminal for followers.
         INSERT INTO agent_events (task_id, project_id, type, payload)
         VALUES (p_task_id, v_task.project_id, 'agent_phase', jsonb_build_object(
@@ -730,6 +872,12 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: agentworker_deny_tool_call(uuid, text, text, integer, text)
+CREATE FUNCTION public.agentworker_deny_tool_call(task_id uuid, tool_call_id text, message text DEFAULT NULL::text, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$ SELECT agentworker_control_for_caller(task_id, 'deny_call', expected_version, actor, message, tool_call_id) $$;
+
 -- FUNCTION: agentworker_drop_event_partition(text, uuid[], interval)
 CREATE FUNCTION public.agentworker_drop_event_partition(p_name text, p_tasks uuid[], p_lock_timeout interval) RETURNS boolean
     LANGUAGE plpgsql
@@ -774,14 +922,16 @@ $$;
 
 -- FUNCTION: agentworker_event_floor(xid8, bigint)
 CREATE FUNCTION public.agentworker_event_floor(p_xid xid8, p_id bigint) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'public', 'pg_temp'
     AS $$
-    SELECT coalesce(least(
+BEGIN
+    RETURN coalesce(least(
         (coalesce((SELECT min(day) FROM agent_event_days
                    WHERE xid_below IS NULL OR xid_below > p_xid OR id_below > p_id),
                   (SELECT max(day) + 1 FROM agent_event_days))::timestamp AT TIME ZONE 'UTC'),
-        (SELECT min(created_at) FROM agent_events_default)), '-infinity')
+        (SELECT min(created_at) FROM agent_events_default)), '-infinity');
+END
 $$;
 
 -- FUNCTION: agentworker_event_partition_tasks(text)
@@ -1279,6 +1429,17 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_check_tool_policy()
+CREATE FUNCTION public.ai_tasks_check_tool_policy() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM agentworker_check_tool_policy(NEW.input -> 'tool_policy', 'input.tool_policy');
+    RETURN NEW;
+END
+$$;
+
 -- FUNCTION: ai_tasks_clear_pause()
 CREATE FUNCTION public.ai_tasks_clear_pause() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1347,6 +1508,17 @@ BEGIN
         DELETE FROM task_checkpoints WHERE task_id = NEW.id;
         UPDATE change_sets SET status = 'discarded', updated_at = now() WHERE task_id = NEW.id AND status = 'open';
     END IF;
+    RETURN NULL;
+END
+$$;
+
+-- FUNCTION: ai_tasks_drop_tool_approvals()
+CREATE FUNCTION public.ai_tasks_drop_tool_approvals() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM tool_approvals WHERE task_id = NEW.id;
     RETURN NULL;
 END
 $$;
@@ -1856,7 +2028,7 @@ CREATE TABLE public.agent_events_default (
     xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     batch uuid,
     CONSTRAINT agent_events_check CHECK (((task_id IS NULL) OR (seq IS NOT NULL))),
-    CONSTRAINT agent_events_type_check CHECK ((type = ANY (ARRAY['agent_phase'::text, 'tool_call'::text, 'file_update'::text, 'self_repair'::text, 'log'::text, 'error'::text, 'progress'::text])))
+    CONSTRAINT agent_events_type_check CHECK ((type = ANY (ARRAY['agent_phase'::text, 'tool_call'::text, 'file_update'::text, 'self_repair'::text, 'log'::text, 'error'::text, 'progress'::text, 'tool_approval_requested'::text, 'tool_approval_answered'::text])))
 );
 ALTER TABLE ONLY public.agent_events_default ALTER COLUMN payload SET COMPRESSION lz4;
 
@@ -1877,6 +2049,7 @@ CREATE TABLE public.agents (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     review boolean DEFAULT false NOT NULL,
+    tool_policy jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT agents_name_check CHECK (((btrim(name) <> ''::text) AND (length(name) <= 100))),
     CONSTRAINT agents_status_check CHECK ((status = ANY (ARRAY['enabled'::text, 'disabled'::text])))
 );
@@ -1901,6 +2074,9 @@ COMMENT ON COLUMN public.agents.version IS 'Optimistic version: an update or del
 
 -- COMMENT: COLUMN agents.review
 COMMENT ON COLUMN public.agents.review IS 'A build task run by this agent that finishes cleanly ends in review, as one with input.review = true does.';
+
+-- COMMENT: COLUMN agents.tool_policy
+COMMENT ON COLUMN public.agents.tool_policy IS 'Ordered rules {tool, match, action allow|ask|deny, reason} deciding each tool call of its tasks; the first rule that matches decides, no match allows. Checked on write.';
 
 -- TABLE: agentworker_function_files
 CREATE TABLE public.agentworker_function_files (
@@ -2357,6 +2533,34 @@ CREATE TABLE public.tasks_md_cursor (
 -- COMMENT: TABLE tasks_md_cursor
 COMMENT ON TABLE public.tasks_md_cursor IS 'How far the tasks.md renderer has read the agent_phase events: every event below xid is rendered.';
 
+-- TABLE: tool_approvals
+CREATE TABLE public.tool_approvals (
+    task_id uuid NOT NULL,
+    tool_call_id text NOT NULL,
+    project_id uuid NOT NULL,
+    run_id uuid,
+    tool_name text NOT NULL,
+    arguments text NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    message text,
+    resolver text,
+    output text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    answered_at timestamp with time zone,
+    ran_at timestamp with time zone,
+    CONSTRAINT tool_approvals_check CHECK (((status = 'pending'::text) OR (answered_at IS NOT NULL))),
+    CONSTRAINT tool_approvals_check1 CHECK (((output IS NULL) OR (status = 'approved'::text))),
+    CONSTRAINT tool_approvals_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'approved'::text, 'denied'::text]))),
+    CONSTRAINT tool_approvals_tool_call_id_check CHECK (((tool_call_id <> ''::text) AND (length(tool_call_id) <= 200)))
+);
+
+-- COMMENT: TABLE tool_approvals
+COMMENT ON TABLE public.tool_approvals IS 'A tool call a policy made ask: its arguments, the answer (approved, denied with a message for the model) and, once an approved call ran, its output.';
+
+-- COMMENT: COLUMN tool_approvals.output
+COMMENT ON COLUMN public.tool_approvals.output IS 'What the approved call returned, kept when it ran: it is never run again.';
+
 -- VIEW: usage_daily
 CREATE VIEW public.usage_daily WITH (security_invoker='true') AS
  SELECT u.day,
@@ -2518,6 +2722,10 @@ ALTER TABLE ONLY public.task_tree_rollup
 ALTER TABLE ONLY public.tasks_md_cursor
     ADD CONSTRAINT tasks_md_cursor_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT: tool_approvals tool_approvals_pkey
+ALTER TABLE ONLY public.tool_approvals
+    ADD CONSTRAINT tool_approvals_pkey PRIMARY KEY (task_id, tool_call_id);
+
 -- CONSTRAINT: usage_rollup usage_rollup_pkey
 ALTER TABLE ONLY public.usage_rollup
     ADD CONSTRAINT usage_rollup_pkey PRIMARY KEY (project_id, day, usage_day, model, stopped);
@@ -2597,6 +2805,9 @@ CREATE INDEX task_dependencies_depends_on_idx ON public.task_dependencies USING 
 -- INDEX: task_runs_finished_at_idx
 CREATE INDEX task_runs_finished_at_idx ON public.task_runs USING btree (finished_at);
 
+-- INDEX: tool_approvals_pending_idx
+CREATE INDEX tool_approvals_pending_idx ON public.tool_approvals USING btree (project_id, created_at) WHERE (status = 'pending'::text);
+
 -- INDEX ATTACH: agent_events_default_pkey
 ALTER INDEX public.agent_events_pkey ATTACH PARTITION public.agent_events_default_pkey;
 
@@ -2621,6 +2832,9 @@ CREATE TRIGGER agent_events_announce AFTER INSERT ON public.agent_events REFEREN
 -- TRIGGER: agent_events agent_events_assign_seq
 CREATE TRIGGER agent_events_assign_seq BEFORE INSERT ON public.agent_events FOR EACH ROW WHEN (((new.seq IS NULL) OR (current_setting('agentworker.seq'::text, true) IS DISTINCT FROM 'statement'::text))) EXECUTE FUNCTION public.agent_events_assign_seq();
 
+-- TRIGGER: agents agents_check_tool_policy
+CREATE TRIGGER agents_check_tool_policy BEFORE INSERT OR UPDATE OF tool_policy ON public.agents FOR EACH ROW EXECUTE FUNCTION public.agents_check_tool_policy();
+
 -- TRIGGER: agents agents_guard_delete
 CREATE TRIGGER agents_guard_delete BEFORE DELETE ON public.agents FOR EACH ROW EXECUTE FUNCTION public.agents_guard_delete();
 
@@ -2632,6 +2846,9 @@ CREATE TRIGGER ai_tasks_cancel_children AFTER UPDATE OF status ON public.ai_task
 
 -- TRIGGER: ai_tasks ai_tasks_check_refs
 CREATE TRIGGER ai_tasks_check_refs BEFORE INSERT OR UPDATE OF agent_id, parent_task_id ON public.ai_tasks FOR EACH ROW WHEN (((new.agent_id IS NOT NULL) OR (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_check_refs();
+
+-- TRIGGER: ai_tasks ai_tasks_check_tool_policy
+CREATE TRIGGER ai_tasks_check_tool_policy BEFORE INSERT OR UPDATE OF input ON public.ai_tasks FOR EACH ROW WHEN ((new.input ? 'tool_policy'::text)) EXECUTE FUNCTION public.ai_tasks_check_tool_policy();
 
 -- TRIGGER: ai_tasks ai_tasks_clear_pause
 CREATE TRIGGER ai_tasks_clear_pause BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['running'::text, 'queued'::text])))) EXECUTE FUNCTION public.ai_tasks_clear_pause();
@@ -2647,6 +2864,9 @@ CREATE TRIGGER ai_tasks_delete_events AFTER DELETE ON public.ai_tasks REFERENCIN
 
 -- TRIGGER: ai_tasks ai_tasks_drop_checkpoint
 CREATE TRIGGER ai_tasks_drop_checkpoint AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text])) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.ai_tasks_drop_checkpoint();
+
+-- TRIGGER: ai_tasks ai_tasks_drop_tool_approvals
+CREATE TRIGGER ai_tasks_drop_tool_approvals AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status = ANY (ARRAY['failed'::text, 'blocked'::text, 'cancelled'::text])))) EXECUTE FUNCTION public.ai_tasks_drop_tool_approvals();
 
 -- TRIGGER: ai_tasks ai_tasks_enqueue
 CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_enqueue();
@@ -2763,6 +2983,14 @@ ALTER TABLE ONLY public.task_dependencies
 -- FK CONSTRAINT: task_runs task_runs_task_id_fkey
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: tool_approvals tool_approvals_run_id_fkey
+ALTER TABLE ONLY public.tool_approvals
+    ADD CONSTRAINT tool_approvals_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.task_runs(id) ON DELETE SET NULL;
+
+-- FK CONSTRAINT: tool_approvals tool_approvals_task_id_fkey
+ALTER TABLE ONLY public.tool_approvals
+    ADD CONSTRAINT tool_approvals_task_id_fkey FOREIGN KEY (task_id) REFERENCES public.ai_tasks(id) ON DELETE CASCADE;
 
 -- ROW SECURITY: agent_event_days
 ALTER TABLE public.agent_event_days ENABLE ROW LEVEL SECURITY;
@@ -2916,6 +3144,15 @@ CREATE POLICY task_tree_rollup_service ON public.task_tree_rollup FOR SELECT TO 
 -- ROW SECURITY: tasks_md_cursor
 ALTER TABLE public.tasks_md_cursor ENABLE ROW LEVEL SECURITY;
 
+-- ROW SECURITY: tool_approvals
+ALTER TABLE public.tool_approvals ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: tool_approvals tool_approvals_read_own
+CREATE POLICY tool_approvals_read_own ON public.tool_approvals FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: tool_approvals tool_approvals_service
+CREATE POLICY tool_approvals_service ON public.tool_approvals TO service_role USING (true) WITH CHECK (true);
+
 -- ROW SECURITY: usage_rollup
 ALTER TABLE public.usage_rollup ENABLE ROW LEVEL SECURITY;
 
@@ -3022,6 +3259,9 @@ REVOKE ALL ON FUNCTION public.agent_events_announce() FROM PUBLIC;
 -- ACL: FUNCTION agent_events_assign_seq()
 REVOKE ALL ON FUNCTION public.agent_events_assign_seq() FROM PUBLIC;
 
+-- ACL: FUNCTION agents_check_tool_policy()
+REVOKE ALL ON FUNCTION public.agents_check_tool_policy() FROM PUBLIC;
+
 -- ACL: FUNCTION agents_guard_delete()
 REVOKE ALL ON FUNCTION public.agents_guard_delete() FROM PUBLIC;
 
@@ -3037,6 +3277,11 @@ GRANT ALL ON FUNCTION public.agentworker_answer_input(task_id uuid, answer text,
 REVOKE ALL ON FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer, actor text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_approve_task(task_id uuid, expected_version integer, actor text) TO service_role;
+
+-- ACL: FUNCTION agentworker_approve_tool_call(task_id uuid, tool_call_id text, expected_version integer, actor text)
+REVOKE ALL ON FUNCTION public.agentworker_approve_tool_call(task_id uuid, tool_call_id text, expected_version integer, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_approve_tool_call(task_id uuid, tool_call_id text, expected_version integer, actor text) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_approve_tool_call(task_id uuid, tool_call_id text, expected_version integer, actor text) TO service_role;
 
 -- ACL: FUNCTION agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agentworker_block_dependent(p_task_id uuid, p_dep public.ai_tasks) FROM PUBLIC;
@@ -3060,14 +3305,17 @@ REVOKE ALL ON FUNCTION public.agentworker_cancel_task(task_id uuid, expected_ver
 GRANT ALL ON FUNCTION public.agentworker_cancel_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_cancel_task(task_id uuid, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_check_tool_policy(p_policy jsonb, p_where text)
+REVOKE ALL ON FUNCTION public.agentworker_check_tool_policy(p_policy jsonb, p_where text) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_claim_task(p_task uuid, p_job bigint, p_worker text, p_lease interval, p_start_events text, p_open_change_set boolean)
 REVOKE ALL ON FUNCTION public.agentworker_claim_task(p_task uuid, p_job bigint, p_worker text, p_lease interval, p_start_events text, p_open_change_set boolean) FROM PUBLIC;
 
--- ACL: FUNCTION agentworker_control_for_caller(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text)
-REVOKE ALL ON FUNCTION public.agentworker_control_for_caller(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text) FROM PUBLIC;
+-- ACL: FUNCTION agentworker_control_for_caller(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text, p_tool_call_id text)
+REVOKE ALL ON FUNCTION public.agentworker_control_for_caller(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text, p_tool_call_id text) FROM PUBLIC;
 
--- ACL: FUNCTION agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text)
-REVOKE ALL ON FUNCTION public.agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text) FROM PUBLIC;
+-- ACL: FUNCTION agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text, p_tool_call_id text)
+REVOKE ALL ON FUNCTION public.agentworker_control_task(p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text, p_tool_call_id text) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_create_event_partition(p_day date)
 REVOKE ALL ON FUNCTION public.agentworker_create_event_partition(p_day date) FROM PUBLIC;
@@ -3077,6 +3325,11 @@ REVOKE ALL ON FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default n
 
 -- ACL: FUNCTION agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer)
 REVOKE ALL ON FUNCTION public.agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_deny_tool_call(task_id uuid, tool_call_id text, message text, expected_version integer, actor text)
+REVOKE ALL ON FUNCTION public.agentworker_deny_tool_call(task_id uuid, tool_call_id text, message text, expected_version integer, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.agentworker_deny_tool_call(task_id uuid, tool_call_id text, message text, expected_version integer, actor text) TO authenticated;
+GRANT ALL ON FUNCTION public.agentworker_deny_tool_call(task_id uuid, tool_call_id text, message text, expected_version integer, actor text) TO service_role;
 
 -- ACL: FUNCTION agentworker_drop_event_partition(p_name text, p_tasks uuid[], p_lock_timeout interval)
 REVOKE ALL ON FUNCTION public.agentworker_drop_event_partition(p_name text, p_tasks uuid[], p_lock_timeout interval) FROM PUBLIC;
@@ -3171,6 +3424,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_cancel_children() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_check_refs()
 REVOKE ALL ON FUNCTION public.ai_tasks_check_refs() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_check_tool_policy()
+REVOKE ALL ON FUNCTION public.ai_tasks_check_tool_policy() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_clear_pause()
 REVOKE ALL ON FUNCTION public.ai_tasks_clear_pause() FROM PUBLIC;
 
@@ -3185,6 +3441,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_delete_events() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_drop_checkpoint()
 REVOKE ALL ON FUNCTION public.ai_tasks_drop_checkpoint() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_drop_tool_approvals()
+REVOKE ALL ON FUNCTION public.ai_tasks_drop_tool_approvals() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_enqueue()
 REVOKE ALL ON FUNCTION public.ai_tasks_enqueue() FROM PUBLIC;
@@ -3274,6 +3533,9 @@ GRANT INSERT(status),UPDATE(status) ON TABLE public.agents TO authenticated;
 -- ACL: COLUMN agents.review
 GRANT INSERT(review),UPDATE(review) ON TABLE public.agents TO authenticated;
 
+-- ACL: COLUMN agents.tool_policy
+GRANT INSERT(tool_policy),UPDATE(tool_policy) ON TABLE public.agents TO authenticated;
+
 -- ACL: TABLE audit_log
 GRANT SELECT ON TABLE public.audit_log TO service_role;
 
@@ -3328,6 +3590,10 @@ GRANT INSERT(depends_on_task_id) ON TABLE public.task_dependencies TO authentica
 -- ACL: TABLE task_tree_rollup
 GRANT SELECT ON TABLE public.task_tree_rollup TO authenticated;
 GRANT SELECT ON TABLE public.task_tree_rollup TO service_role;
+
+-- ACL: TABLE tool_approvals
+GRANT SELECT ON TABLE public.tool_approvals TO authenticated;
+GRANT SELECT ON TABLE public.tool_approvals TO service_role;
 
 -- ACL: TABLE usage_daily
 GRANT SELECT ON TABLE public.usage_daily TO service_role;

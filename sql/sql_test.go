@@ -88,7 +88,8 @@ func TestCanTransition(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	all := []agentsql.Status{agentsql.StatusQueued, agentsql.StatusRunning, agentsql.StatusSucceeded, agentsql.StatusFailed,
-		agentsql.StatusBlocked, agentsql.StatusCancelled, agentsql.StatusPaused, agentsql.StatusAwaitingInput, agentsql.StatusWaiting, agentsql.StatusReview}
+		agentsql.StatusBlocked, agentsql.StatusCancelled, agentsql.StatusPaused, agentsql.StatusAwaitingInput, agentsql.StatusWaiting, agentsql.StatusReview,
+		agentsql.StatusAwaitingApproval}
 	rows, err := pool.Query(t.Context(), `SELECT from_status, to_status FROM agentworker_task_transitions`)
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,10 @@ const (
 	// StatusReview: a build finished cleanly and waits for a person to
 	// approve or reject its staged change set; it holds no lease.
 	StatusReview Status = "review"
+	// StatusAwaitingApproval: a tool call of the last model turn matched an
+	// ask rule of the task's tool policy and waits for a person to approve
+	// or deny it; the task holds no lease.
+	StatusAwaitingApproval Status = "awaiting_approval"
 )
 
 // Terminal reports whether no further work happens in this status without a retry.
@@ -82,12 +86,12 @@ func CanTransition(from, to Status) bool {
 	case StatusRunning:
 		switch to {
 		case StatusSucceeded, StatusFailed, StatusBlocked, StatusCancelled,
-			StatusPaused, StatusAwaitingInput, StatusQueued, StatusReview:
+			StatusPaused, StatusAwaitingInput, StatusQueued, StatusReview, StatusAwaitingApproval:
 			return true
 		}
 	case StatusReview:
 		return to == StatusSucceeded || to == StatusQueued || to == StatusCancelled
-	case StatusPaused, StatusAwaitingInput:
+	case StatusPaused, StatusAwaitingInput, StatusAwaitingApproval:
 		return to == StatusQueued || to == StatusCancelled
 	case StatusBlocked:
 		return to == StatusQueued || to == StatusWaiting // retry, or its failed dependency retried
@@ -136,12 +140,15 @@ type Task struct {
 	// TraceID is the trace of the request that created the task ("" when
 	// it was inserted without one); set on insert, never changed.
 	TraceID string
+	// PauseRequested: a pause of the running task was requested; it takes
+	// effect at the next iteration boundary.
+	PauseRequested bool
 }
 
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
 	fence, retries, version, created_at, updated_at, started_at, finished_at,
-	agent_id, priority, parent_task_id, approved, coalesce(trace_id, '')`
+	agent_id, priority, parent_task_id, approved, coalesce(trace_id, ''), pause_requested`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -154,7 +161,7 @@ func taskDest(t *Task) []any {
 	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
 		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt,
-		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID}
+		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID, &t.PauseRequested}
 }
 
 // NewTask is what an app supplies to create a task.
@@ -198,6 +205,7 @@ var graphRules = map[string]string{
 	"ai_tasks_dependents":        "TASK_HAS_DEPENDENTS",
 	"agents_tasks":               "AGENT_HAS_TASKS",
 	"agents_project_id_name_key": "AGENT_NAME_TAKEN",
+	"tool_policy_valid":          "INVALID_TOOL_POLICY",
 }
 
 // asRuleError returns err as a *RuleError when a graph rule refused it.
@@ -552,4 +560,16 @@ func TaskRelations(ctx context.Context, db DBTX, id uuid.UUID) (dependsOn, depen
 		return nil, nil, nil, fmt.Errorf("read the relations of task %s: %w", id, err)
 	}
 	return dependsOn, dependents, children, nil
+}
+
+// ProjectRunning counts the running tasks of task id's project, all
+// replicas together, other than id itself.
+func ProjectRunning(ctx context.Context, db DBTX, id uuid.UUID) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM ai_tasks r
+		WHERE r.project_id = (SELECT project_id FROM ai_tasks WHERE id = $1) AND r.status = 'running' AND r.id <> $1`, id).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the running tasks of task %s's project: %w", id, err)
+	}
+	return n, nil
 }

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +58,17 @@ type Config struct {
 	// Concurrency is how many tasks this process runs at once. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
+	// ProjectMaxRunning caps the tasks of one project running at once, all
+	// replicas together: a task whose project is at the cap when its job
+	// starts is snoozed (ProjectCapSnooze, a quarter more at random) and
+	// runs once the project is below it, so one project's backlog leaves
+	// the other slots to the others. The cap is checked ahead of the
+	// claim, not under its lock: replicas starting a project's tasks at
+	// the same moment may pass it by a few. Defaults to 0: no cap.
+	ProjectMaxRunning int
+	// ProjectCapSnooze is how long a task over ProjectMaxRunning waits
+	// before it tries again. Defaults to 5 seconds.
+	ProjectCapSnooze time.Duration
 	// ActiveLimit is how many of those may work at once rather than wait:
 	// a task takes a turn to work and gives it up while it waits on its
 	// model, a tool or a project check (internal/gate), so when many
@@ -168,6 +181,9 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	if c.ProjectCapSnooze <= 0 {
+		c.ProjectCapSnooze = 5 * time.Second
+	}
 	if c.ActiveLimit <= 0 {
 		c.ActiveLimit = DefaultActivePerCPU * runtime.GOMAXPROCS(0)
 	}
@@ -219,6 +235,7 @@ type Service struct {
 	handlers map[agentsql.TaskType]handlers.Handler
 	cfg      Config
 	gate     *gate.Gate // turns to work (Config.ActiveLimit)
+	capMu    sync.Mutex // one check and claim at a time under ProjectMaxRunning
 
 	stopping  atomic.Bool   // set by Stop: tasks cut short are handed back
 	stopSweep func()        // stops the lease sweeper; set by Start
@@ -260,7 +277,7 @@ func New(pool *pgxpool.Pool, hs map[agentsql.TaskType]handlers.Handler, cfg Conf
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                cfg.ID,
-		Logger:            cfg.Logger,
+		Logger:            slog.New(riverLog{cfg.Logger.Handler()}),
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        cfg.TaskTimeout,
@@ -394,7 +411,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	}
 	defer turn.Leave()
 	ctx = gate.WithTurn(ctx, turn)
-	c, err := s.claim(ctx, job)
+	c, err := s.capClaim(ctx, job, log)
 	if errors.Is(err, agentsql.ErrTaskNotFound) {
 		return river.JobCancel(err)
 	}
@@ -523,6 +540,27 @@ func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql
 		s.cfg.Announcer.Announce(c.Task.ID, c.Task.ProjectID)
 	}
 	return c, nil
+}
+
+// capClaim claims the task unless its project is at ProjectMaxRunning, in
+// which case the job is snoozed. This process checks and claims one task
+// at a time under the cap, so its own tasks cannot pass it together.
+func (s *Service) capClaim(ctx context.Context, job *river.Job[TaskArgs], log *slog.Logger) (agentsql.Claim, error) {
+	if s.cfg.ProjectMaxRunning <= 0 {
+		return s.claim(ctx, job)
+	}
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
+	n, err := agentsql.ProjectRunning(ctx, s.pool, job.Args.TaskID)
+	if err != nil {
+		return agentsql.Claim{}, err
+	}
+	if n >= s.cfg.ProjectMaxRunning {
+		d := s.cfg.ProjectCapSnooze + rand.N(s.cfg.ProjectCapSnooze/4+1)
+		log.DebugContext(ctx, "project at its running cap; task snoozed", slog.Int("running", n), slog.Duration("snooze", d))
+		return agentsql.Claim{}, river.JobSnooze(d)
+	}
+	return s.claim(ctx, job)
 }
 
 type reconcileArgs struct{}

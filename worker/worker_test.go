@@ -772,3 +772,57 @@ func TestSubmitFromGo(t *testing.T) {
 		t.Fatalf("Submit made %d jobs (%v), want exactly 1 (the trigger must stand aside)", jobs, err)
 	}
 }
+
+// TestProjectMaxRunning: with a cap of one running task a project, a
+// project's backlog runs one at a time and another project's task, queued
+// behind it, starts before the backlog's last.
+func TestProjectMaxRunning(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Func(func(*scripted.Request) scripted.Reply {
+			return scripted.Reply{Content: "hi", Delay: 300 * time.Millisecond}
+		}),
+		workerConfig: worker.Config{ProjectMaxRunning: 1, ProjectCapSnooze: 200 * time.Millisecond},
+	})
+	a, b := uuid.New(), uuid.New()
+	var backlog []uuid.UUID
+	for range 4 {
+		backlog = append(backlog, h.insertTask(t, a, "chat", "hi"))
+	}
+	other := h.insertTask(t, b, "chat", "hi")
+	for _, id := range append(backlog, other) {
+		if _, task := h.waitDone(t, id); task.Status != agentsql.StatusSucceeded {
+			t.Fatalf("task %s: status %s, want succeeded", id, task.Status)
+		}
+	}
+	rows, err := h.pool.Query(t.Context(), `SELECT t.project_id, r.Started_at, r.Finished_at FROM task_runs r
+		JOIN ai_tasks t ON t.id = r.task_id ORDER BY r.Started_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type run struct {
+		Project           uuid.UUID
+		Started, Finished time.Time
+	}
+	runs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[run])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastA time.Time
+	var startedB time.Time
+	for i, r := range runs {
+		if r.Project == b {
+			startedB = r.Started
+			continue
+		}
+		for _, o := range runs[i+1:] {
+			if o.Project == a && o.Started.Before(r.Finished) {
+				t.Errorf("project A ran two tasks at once: one %s–%s, another from %s", r.Started, r.Finished, o.Started)
+			}
+		}
+		lastA = r.Started
+	}
+	if !startedB.Before(lastA) {
+		t.Errorf("project B's task started at %s, after project A's last (%s): it waited for A's backlog", startedB, lastA)
+	}
+}

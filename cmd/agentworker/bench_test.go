@@ -98,8 +98,18 @@ func TestBenchQuickSmoke(t *testing.T) {
 			t.Errorf("provider-limit run = %+v, want every task succeeded, every call answered once, the time measured", run)
 		}
 	}
+	// The storm's builds all succeed, and the refusals stay near the
+	// storm's own share: random refusals do not hold the calls back.
+	for name, run := range map[string]bench.ProviderLimitRun{"storm.calm": r.Storm.Calm, "storm.storm": r.Storm.Storm} {
+		if run.Failed != 0 || run.Answered != r.Storm.Tasks*r.Storm.CallsPerTask || run.Refused > 2*run.Answered || run.WallS <= 0 {
+			t.Errorf("%s = %+v, want every task succeeded, every call answered once, refused at most twice that", name, run)
+		}
+	}
+	if runs := r.Fairness.Runs; len(runs) != 2 || runs[0].AlonePerS <= 0 || runs[1].Probes == 0 {
+		t.Errorf("fairness = %+v, want two runs (no cap, a cap), the backlog's throughput and the other project's probes measured", runs)
+	}
 	md := r.Markdown()
-	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider", "drop a day"} {
+	for _, want := range []string{"(first round: ", "bounded by their tasks", "dependent tasks", "requests/s provider", "drop a day", "refused at random", "another project's task"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the markdown table shows no %q:\n%s", want, md)
 		}

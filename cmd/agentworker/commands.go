@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -113,13 +114,14 @@ func openArchive(cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.St
 // delete: a day of events is archived before it is dropped, a task's
 // archive deleted before the task. Without an archive (project files in a
 // local directory) events are kept whatever EVENTS_RETENTION says, so
-// none is lost.
-func archivedRetention(r worker.RetentionConfig, arch *archive.Archiver, log *slog.Logger) worker.RetentionConfig {
+// none is lost; only an EVENTS_RETENTION the operator set (set) is worth
+// a warning, not the default.
+func archivedRetention(r worker.RetentionConfig, arch *archive.Archiver, log *slog.Logger, set bool) worker.RetentionConfig {
 	if arch == nil {
-		if r.Events > 0 {
+		if r.Events > 0 && set {
 			log.Warn("EVENTS_RETENTION is ignored: events are archived before they are dropped, and the archive needs S3 storage")
-			r.Events = 0
 		}
+		r.Events = 0
 		return r
 	}
 	r.BeforeDrop, r.BeforeDelete = arch.ArchiveTasks, arch.DeleteArchives
@@ -161,12 +163,14 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
-	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
+	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, ProjectMaxRunning: cfg.WorkerProjectMaxRunning, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
 		ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay,
 		TasksMD:                 worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
-	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log)
+	// Set by the operator, not its default (the config holds only the value).
+	_, retentionSet := os.LookupEnv("EVENTS_RETENTION")
+	wcfg.Retention = archivedRetention(wcfg.Retention, arch, log, retentionSet)
 	var reserved []string
 	if cfg.TasksMDPath != "" {
 		reserved = []string{cfg.TasksMDPath}
@@ -345,6 +349,29 @@ func submit(ctx context.Context, cfg config, args []string, out io.Writer) error
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	project := fs.String("project", "", "project id (uuid); a new one when empty")
 	taskType := fs.String("type", "build", "task type: chat, plan or build")
+	agent := fs.String("agent", "", "the project's agent to run the task as: its name or id")
+	priority := fs.Int("priority", 0, "1 (most urgent) to 4; 0 is the default, 2")
+	var dependsOn []uuid.UUID
+	fs.Func("depends-on", "id of a task that must succeed first (repeat, or separate with commas)", func(v string) error {
+		for _, s := range strings.Split(v, ",") {
+			id, err := uuid.Parse(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("%q is not a task id", s)
+			}
+			dependsOn = append(dependsOn, id)
+		}
+		return nil
+	})
+	var parent *uuid.UUID
+	fs.Func("parent", "id of the task this one is part of", func(v string) error {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a task id", v)
+		}
+		parent = &id
+		return nil
+	})
+	input := fs.String("input", "", `the task's input, a JSON object: e.g. {"expand": true} for a plan, {"review": true, "budget": {"max_cost_usd": 1}, "allowed_paths": ["src/**"]} for a build`)
 	doFollow := fs.Bool("follow", false, "print the task's timeline until it ends")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -357,20 +384,57 @@ func submit(ctx context.Context, cfg config, args []string, out io.Writer) error
 			return fmt.Errorf("submit: --project %q is not a uuid: %w", *project, err)
 		}
 	}
+	var in json.RawMessage
+	if *input != "" {
+		in = json.RawMessage(*input)
+		if !json.Valid(in) {
+			return fmt.Errorf("submit: --input %q: input must be a JSON object", *input)
+		}
+	}
+	// The API's refusals, before anything is written.
+	if err := handlers.CheckTask(*taskType, *priority, in); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
 	pool, err := connect(ctx, cfg, oneShot)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	task, err := agentsql.InsertTask(ctx, pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(*taskType), Prompt: prompt})
+	nt := agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(*taskType), Prompt: prompt, Input: in,
+		Priority: *priority, ParentTaskID: parent, DependsOn: dependsOn}
+	if *agent != "" {
+		id, err := agentByName(ctx, pool, projectID, *agent)
+		if err != nil {
+			return fmt.Errorf("submit: %w", err)
+		}
+		nt.AgentID = &id
+	}
+	task, err := agentsql.InsertTask(ctx, pool, nt)
+	if rule, ok := errors.AsType[*agentsql.RuleError](err); ok {
+		return fmt.Errorf("submit: %s: %s", rule.Code, rule.Message)
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "task %s (project %s, %s) queued\n", task.ID, task.ProjectID, task.Type)
+	fmt.Fprintf(out, "task %s (project %s, %s) %s\n", task.ID, task.ProjectID, task.Type, task.Status)
 	if !*doFollow {
 		return nil
 	}
 	return printTimeline(ctx, pool, task.ID, 0, out)
+}
+
+// agentByName is the id of the project's agent named (or with id) name.
+func agentByName(ctx context.Context, pool *pgxpool.Pool, projectID uuid.UUID, name string) (uuid.UUID, error) {
+	agents, err := agentsql.ListAgents(ctx, pool, projectID)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	for _, a := range agents {
+		if a.Name == name || a.ID.String() == name {
+			return a.ID, nil
+		}
+	}
+	return uuid.Nil, fmt.Errorf("--agent %q: project %s has no agent of that name or id", name, projectID)
 }
 
 func follow(ctx context.Context, cfg config, args []string, out io.Writer) error {

@@ -8,6 +8,7 @@
 //	agentworker revoke    refuse the tokens issued so far, of projects or all
 //	agentworker demo      run the whole path on the embedded default
 //	agentworker bench     measure it against raw River
+//	agentworker healthcheck  ask this host's serve whether it is up (for containers)
 //
 // Configuration comes from the environment only: `agentworker help` lists
 // every variable (docs/configuration.md is generated from the same tags).
@@ -29,7 +30,8 @@ const usage = `usage: agentworker <command> [flags]
 commands:
   serve                       run the worker: claim tasks, run agents, serve HTTP
   migrate                     apply database migrations (River's and ours)
-  submit [flags] <prompt>     create a task; --project, --type, --follow
+  submit [flags] <prompt>     create a task; --project, --type, --agent, --priority,
+                              --depends-on, --parent, --input JSON, --follow
   follow [--after N] [--sse URL] <task>
                               print a task's events live until it ends
   token [--project ID,…] [--service] [--ttl 24h]
@@ -39,6 +41,8 @@ commands:
                               token, service tokens included) issued until now
   demo                        run a build task end to end on the embedded default
   bench [--quick] [--json]    measure latency, throughput, events, tools, memory vs raw River
+  healthcheck                 exit 0 when this host's serve answers /healthz on HTTP_ADDR
+                              (a container's healthcheck: the image has no curl)
   help                        this text and every environment variable
 `
 
@@ -85,6 +89,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return demo(ctx, cfg, out)
 	case "bench":
 		return runBench(ctx, cfg, rest, out)
+	case "healthcheck":
+		return healthcheck(ctx, cfg, out)
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)

@@ -3,18 +3,7 @@
 // disables and deletes them. The server's refusals are shown as it words
 // them. Every value is rendered as text.
 import { enc } from "./api.js";
-
-const $ = (id) => document.getElementById(id);
-const el = (tag, props = {}, ...children) => {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") e.className = v;
-    else if (k === "data") Object.assign(e.dataset, v);
-    else e[k] = v;
-  }
-  e.append(...children);
-  return e;
-};
+import { $, el } from "./dom.js";
 
 let client = null;
 let project = "";

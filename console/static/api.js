@@ -1,13 +1,18 @@
 // The agentworker /v1 API as the console uses it: bearer-token requests,
-// errors turned into exceptions that carry the server's message, and
+// refusals turned into exceptions that say what to do (errors.js), and
 // EventSource URLs (EventSource cannot send headers, so the token goes in
 // the access_token parameter).
 
+import { explain } from "./errors.js";
+
+// APIError is a refusal: its message is the sentence a person reads (what
+// to do), code the server's error code, detail the server's own message.
 export class APIError extends Error {
-  constructor(status, code, message) {
-    super(message);
+  constructor(status, code, detail) {
+    super(explain(status, code, detail));
     this.status = status;
     this.code = code;
+    this.detail = detail;
   }
 }
 
@@ -31,7 +36,7 @@ export class Client {
       const err = data && data.error;
       const code = typeof err === "object" && err ? err.code : typeof err === "string" ? err : "";
       const msg = typeof err === "object" && err ? err.message : text.trim() || resp.statusText;
-      throw new APIError(resp.status, code, `${method} ${path}: ${resp.status} ${msg}`);
+      throw new APIError(resp.status, code, msg);
     }
     return data;
   }
@@ -74,7 +79,9 @@ export function tokenClaims(token) {
 export function describeToken(token) {
   const c = tokenClaims(token);
   if (!c) return "(the token is not a JWT)";
-  const who = typeof c.sub === "string" && c.sub ? `as ${c.sub}` : "(no subject)";
+  // Named as the audit log names the bearer: its subject, else its role,
+  // else "api".
+  const who = typeof c.sub === "string" && c.sub ? `as ${c.sub}` : typeof c.role === "string" && c.role ? `as role:${c.role}` : "as api (the token names no subject)";
   if (c.role === "service_role") return `${who} (service token: every project)`;
   const projects = Array.isArray(c.projects) ? c.projects.filter((p) => typeof p === "string") : [];
   return `${who} (token for ${projects.length === 1 ? "project" : "projects"} ${projects.join(", ") || "none"})`;

@@ -5,24 +5,16 @@
 // and the controls. Everything shown is read from the server; the project
 // and token are kept in localStorage and the selected task in the URL, so
 // a reload shows the same page.
-import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass } from "./state.js";
+import { Timeline, FileTree, TaskList, STAGES, CONTROLS, age, money, diffLineClass, callLines } from "./state.js";
 import { Client, enc, filePath, tokenClaims, describeToken } from "./api.js";
-import { renderBoard, redrawBoard, onCardClick, onBroadcast, graphFields, clearGraphFields, showRelations } from "./board.js";
-import { openAgents, reloadOnRefusal } from "./agents.js";
+import { renderBoard, redrawBoard, onCardClick, onBroadcast, onReview, graphFields, clearGraphFields, showRelations, statusText, cascade, cascadeText, ask } from "./board.js";
+import { openAgents, reloadOnRefusal, agentName } from "./agents.js";
 import { daySeries, drawRunsChart, runRows, duration } from "./runs.js";
+import { renderChanges, renderGeneral, selectLine } from "./review.js";
+import { renderMarkdown, isMarkdown } from "./markdown.js";
+import { $, el } from "./dom.js";
 
-const $ = (id) => document.getElementById(id);
 const store = window.localStorage;
-const el = (tag, props = {}, ...children) => {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") e.className = v;
-    else if (k === "data") Object.assign(e.dataset, v);
-    else e[k] = v;
-  }
-  e.append(...children);
-  return e;
-};
 
 let client = null;
 let project = "";
@@ -109,10 +101,15 @@ function showTab(nav, tab) {
   for (const p of nav.parentElement.querySelectorAll(":scope > .pane")) p.hidden = p.dataset.pane !== tab;
   if (tab === "changes" && current) loadChanges(current.id);
   if (tab === "logs" && client) searchLogs(false);
+  if (tab === "docs" && client) loadDocs(false);
 }
 
-function say(text) {
+// say shows a message; code is the refusal's error code, kept for
+// machines in data-code.
+function say(text, code = "") {
   $("message").textContent = text;
+  if (code) $("message").dataset.code = code;
+  else delete $("message").dataset.code;
 }
 
 // guarded runs an action and shows its failure instead of throwing.
@@ -120,7 +117,9 @@ async function guarded(fn) {
   try {
     return await fn();
   } catch (err) {
-    say(String(err.message || err));
+    // A fetch that got no answer at all throws a TypeError.
+    if (err instanceof TypeError) say("The server did not answer (it is down, or the network is): try again in a moment.");
+    else say(String(err.message || err), err.code || "");
     return undefined;
   }
 }
@@ -154,6 +153,7 @@ async function open(p, token) {
     if (source) source.close();
     current = null;
     $("task-view").hidden = true;
+    $("task-empty").hidden = false;
     history.replaceState(null, "", `${location.pathname}${location.search}`);
   }
   client = new Client(token);
@@ -164,12 +164,14 @@ async function open(p, token) {
   document.body.dataset.project = p;
   const head = await guarded(loadTasks);
   if (head === undefined) return;
+  signedIn(true);
   followProject(head);
   openAgents(client, p, redrawBoard);
   loadFiles();
   loadInbox();
   loadUsage();
   loadRuns();
+  loadDocs(false);
   const selected = new URLSearchParams(location.hash.slice(1)).get("task");
   if (selected) select(selected);
 }
@@ -254,9 +256,9 @@ function renderTasks() {
   $("task-count").textContent = `(${rows.length})`;
   $("tasks").replaceChildren(...rows.map((t) => {
     const tr = el("tr", { class: "task-row", data: { id: t.id, status: t.status } },
-      el("td", {}, el("span", { class: `badge ${t.status}`, textContent: t.status })),
+      el("td", {}, el("span", { class: `badge ${t.status}${t.pause_pending ? " pausing" : ""}`, textContent: statusText(t) })),
       el("td", { textContent: t.type }),
-      el("td", { class: "prompt", textContent: t.prompt, title: t.prompt }),
+      el("td", { class: "prompt", textContent: t.title || t.prompt, title: t.prompt }),
       el("td", { class: "age", textContent: age(t.created_at), data: { created: t.created_at } }),
       el("td", { class: "iterations", textContent: String(t.iterations || 0) }),
       el("td", { class: "cost", textContent: money(t.cost_usd), title: `${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens` }));
@@ -269,6 +271,7 @@ function renderTasks() {
 }
 
 onCardClick((id) => select(id));
+onReview(review);
 // The board's picked tasks, one command through the broadcast route.
 onBroadcast(async (command, ids) => {
   const res = await client.post(`/v1/projects/${enc(project)}/tasks/broadcast/${enc(command)}`, { task_ids: ids });
@@ -295,6 +298,7 @@ $("task-form").addEventListener("submit", (e) => {
 
 
 async function select(id) {
+  say(""); // a refusal was about what was open before
   const hash = new URLSearchParams(location.hash.slice(1));
   if (hash.get("task") !== id) {
     hash.set("task", id);
@@ -306,10 +310,10 @@ async function select(id) {
   tasks.upsert(t);
   renderTasks();
   $("task-view").hidden = false;
+  $("task-empty").hidden = true;
   document.body.dataset.task = id;
   showTask(t);
   watch(id);
-  if (!$("pane-changes").hidden) loadChanges(id);
 }
 
 // treeSpend is the spend of the task's tree (its root and every
@@ -323,15 +327,17 @@ function treeSpend(t) {
 function showTask(t) {
   current = t;
   $("task-title").textContent = `${t.type} · ${t.prompt}`;
-  $("task-badge").textContent = t.status;
-  $("task-badge").className = `badge ${t.status}`;
+  $("task-badge").textContent = statusText(t);
+  $("task-badge").className = `badge ${t.status}${t.pause_pending ? " pausing" : ""}`;
   document.body.dataset.taskStatus = t.status;
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
   $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)}${treeSpend(t)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
   $("review-form").hidden = t.status !== "review";
-  if (t.status === "review") loadComments(t.id);
-  else $("comment-form").hidden = true;
+  if (t.status !== "review") closeComment();
+  // The Changes tab follows the task: a new version of it (a revision
+  // staged, a set applied) is read again.
+  if (!$("pane-changes").hidden && changesShown !== `${t.id}@${t.version}`) loadChanges(t.id);
   const summary = t.result && t.result.summary;
   $("result-summary").textContent = summary || (t.result ? "" : "No result yet.");
   $("result-json").textContent = t.result ? JSON.stringify(t.result, null, 2) : "";
@@ -344,39 +350,64 @@ function showTask(t) {
 for (const action of Object.keys(CONTROLS)) {
   $(action).addEventListener("click", () => guarded(async () => {
     const id = current.id;
+    if (action === "cancel") {
+      const more = cascade(tasks.rows(), [id]);
+      if (more.length && !(await ask(`Cancel this task? ${cascadeText(more.length)}`, `Cancel ${more.length + 1} tasks`))) return;
+    }
     const res = await client.post(`/v1/tasks/${enc(id)}/${action}`);
     say(res.pending ? `${action}: requested; the task stops at its next iteration` : "");
     refreshTask(id);
   }));
 }
 
-// A comment names a line of the diff; the model gets the comments made
-// since its revision with the next reject's feedback.
+// A comment names a line of the diff: clicking a line of the revision
+// under review highlights it and opens the comment box under it. The model
+// gets the comments made since its revision with the next reject's
+// feedback.
 let commentOn = null;
 $("changes").addEventListener("click", (ev) => {
-  const span = ev.target.closest("span[data-line]");
-  if (!span || !current || current.status !== "review") return;
-  commentOn = { path: span.closest(".file-diff").dataset.path, line: Number(span.dataset.line) };
-  $("comment-where").textContent = `${commentOn.path}:${commentOn.line}`;
-  $("comment-form").hidden = false;
+  const row = ev.target.closest(".line[data-line]");
+  if (!row || !current || current.status !== "review") return;
+  commentOn = { path: row.closest(".file-diff").dataset.path, line: Number(row.dataset.line) };
+  $("comment-where").textContent = `Comment on ${commentOn.path}, line ${commentOn.line}`;
+  selectLine($("changes"), row, $("comment-form"));
   $("comment-body").focus();
 });
+$("comment-cancel").addEventListener("click", closeComment);
 $("comment-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   guarded(async () => {
     const id = current.id;
     await client.post(`/v1/tasks/${enc(id)}/comments`, { body: $("comment-body").value, ...commentOn });
     $("comment-body").value = "";
-    $("comment-form").hidden = true;
-    loadComments(id);
+    closeComment();
+    loadChanges(id);
   });
 });
 
-async function loadComments(id) {
-  const res = await guarded(() => client.get(`/v1/tasks/${enc(id)}/comments`));
-  if (!res || !current || current.id !== id) return;
-  $("comments").replaceChildren(...res.comments.map((c) =>
-    el("li", { data: { path: c.path || "", line: String(c.line || "") } }, `${c.path ? `${c.path}${c.line ? `:${c.line}` : ""}: ` : ""}${c.body} — ${c.author}`)));
+// closeComment puts the comment box away (back outside the diff, which is
+// redrawn) and unmarks its line.
+function closeComment() {
+  commentOn = null;
+  $("comment-form").hidden = true;
+  $("pane-changes").append($("comment-form"));
+  for (const r of $("changes").querySelectorAll(".line.selected")) r.classList.remove("selected");
+}
+
+// review approves a task in review, or opens it to say what to change
+// (a reject without feedback discards the build).
+async function review(id, verdict) {
+  if (verdict === "approve") {
+    await guarded(async () => {
+      await client.post(`/v1/tasks/${enc(id)}/approve`);
+      say("");
+      refreshTask(id);
+      loadInbox();
+    });
+    return;
+  }
+  await select(id);
+  $("feedback").focus();
 }
 
 // A reject with feedback revises the build; without, it discards it.
@@ -387,6 +418,7 @@ $("review-form").addEventListener("submit", (ev) => {
     await client.post(`/v1/tasks/${enc(id)}/reject`, { feedback: $("feedback").value });
     $("feedback").value = "";
     refreshTask(id);
+    loadInbox();
   });
 });
 
@@ -448,9 +480,10 @@ function apply(ev) {
     case "file_update":
       tree.apply(p);
       renderTree();
+      if (!$("pane-changes").hidden) reloadChanges(ev.task_id);
       break;
     case "agent_phase":
-      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input"].includes(p.phase)) {
+      if (["completed", "failed", "cancelled", "blocked", "paused", "awaiting_input", "awaiting_approval", "review"].includes(p.phase)) {
         $("status").textContent = p.phase;
         $("status").className = p.phase;
         document.body.dataset.status = p.phase;
@@ -467,7 +500,7 @@ function apply(ev) {
   }
   timeline.add(ev);
   renderTimeline();
-  $("event-count").textContent = `(${lastSeq} events, ${timeline.events.length} kept)`;
+  $("event-count").textContent = timeline.events.length < lastSeq ? `(${lastSeq} events; the last ${timeline.events.length} shown)` : `(${lastSeq} events)`;
 }
 
 function progress(p) {
@@ -570,35 +603,39 @@ function renderTree() {
 
 // ---- changes of a build ----
 
+let changesShown = ""; // task id @ version of the changes shown
+let changesAsked = 0; // an answer to an earlier read is dropped
+
 async function loadChanges(id) {
-  const cs = await guarded(() => client.get(`/v1/tasks/${enc(id)}/changes`));
-  if (!cs || !current || current.id !== id) return;
-  const what = { none: "This task changed no files.", open: "Staged, not applied yet: the build is still working.",
-    applying: "Being applied.", applied: "Applied to the project.", discarded: "Discarded: the build did not succeed, the project was left as it was." };
+  const asked = ++changesAsked;
+  const version = current && current.id === id ? current.version : 0;
+  const [cs, cm] = await Promise.all([guarded(() => client.get(`/v1/tasks/${enc(id)}/changes`)),
+    guarded(() => client.get(`/v1/tasks/${enc(id)}/comments`))]);
+  if (!cs || !cm || !current || current.id !== id || asked !== changesAsked) return;
+  changesShown = `${id}@${version}`;
+  const inReview = current.status === "review";
+  const what = { none: "This task changed no files.",
+    open: inReview ? "Waiting for your review: these changes are staged, not applied. Approve applies them; Reject with feedback asks for a revision."
+      : "Staged, not applied yet: the build is still working.",
+    applying: "Being applied.", applied: "Applied to the project.", discarded: "Discarded: the project was left as it was." };
   $("changes-status").textContent = what[cs.status] || cs.status;
   document.body.dataset.changes = cs.status;
-  $("changes").replaceChildren(...cs.files.map((f) => {
-    const title = f.op === "move" ? `${f.from_path} → ${f.path}` : f.path;
-    const pre = el("pre", { class: "diff" });
-    if (f.binary) pre.append(el("span", { class: "meta", textContent: `binary file, ${f.size} bytes` }));
-    else {
-      // Added and context lines carry their line in the new file: a
-      // reviewer comments on one by clicking it.
-      let next = 0;
-      for (const line of f.diff.split("\n").slice(0, -1)) {
-        const cls = diffLineClass(line);
-        const span = el("span", { class: cls, textContent: line + "\n" });
-        const hunk = /^@@ -\d+(?:,\d+)? \+(\d+)/.exec(line);
-        if (hunk) next = Number(hunk[1]);
-        else if (cls === "add" || cls === "ctx") span.dataset.line = String(next++);
-        pre.append(span);
-      }
-    }
-    const note = f.before_known ? "" : " (earlier version not recorded: shown whole)";
-    return el("div", { class: "file-diff", data: { path: f.path, op: f.op } },
-      el("h4", {}, el("span", { class: `op ${f.op}`, textContent: f.op }), ` ${title}${note}`), pre);
-  }));
+  document.body.dataset.changesVersion = String(version);
+  const where = commentOn;
+  closeComment();
+  const general = renderChanges($("changes"), cs.files, cm.comments);
+  renderGeneral($("comments"), general);
+  $("comments-box").hidden = !general.length;
+  // The line being commented on stays open across a redraw while it is
+  // still in the diff.
+  const row = where && [...$("changes").querySelectorAll(`.file-diff .line[data-line="${where.line}"]`)]
+    .find((r) => r.closest(".file-diff").dataset.path === where.path);
+  if (row && inReview) {
+    commentOn = where;
+    selectLine($("changes"), row, $("comment-form"));
+  }
 }
+const reloadChanges = debounce((id) => { if (current && current.id === id) loadChanges(id); }, 300);
 
 // ---- project files ----
 
@@ -620,8 +657,63 @@ async function showFile(path) {
   if (!f) return;
   $("file-name").textContent = path;
   for (const li of $("files").querySelectorAll("li.file-node")) li.classList.toggle("selected", li.dataset.path === path);
-  $("file-view").textContent = f.binary ? `binary file, ${f.size} bytes` : f.content;
+  const md = !f.binary && isMarkdown(path);
+  $("file-view").textContent = md ? "" : f.binary ? `binary file, ${f.size} bytes` : f.content;
+  $("file-md").hidden = !md;
+  if (md) renderMarkdown($("file-md"), f.content);
+  else $("file-md").replaceChildren();
 }
+
+// ---- documents ----
+
+// The project's documents index: title, type, mandatory and, when its front
+// matter was ignored, why; Refresh reads the project's files again. A
+// document opens rendered as Markdown.
+let docsNext = "";
+
+async function loadDocs(more) {
+  const q = new URLSearchParams({ limit: "100" });
+  if (more && docsNext) q.set("after", docsNext);
+  const res = await guarded(() => client.get(`/v1/projects/${enc(project)}/docs?${q}`));
+  if (!res) return;
+  const rows = res.documents.map((d) => {
+    const tr = el("tr", { class: `doc-row${d.problem ? " problem" : ""}`, data: { path: d.path } },
+      el("td", {}, el("span", { class: "doc-title", textContent: d.title || d.path }), el("br"), el("small", { class: "meta", textContent: d.path }),
+        ...(d.problem ? [el("br"), el("small", { class: "doc-problem", textContent: `front matter ignored: ${d.problem}` })] : [])),
+      el("td", { textContent: d.doc_type || "" }),
+      el("td", {}, d.mandatory ? el("span", { class: "badge mandatory", textContent: "mandatory" }) : ""));
+    tr.addEventListener("click", () => showDoc(d.path, d.title));
+    return tr;
+  });
+  if (more) $("docs").append(...rows);
+  else $("docs").replaceChildren(...rows);
+  docsNext = res.next || "";
+  $("docs-more").hidden = !docsNext;
+  const n = $("docs").children.length;
+  $("docs-count").textContent = n ? `(${n}${docsNext ? "+" : ""})` : "";
+  if (!n) $("docs").replaceChildren(el("tr", {}, el("td", { colSpan: 3, class: "meta", textContent: "No documents indexed yet: press Refresh to read the project's files." })));
+  document.body.dataset.docs = String(res.documents.length ? n : 0);
+}
+
+async function showDoc(path, title) {
+  const f = await guarded(() => client.get(`/v1/projects/${enc(project)}/files/${filePath(path)}`));
+  if (!f) return;
+  $("doc-name").textContent = title ? `${title} · ${path}` : path;
+  for (const tr of $("docs").querySelectorAll("tr.doc-row")) tr.classList.toggle("selected", tr.dataset.path === path);
+  if (f.binary) $("doc-view").textContent = `binary file, ${f.size} bytes`;
+  else if (isMarkdown(path)) renderMarkdown($("doc-view"), f.content);
+  else $("doc-view").replaceChildren(el("pre", { textContent: f.content }));
+  document.body.dataset.doc = path;
+}
+
+$("docs-more").addEventListener("click", () => loadDocs(true));
+$("docs-refresh").addEventListener("click", () => guarded(async () => {
+  $("docs-status").textContent = "Reading the project's files…";
+  const st = await client.post(`/v1/projects/${enc(project)}/docs/index`);
+  $("docs-status").textContent = `${st.documents} document${st.documents === 1 ? "" : "s"}: ${st.read} read again, ${st.removed} removed` +
+    (st.skipped ? `, ${st.skipped} past the limit left out` : "") + ".";
+  await loadDocs(false);
+}));
 
 // ---- inbox ----
 
@@ -636,7 +728,8 @@ async function loadInbox() {
 }
 
 function renderTaskInbox() {
-  renderItems($("task-inbox"), current ? inboxItems.filter((i) => i.task_id === current.id) : []);
+  // The task view's own review form stands for its review item.
+  renderItems($("task-inbox"), current ? inboxItems.filter((i) => i.task_id === current.id && i.kind !== "review_requested") : []);
 }
 
 // renderItems shows items in box, keeping the element of every item shown
@@ -656,7 +749,18 @@ function inboxItem(item) {
     el("strong", { textContent: item.title || item.reason }),
     el("p", { textContent: item.content }));
   const isQuestion = item.kind === "await_user_input" && item.reason === "question";
-  if (isQuestion) {
+  if (item.kind === "review_requested" && item.task_id) {
+    div.querySelector("strong").textContent = "Waiting for your review";
+    const approve = el("button", { type: "button", class: "approve", textContent: "Approve" });
+    approve.addEventListener("click", () => review(item.task_id, "approve"));
+    const reject = el("button", { type: "button", class: "reject", textContent: "Reject…", title: "open the task to say what to change" });
+    reject.addEventListener("click", () => review(item.task_id, "reject"));
+    div.append(el("div", { class: "review-actions" }, approve, reject));
+  } else if (item.reason === "tool_approval" && item.task_id) {
+    const calls = el("div", { class: "tool-calls" });
+    div.append(calls);
+    loadCalls(item.task_id, calls);
+  } else if (isQuestion) {
     const input = el("input", { class: "answer", placeholder: "Your answer" });
     const form = el("form", { class: "answer-form" }, input, el("button", { type: "submit", textContent: "Answer" }));
     form.addEventListener("submit", (e) => {
@@ -682,6 +786,34 @@ function inboxItem(item) {
     div.append(" ", link);
   }
   return div;
+}
+
+// loadCalls shows a task's calls that wait for approval in box, each with
+// its arguments (a write or a patch as a diff), approve, and deny with a
+// message the model reads.
+async function loadCalls(taskId, box) {
+  const res = await guarded(() => client.get(`/v1/tasks/${enc(taskId)}/tool-calls`));
+  if (!res) return;
+  const pending = res.tool_calls.filter((c) => c.status === "pending");
+  box.replaceChildren(...pending.map((c) => {
+    const diff = el("pre", { class: "diff call-diff" },
+      ...callLines(c.tool_name, c.arguments).map((l) => el("span", { class: diffLineClass(l), textContent: l })));
+    const message = el("input", { class: "deny-message", placeholder: "Why not (the agent reads it)" });
+    const answer = (verb, body) => guarded(async () => {
+      await client.post(`/v1/tasks/${enc(taskId)}/tool-calls/${enc(c.tool_call_id)}/${verb}`, body);
+      // The item stays open (and its element kept) until the last answer.
+      loadCalls(taskId, box);
+      loadInbox();
+      refreshTask(taskId);
+    });
+    const approve = el("button", { type: "button", class: "approve-call", textContent: "Approve" });
+    approve.addEventListener("click", () => answer("approve", {}));
+    const deny = el("button", { type: "button", class: "deny-call", textContent: "Deny" });
+    deny.addEventListener("click", () => answer("deny", { message: message.value }));
+    return el("div", { class: "tool-call", data: { call: c.tool_call_id } },
+      el("strong", { textContent: c.tool_name }), c.reason ? el("span", { class: "meta", textContent: ` — ${c.reason}` }) : "",
+      diff, message, approve, deny);
+  }));
 }
 
 // ---- logs ----
@@ -745,7 +877,7 @@ async function loadRuns() {
   $("runs-total").textContent = `Last ${res.days_requested} days: ${sum((d) => d.runs)} runs, ${sum((d) => d.tokens)} tokens, ` +
     `${money(sum((d) => d.cost))}, ${duration(sum((d) => d.waitMs))} waiting for the provider's rate limit`;
   drawRunsChart($("runs-chart"), series);
-  $("runs").replaceChildren(...runRows(res.groups, el));
+  $("runs").replaceChildren(...runRows(res.groups, el, agentName));
   document.body.dataset.runs = $("runs-chart").dataset.runs;
 }
 
@@ -761,4 +893,13 @@ function renderUsageTasks() {
   }));
 }
 
+// signedIn shows how to get a token until a project is open, and keeps
+// Run disabled until then.
+function signedIn(yes) {
+  $("welcome").hidden = yes;
+  $("submit").disabled = !yes;
+  $("submit").title = yes ? "" : "open a project with a token first";
+}
+
+signedIn(false);
 if ($("project").value && $("token").value) open($("project").value.trim(), $("token").value.trim());

@@ -99,15 +99,20 @@ export function drawRunsChart(root, series) {
 }
 
 // runRows are the table's rows: one per group, newest day first, as the
-// summary returns them.
-export function runRows(groups, el) {
+// summary returns them; agentName names a group's agent (by id). Six
+// narrow columns, so that the table fits the side panel: the error code
+// under the status, the tokens under the cost, the rate-limit wait under
+// the durations.
+export function runRows(groups, el, agentName) {
+  const small = (cls, text) => el("small", { class: cls, textContent: text });
   return groups.map((g) => el("tr", { class: "run-group", data: { day: g.day, status: g.status } },
     el("td", { textContent: g.day.slice(5) }),
-    el("td", {}, el("span", { class: `badge ${g.status}`, textContent: g.status })),
-    el("td", { class: "code", textContent: g.error_code || "", title: g.error_code || "" }),
-    el("td", { textContent: String(g.runs), title: `${g.retries} retries` }),
-    el("td", { textContent: String(g.tokens_in + g.tokens_out) }),
-    el("td", { textContent: money(g.cost_usd) }),
-    el("td", { textContent: `${duration(g.avg_ms)} / ${duration(g.p95_ms)} / ${duration(g.max_ms)}` }),
-    el("td", { class: "wait", textContent: duration(g.rate_limit_wait_ms || 0) })));
+    el("td", { class: "agent", textContent: g.agent_id ? agentName(g.agent_id) : "default" }),
+    el("td", {}, el("span", { class: `badge ${g.status}`, textContent: g.status }),
+      ...(g.error_code ? [el("br"), small("code", g.error_code)] : [])),
+    el("td", { class: "num", textContent: String(g.runs), title: `${g.retries} retr${g.retries === 1 ? "y" : "ies"}` }),
+    el("td", { class: "num" }, money(g.cost_usd), el("br"), small("tokens", `${g.tokens_in + g.tokens_out} tok`)),
+    el("td", { class: "num", title: `average ${duration(g.avg_ms)}, p95 ${duration(g.p95_ms)}, max ${duration(g.max_ms)}` },
+      `${duration(g.avg_ms)} avg`, el("br"), small("spread", `p95 ${duration(g.p95_ms)}, max ${duration(g.max_ms)}`), el("br"),
+      small("wait", g.rate_limit_wait_ms ? `waited ${duration(g.rate_limit_wait_ms)}` : "no wait"))));
 }

@@ -102,7 +102,7 @@ export class FileTree {
 
 // The task statuses each control applies to (the task state machine).
 export const CONTROLS = {
-  cancel: ["queued", "running", "paused", "awaiting_input", "waiting", "review"],
+  cancel: ["queued", "running", "paused", "awaiting_input", "awaiting_approval", "waiting", "review"],
   pause: ["queued", "running", "waiting"],
   resume: ["paused"],
   retry: ["failed", "blocked", "cancelled"],
@@ -185,4 +185,54 @@ export function diffLineClass(line) {
   if (line.startsWith("-")) return "del";
   if (line.startsWith("\\")) return "meta";
   return "ctx";
+}
+
+// diffRows numbers the lines of a unified diff on both sides: each row has
+// its class, its text, its line in the old file (del and ctx) and in the
+// new file (add and ctx); headers have neither.
+export function diffRows(diff) {
+  const rows = [];
+  let oldNo = 0;
+  let newNo = 0;
+  for (const line of diff.split("\n").slice(0, -1)) {
+    const cls = diffLineClass(line);
+    const row = { cls, text: line, old: 0, new: 0 };
+    const hunk = /^@@ -(\d+)(?:,\d+)? \+(\d+)/.exec(line);
+    if (hunk) {
+      oldNo = Number(hunk[1]);
+      newNo = Number(hunk[2]);
+    } else if (cls === "add") row.new = newNo++;
+    else if (cls === "del") row.old = oldNo++;
+    else if (cls === "ctx") {
+      row.old = oldNo++;
+      row.new = newNo++;
+    }
+    rows.push(row);
+  }
+  return rows;
+}
+
+// callLines shows a tool call that waits for approval as diff lines: a
+// write as the content it adds, an edit as the text it removes and adds,
+// a patch as itself; any other call as its arguments, indented.
+export function callLines(name, args) {
+  let a;
+  try {
+    a = JSON.parse(args);
+  } catch {
+    return [args];
+  }
+  const lines = (prefix, text) => String(text ?? "").replace(/\n$/, "").split("\n").map((l) => prefix + l);
+  switch (name) {
+    case "write_file":
+      return [`+++ ${a.path}`, ...lines("+", a.content)];
+    case "edit_file":
+      if (typeof a.old_string === "string" || typeof a.new_string === "string") {
+        return [`--- ${a.path}`, `+++ ${a.path}`, ...lines("-", a.old_string), ...lines("+", a.new_string)];
+      }
+      break;
+    case "apply_patch":
+      return lines("", a.patch);
+  }
+  return JSON.stringify(a, null, 2).split("\n");
 }

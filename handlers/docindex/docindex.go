@@ -35,7 +35,7 @@ type Stats struct {
 	Read      int `json:"read"`      // re-read: new, or changed since their row
 	Removed   int `json:"removed"`   // rows removed: their files are gone
 	// Skipped are the documents past MaxDocuments, left out.
-	Skipped int `json:"skipped,omitempty"`
+	Skipped int `json:"skipped"`
 }
 
 // DB is what a refresh needs of the database: queries, and a transaction

@@ -1,5 +1,5 @@
 -- Control: every control action on a task (cancel, pause, resume, retry,
--- answer, approve, reject) through agentworker_control_task, the functions
+-- answer, approve, reject, approve_call, deny_call) through agentworker_control_task, the functions
 -- apps call for each, and the broadcast of one action over a project's
 -- tasks.
 
@@ -16,9 +16,14 @@
 -- set is being applied is refused with the reason: its files are landing,
 -- and a cancel never reports one outcome while another happens. Retry starts
 -- the task's retry budget over; resume closes its open budget items.
+-- approve_call and deny_call answer one tool call (p_tool_call_id) of a
+-- task awaiting approval, deny_call with p_answer as the message the model
+-- reads; the answer to the last call that waits queues the task, an
+-- earlier one only moves its version ("waiting": the calls still waiting).
+DROP FUNCTION IF EXISTS agentworker_control_task(uuid, text, integer, text, text);
 CREATE OR REPLACE FUNCTION agentworker_control_task(
     p_task_id uuid, p_action text, p_expected_version integer DEFAULT NULL,
-    p_actor text DEFAULT NULL, p_answer text DEFAULT NULL)
+    p_actor text DEFAULT NULL, p_answer text DEFAULT NULL, p_tool_call_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -34,6 +39,8 @@ DECLARE
     v_result  jsonb;
     v_pending boolean := false;
     v_withdraw boolean := false;
+    v_call    tool_approvals%ROWTYPE;
+    v_waiting integer := 0;
 BEGIN
     SELECT * INTO v_task FROM ai_tasks WHERE id = p_task_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -42,7 +49,7 @@ BEGIN
     END IF;
 
     CASE p_action
-        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting', 'review'];
+        WHEN 'cancel' THEN v_target := 'cancelled'; v_sources := ARRAY['queued', 'running', 'paused', 'awaiting_input', 'waiting', 'review', 'awaiting_approval'];
         WHEN 'pause'  THEN v_target := 'paused';    v_sources := ARRAY['queued', 'running', 'waiting'];
         WHEN 'resume' THEN v_target := 'queued';    v_sources := ARRAY['paused'];
         WHEN 'retry'  THEN v_target := 'queued';    v_sources := ARRAY['failed', 'blocked', 'cancelled'];
@@ -54,13 +61,22 @@ BEGIN
         WHEN 'reject' THEN
             v_target := CASE WHEN coalesce(btrim(p_answer), '') = '' THEN 'cancelled' ELSE 'queued' END;
             v_sources := ARRAY['review'];
+        WHEN 'approve_call', 'deny_call' THEN v_target := 'queued'; v_sources := ARRAY['awaiting_approval'];
         ELSE v_target := NULL;
     END CASE;
+    IF p_action IN ('approve_call', 'deny_call') THEN
+        SELECT * INTO v_call FROM tool_approvals WHERE task_id = p_task_id AND tool_call_id = p_tool_call_id;
+        SELECT count(*) INTO v_waiting FROM tool_approvals
+        WHERE task_id = p_task_id AND status = 'pending' AND tool_call_id IS DISTINCT FROM p_tool_call_id;
+    END IF;
     v_withdraw := p_action = 'resume' AND v_task.status = 'running' AND v_task.pause_requested;
 
     IF v_target IS NULL THEN
         v_outcome := 'invalid';
-        v_error := format('unknown action %L: want cancel, pause, resume, retry, answer, approve or reject', p_action);
+        v_error := format('unknown action %L: want cancel, pause, resume, retry, answer, approve, reject, approve_call or deny_call', p_action);
+    ELSIF p_action IN ('approve_call', 'deny_call') AND coalesce(p_tool_call_id, '') = '' THEN
+        v_outcome := 'invalid';
+        v_error := 'a tool_call_id is required';
     ELSIF p_action = 'answer' AND coalesce(btrim(p_answer), '') = '' THEN
         v_outcome := 'invalid';
         v_error := 'an answer is required';
@@ -74,6 +90,12 @@ BEGIN
                          WHERE from_status = v_task.status AND to_status = v_target) THEN
         v_outcome := 'rejected';
         v_error := format('cannot %s a %s task', p_action, v_task.status);
+    ELSIF p_action IN ('approve_call', 'deny_call') AND v_call.task_id IS NULL THEN
+        v_outcome := 'not_found';
+        v_error := format('tool call %s of task %s not found', p_tool_call_id, p_task_id);
+    ELSIF p_action IN ('approve_call', 'deny_call') AND v_call.status <> 'pending' THEN
+        v_outcome := 'rejected';
+        v_error := format('tool call %s of task %s is already %s', p_tool_call_id, p_task_id, v_call.status);
     ELSIF p_action = 'reject' AND v_target = 'queued' AND v_task.input ? 'plan_task_id' THEN
         -- Such a build replays its plan's recorded decisions rather than a
         -- conversation, so there is nothing feedback could revise.
@@ -89,7 +111,23 @@ BEGIN
     END IF;
 
     PERFORM set_config('agentworker.requeue', 'on', true);
-    IF v_outcome = 'applied' AND v_withdraw THEN
+    IF v_outcome = 'applied' AND p_action IN ('approve_call', 'deny_call') THEN
+        UPDATE tool_approvals SET status = CASE WHEN p_action = 'approve_call' THEN 'approved' ELSE 'denied' END,
+            message = CASE WHEN p_action = 'deny_call' THEN nullif(btrim(p_answer), '') END,
+            resolver = v_actor, answered_at = now()
+        WHERE task_id = p_task_id AND tool_call_id = p_tool_call_id
+        RETURNING * INTO v_call;
+        INSERT INTO agent_events (task_id, project_id, type, payload)
+        VALUES (p_task_id, v_task.project_id, 'tool_approval_answered', jsonb_build_object(
+            'toolCallId', v_call.tool_call_id, 'toolName', v_call.tool_name,
+            'decision', v_call.status, 'message', v_call.message, 'actor', v_actor, 'waiting', v_waiting));
+    END IF;
+    IF v_outcome = 'applied' AND p_action IN ('approve_call', 'deny_call') AND v_waiting > 0 THEN
+        -- Other calls of the turn still wait: the task stays where it is.
+        UPDATE ai_tasks SET version = version + 1, updated_at = now()
+        WHERE id = p_task_id
+        RETURNING * INTO v_task;
+    ELSIF v_outcome = 'applied' AND v_withdraw THEN
         -- The loop has not reached its boundary yet: it simply goes on.
         UPDATE ai_tasks SET pause_requested = false, version = version + 1, updated_at = now()
         WHERE id = p_task_id
@@ -138,6 +176,10 @@ BEGIN
         IF p_action = 'approve' THEN
             UPDATE ai_tasks SET approved = true WHERE id = p_task_id;
         END IF;
+        IF p_action IN ('approve_call', 'deny_call', 'cancel') THEN
+            UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
+            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'tool_approval' AND status = 'open';
+        END IF;
         IF p_action = 'answer' THEN
             UPDATE inbox_items SET status = 'closed', answer = p_answer, resolver = v_actor,
                 resolved_at = now(), version = version + 1
@@ -153,7 +195,9 @@ BEGIN
 
     v_result := jsonb_build_object('outcome', v_outcome, 'task_id', p_task_id, 'action', p_action,
         'from', CASE WHEN v_outcome = 'applied' THEN NULL ELSE v_task.status END,
-        'status', v_task.status, 'version', v_task.version, 'error', v_error, 'pending', v_pending);
+        'status', v_task.status, 'version', v_task.version, 'error', v_error, 'pending', v_pending)
+        || CASE WHEN p_action IN ('approve_call', 'deny_call') THEN jsonb_build_object('tool_call_id', p_tool_call_id, 'waiting', v_waiting)
+                ELSE '{}' END;
 
     -- The audit event: who, what, outcome, whatever the outcome.
     INSERT INTO agent_events (task_id, project_id, type, payload)
@@ -164,13 +208,18 @@ BEGIN
                                   THEN format('pause requested by %s: the task pauses at its next iteration boundary', v_actor)
                                   WHEN v_withdraw
                                   THEN format('resume by %s: the pending pause is withdrawn; the task goes on', v_actor)
+                                  WHEN p_action IN ('approve_call', 'deny_call') AND v_waiting > 0
+                                  THEN format('%s %s by %s: %s more call(s) wait for an answer', p_action, p_tool_call_id, v_actor, v_waiting)
+                                  WHEN p_action IN ('approve_call', 'deny_call')
+                                  THEN format('%s %s by %s: task is now %s', p_action, p_tool_call_id, v_actor, v_task.status)
                                   ELSE format('%s by %s: task is now %s', p_action, v_actor, v_task.status) END
                         ELSE format('%s by %s refused (%s): %s', p_action, v_actor, v_outcome, v_error) END,
         'metadata', jsonb_build_object('audit', true, 'actor', v_actor, 'action', p_action,
             'outcome', v_outcome, 'status', v_task.status, 'version', v_task.version, 'pending', v_pending,
-            'expectedVersion', p_expected_version, 'error', v_error)));
+            'expectedVersion', p_expected_version, 'error', v_error)
+            || CASE WHEN p_tool_call_id IS NOT NULL THEN jsonb_build_object('toolCallId', p_tool_call_id) ELSE '{}' END));
 
-    IF v_outcome = 'applied' AND NOT v_pending AND NOT v_withdraw THEN
+    IF v_outcome = 'applied' AND NOT v_pending AND NOT v_withdraw AND v_waiting = 0 THEN
         -- The lifecycle event; cancelled is terminal for followers.
         INSERT INTO agent_events (task_id, project_id, type, payload)
         VALUES (p_task_id, v_task.project_id, 'agent_phase', jsonb_build_object(
@@ -190,8 +239,10 @@ $$;
 -- The control functions apps call, checked against the caller. A task the
 -- caller may not see gets the answer a missing task gets, with no audit
 -- event either, so the two cannot be told apart.
+DROP FUNCTION IF EXISTS agentworker_control_for_caller(uuid, text, integer, text, text);
 CREATE OR REPLACE FUNCTION agentworker_control_for_caller(
-    p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text DEFAULT NULL)
+    p_task_id uuid, p_action text, p_expected_version integer, p_actor text, p_answer text DEFAULT NULL,
+    p_tool_call_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -199,7 +250,7 @@ BEGIN
         RETURN jsonb_build_object('outcome', 'not_found', 'task_id', p_task_id, 'action', p_action,
             'error', format('task %s not found', p_task_id));
     END IF;
-    RETURN agentworker_control_task(p_task_id, p_action, p_expected_version, p_actor, p_answer);
+    RETURN agentworker_control_task(p_task_id, p_action, p_expected_version, p_actor, p_answer, p_tool_call_id);
 END
 $$;
 
@@ -259,6 +310,16 @@ AS $$ SELECT agentworker_control_for_caller(task_id, 'approve', expected_version
 CREATE OR REPLACE FUNCTION agentworker_reject_task(task_id uuid, feedback text DEFAULT NULL, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
 RETURNS jsonb LANGUAGE sql SECURITY DEFINER
 AS $$ SELECT agentworker_control_for_caller(task_id, 'reject', expected_version, actor, feedback) $$;
+
+-- A tool call that waits for approval: approved, it runs when the task
+-- goes on; denied, the model reads message as the call's failed result.
+CREATE OR REPLACE FUNCTION agentworker_approve_tool_call(task_id uuid, tool_call_id text, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'approve_call', expected_version, actor, NULL, tool_call_id) $$;
+
+CREATE OR REPLACE FUNCTION agentworker_deny_tool_call(task_id uuid, tool_call_id text, message text DEFAULT NULL, expected_version integer DEFAULT NULL, actor text DEFAULT NULL)
+RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+AS $$ SELECT agentworker_control_for_caller(task_id, 'deny_call', expected_version, actor, message, tool_call_id) $$;
 
 -- agentworker_broadcast applies one control action (pause, resume, cancel or
 -- retry) to a project's tasks, each through agentworker_control_task: the
@@ -348,8 +409,8 @@ $$;
 -- Settings: the functions above are the owner's only, on this schema's
 -- search path, until granted here.
 SELECT agentworker_make_internal(VARIADIC ARRAY[
-    'agentworker_control_task(uuid, text, integer, text, text)',
-    'agentworker_control_for_caller(uuid, text, integer, text, text)',
+    'agentworker_control_task(uuid, text, integer, text, text, text)',
+    'agentworker_control_for_caller(uuid, text, integer, text, text, text)',
     'agentworker_cancel_task(uuid, integer, text)',
     'agentworker_pause_task(uuid, integer, text)',
     'agentworker_resume_task(uuid, integer, text)',
@@ -358,6 +419,8 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'agentworker_answer_input(uuid, text, integer, text)',
     'agentworker_approve_task(uuid, integer, text)',
     'agentworker_reject_task(uuid, text, integer, text)',
+    'agentworker_approve_tool_call(uuid, text, integer, text)',
+    'agentworker_deny_tool_call(uuid, text, text, integer, text)',
     'agentworker_broadcast(text, uuid, text[], uuid[], jsonb, text, uuid, integer)',
     'agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)']::regprocedure[]);
 GRANT EXECUTE ON FUNCTION
@@ -368,5 +431,7 @@ GRANT EXECUTE ON FUNCTION
     agentworker_answer_input(uuid, text, integer, text),
     agentworker_approve_task(uuid, integer, text),
     agentworker_reject_task(uuid, text, integer, text),
+    agentworker_approve_tool_call(uuid, text, integer, text),
+    agentworker_deny_tool_call(uuid, text, text, integer, text),
     agentworker_broadcast_tasks(text, uuid, text[], uuid[], jsonb, text, uuid, integer)
 TO authenticated, service_role;

@@ -57,6 +57,8 @@ type Options struct {
 	// its default); the statement count sets it long, so that a tool slowed
 	// by a loaded machine does not write its tool_start on its own.
 	toolStartDelay time.Duration
+	// projectMaxRunning is the worker's WORKER_PROJECT_MAX_RUNNING.
+	projectMaxRunning int
 }
 
 // Percentiles of a latency distribution, in milliseconds.
@@ -106,6 +108,8 @@ type Report struct {
 	Graph    Graph    `json:"graph"`
 
 	ProviderLimit ProviderLimit `json:"provider_limit"`
+	Storm         Storm         `json:"storm"`
+	Fairness      Fairness      `json:"fairness"`
 	Retention     Retention     `json:"retention"`
 
 	RSSMB struct {
@@ -160,6 +164,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"steady", runSteady},
 		{"replicas", runReplicas},
 		{"provider-limit", runProviderLimit},
+		{"storm", runStorm},
+		{"fairness", runFairness},
 		{"graph", runGraph},
 		{"retention", runRetention},
 		{"memory", runMemory},

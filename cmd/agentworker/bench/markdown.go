@@ -81,6 +81,28 @@ func (r Report) Markdown() string {
 			fmt.Sprintf("%d; %d/%d (%.0f %%); %.1f s ÷ %.0f s = %.2f×", run.Failed, run.Refused, run.Answered, 100*run.RefusedRatio, run.WallS, run.IdealS, run.WallRatio),
 			"", "0; ≤ 10 %; ≤ 1.3×")
 	}
+	if st := r.Storm; st.Tasks > 0 {
+		for _, run := range []struct {
+			name string
+			run  ProviderLimitRun
+		}{{"calm", st.Calm}, {fmt.Sprintf("%.0f %% refused at random", 100*st.Share), st.Storm}} {
+			row(fmt.Sprintf("%d builds, one serve process, provider %s: failed; refused/answered; wall", st.Tasks, run.name),
+				fmt.Sprintf("%d; %d/%d (%.2f×); %.1f s", run.run.Failed, run.run.Refused, run.run.Answered, run.run.RefusedRatio, run.run.WallS),
+				"", "0; ≤ 2×")
+		}
+		row("storm wall less calm wall (s)", fmt.Sprintf("%.1f", st.ExtraS), "", "≤ 20")
+	}
+	fa := r.Fairness
+	for _, run := range fa.Runs {
+		cap := "no per-project cap"
+		if run.Cap > 0 {
+			cap = fmt.Sprintf("WORKER_PROJECT_MAX_RUNNING=%d", run.Cap)
+		}
+		row(fmt.Sprintf("one project's %d queued, WORKER_CONCURRENCY=%d, %.0f ms model, %s: another project's task insert → start (s); the backlog's tasks/s alone → beside it", fa.Backlog, fa.Concurrency, fa.ModelDelayMS, cap),
+			fmt.Sprintf("p50 %.2f / p99 %.2f, %d of %d not started in a minute; %.2f → %.2f (%.0f %%)", run.StartS.P50, run.StartS.P99, run.Unstarted, run.Probes,
+				run.AlonePerS, run.BesidePerS, 100*(ratio(run.BesidePerS, run.AlonePerS)-1)),
+			"", "p99 ≤ 5 s; ≥ −10 %")
+	}
 	r.Retention.rows(row)
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")

@@ -91,6 +91,12 @@ func (t *timedHandlers) startedAt(id uuid.UUID) time.Time {
 	return t.started[id]
 }
 
+func (t *timedHandlers) finishedAt(id uuid.UUID) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.finished[id]
+}
+
 // pipeline is our worker over one scenario database.
 type pipeline struct {
 	db    *database
@@ -118,7 +124,8 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 		return nil, err
 	}
 	timed := newTimedHandlers()
-	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, ActiveLimit: opts.ActiveLimit, Logger: opts.Logger, Announcer: ann})
+	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, ActiveLimit: opts.ActiveLimit,
+		ProjectMaxRunning: opts.projectMaxRunning, Logger: opts.Logger, Announcer: ann})
 	if err != nil {
 		_ = model.Close()
 		return nil, err

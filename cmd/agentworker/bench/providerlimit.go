@@ -53,10 +53,12 @@ func runProviderLimit(ctx context.Context, opts Options, r *Report) error {
 	root, _ := filesRoot()
 	for _, headers := range []bool{false, true} {
 		for _, k := range counts {
-			run, err := providerLimitRun(ctx, opts, root, k, headers, p)
+			run, err := providerLimitRun(ctx, opts, root, k, &scripted.RateLimit{RPS: p.RPS, Headers: headers}, p.Tasks)
 			if err != nil {
 				return fmt.Errorf("%d replicas (headers %t): %w", k, headers, err)
 			}
+			run.IdealS = ratio(float64(p.Tasks*p.CallsPerTask), p.RPS)
+			run.WallRatio = ratio(run.WallS, run.IdealS)
 			p.Runs = append(p.Runs, run)
 		}
 	}
@@ -65,9 +67,14 @@ func runProviderLimit(ctx context.Context, opts Options, r *Report) error {
 	return nil
 }
 
-func providerLimitRun(ctx context.Context, opts Options, root string, k int, headers bool, p *ProviderLimit) (ProviderLimitRun, error) {
-	run := ProviderLimitRun{Replicas: k, Headers: headers}
-	limit := &scripted.RateLimit{RPS: p.RPS, Headers: headers}
+// providerLimitRun works tasks two-call builds with k serve processes
+// against a provider refusing as limit says (nil: never), after a warm-up
+// task per process, and counts what the provider answered and refused.
+func providerLimitRun(ctx context.Context, opts Options, root string, k int, limit *scripted.RateLimit, tasks int) (ProviderLimitRun, error) {
+	run := ProviderLimitRun{Replicas: k, Headers: limit != nil && limit.Headers}
+	if limit == nil {
+		limit = &scripted.RateLimit{}
+	}
 	model, err := scripted.ListenLoopbackLimited(instantModel(), limit)
 	if err != nil {
 		return run, err
@@ -105,8 +112,8 @@ func providerLimitRun(ctx context.Context, opts Options, root string, k int, hea
 	var inserted time.Time
 	if err := db.pool.QueryRow(ctx, `WITH t AS (INSERT INTO ai_tasks (project_id, type, prompt)
 		SELECT gen_random_uuid(), 'build', 'provider-limit' FROM generate_series(1, $1) RETURNING created_at)
-		SELECT min(created_at) FROM t`, p.Tasks).Scan(&inserted); err != nil {
-		return run, fmt.Errorf("queue %d tasks: %w", p.Tasks, err)
+		SELECT min(created_at) FROM t`, tasks).Scan(&inserted); err != nil {
+		return run, fmt.Errorf("queue %d tasks: %w", tasks, err)
 	}
 	deadline := time.Now().Add(15 * time.Minute)
 	for {
@@ -139,7 +146,5 @@ func providerLimitRun(ctx context.Context, opts Options, root string, k int, hea
 	run.Answered, run.Refused = answered-answered0, refused-refused0
 	run.RefusedRatio = ratio(float64(run.Refused), float64(run.Answered))
 	run.WallS = ratio(finished.Sub(inserted).Seconds(), 1)
-	run.IdealS = ratio(float64(p.Tasks*p.CallsPerTask), p.RPS)
-	run.WallRatio = ratio(run.WallS, run.IdealS)
 	return run, nil
 }

@@ -344,7 +344,7 @@ func startServe(ctx context.Context, opts Options, db *database, dir, modelURL s
 	cmd := exec.CommandContext(ctx, opts.Binary, "serve")
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+db.url, "STORAGE_DIR="+dir, "OPENAI_BASE_URL="+modelURL, "OPENAI_API_KEY=bench",
-		"LLM_MODEL=bench", "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=error", "S3_ENDPOINT=",
+		"LLM_MODEL=bench", "LLM_PRICES=bench=0:0", "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=error", "S3_ENDPOINT=",
 		"WORKER_CONCURRENCY="+strconv.Itoa(concurrency))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

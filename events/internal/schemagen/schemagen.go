@@ -27,26 +27,27 @@ import (
 // payloads are the payload types in protocol order.
 var payloadTypes = []events.Payload{
 	events.AgentPhase{}, events.ToolCall{}, events.FileUpdate{}, events.SelfRepair{},
-	events.Log{}, events.Error{}, events.Progress{},
+	events.Log{}, events.Error{}, events.Progress{}, events.ToolApprovalRequested{}, events.ToolApprovalAnswered{},
 }
 
 // enums maps a payload field to the constants that are its values: a
 // constant name prefix (untyped constants) or a named type.
 var enums = map[string]string{
-	"AgentPhase.Phase":  "Phase",
-	"AgentPhase.Action": "Action",
-	"AgentPhase.Status": "task status",
-	"FileUpdate.Op":     "Op",
-	"Log.Level":         "Level",
-	"SelfRepair.Result": "Result",
-	"Progress.Kind":     "ProgressKind",
+	"AgentPhase.Phase":              "Phase",
+	"AgentPhase.Action":             "Action",
+	"AgentPhase.Status":             "task status",
+	"FileUpdate.Op":                 "Op",
+	"Log.Level":                     "Level",
+	"SelfRepair.Result":             "Result",
+	"Progress.Kind":                 "ProgressKind",
+	"ToolApprovalAnswered.Decision": "Decision",
 }
 
 // fixed are enumerations that have no constants in package events.
 var fixed = map[string][]string{
 	"Action":      {"enter", "exit"},
 	"Result":      {"pending", "success", "failed"},
-	"task status": {"queued", "running", "succeeded", "failed", "blocked", "cancelled", "paused", "awaiting_input", "waiting", "review"},
+	"task status": {"queued", "running", "succeeded", "failed", "blocked", "cancelled", "paused", "awaiting_input", "waiting", "review", "awaiting_approval"},
 }
 
 // source is what the generator reads from the package's Go files.
@@ -115,7 +116,7 @@ func parse(dir string) (*source, error) {
 							src.consts[id.Name] = append(src.consts[id.Name], v)
 							continue
 						}
-						for _, prefix := range []string{"Phase", "Op", "Level"} {
+						for _, prefix := range []string{"Phase", "Op", "Level", "Decision"} {
 							if strings.HasPrefix(n.Name, prefix) {
 								src.prefixed[prefix] = append(src.prefixed[prefix], v)
 							}
