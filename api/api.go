@@ -110,6 +110,11 @@ type Config struct {
 	// AGENTS.md (RULES_FALLBACKS), which the documents index counts as
 	// documents. Defaults (nil) to CLAUDE.md; empty and non-nil: none.
 	RuleFallbacks []string
+	// ProjectMaxCostUSDPerDay is the daily cost cap of a project without
+	// its own (PROJECT_MAX_COST_USD_PER_DAY): the settings read shows it,
+	// and a change of a project's cap resumes its tasks paused at the cap
+	// when the project is under the new one. Defaults to 0: no cap.
+	ProjectMaxCostUSDPerDay float64
 }
 
 // API serves the /v1 routes.
@@ -189,6 +194,8 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/projects/{id}/usage", scope: projectScope, handle: a.usage},
 		{pattern: "GET /v1/projects/{id}/logs", scope: projectScope, handle: a.logs},
 		{pattern: "GET /v1/projects/{id}/runs/summary", scope: projectScope, handle: a.runSummary},
+		{pattern: "GET /v1/projects/{id}/settings", scope: projectScope, handle: a.projectSettings},
+		{pattern: "PATCH /v1/projects/{id}/settings", scope: projectScope, handle: a.setProjectSettings},
 		{pattern: "GET /v1/projects/{id}/docs", scope: projectScope, handle: a.listDocuments},
 		{pattern: "POST /v1/projects/{id}/docs/index", scope: projectScope, handle: a.indexDocuments},
 		{pattern: "GET /v1/tasks/{id}", scope: taskScope, handle: a.getTask},

@@ -54,6 +54,7 @@ type envOpts struct {
 	auditPerMinute                 int           // refusals audited per actor a minute; 0: the default
 	revocationCheck                time.Duration // how often open streams' tokens are checked; 0: the default
 	prices                         llm.Prices    // besides the built-in list; nil: that list
+	dayCap                         float64       // PROJECT_MAX_COST_USD_PER_DAY
 }
 
 // setup serves the API as agentworker serve wires it, on a fresh database.
@@ -70,7 +71,7 @@ func setup(t *testing.T, o envOpts) *env {
 	go func() { defer close(hubDone); _ = hub.Run(ctx) }()
 	cfg := api.Config{AllowedOrigins: o.origins, Verifier: e.verifier, Store: o.store,
 		MaxStreams: o.maxStreams, MaxStreamsPerToken: o.maxStreamsPerToken, AuditPerActorPerMinute: o.auditPerMinute,
-		RevocationCheck: o.revocationCheck}
+		RevocationCheck: o.revocationCheck, ProjectMaxCostUSDPerDay: o.dayCap}
 	if o.prices != nil {
 		cfg.Prices = llm.DefaultPrices()
 		maps.Copy(cfg.Prices, o.prices)

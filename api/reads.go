@@ -47,23 +47,27 @@ type TaskView struct {
 	Title string `json:"title,omitempty"`
 	// PausePending: a pause of the running task was requested and takes
 	// effect at its next iteration.
-	PausePending bool            `json:"pause_pending,omitempty"`
-	Model        string          `json:"model,omitempty"`
-	Attempt      int             `json:"attempt"`
-	Iterations   int             `json:"iterations"`
-	TokensIn     int64           `json:"tokens_in"`
-	TokensOut    int64           `json:"tokens_out"`
-	CostUSD      float64         `json:"cost_usd"`
-	Summary      string          `json:"summary,omitempty"`
-	ErrorMessage string          `json:"error_message,omitempty"`
-	Input        json.RawMessage `json:"input,omitempty"`
-	Result       json.RawMessage `json:"result,omitempty"`
-	Error        json.RawMessage `json:"error,omitempty"`
-	Version      int             `json:"version"`
-	CreatedAt    time.Time       `json:"created_at"`
-	UpdatedAt    time.Time       `json:"updated_at"`
-	StartedAt    *time.Time      `json:"started_at,omitempty"`
-	FinishedAt   *time.Time      `json:"finished_at,omitempty"`
+	PausePending bool    `json:"pause_pending,omitempty"`
+	Model        string  `json:"model,omitempty"`
+	Attempt      int     `json:"attempt"`
+	Iterations   int     `json:"iterations"`
+	TokensIn     int64   `json:"tokens_in"`
+	TokensOut    int64   `json:"tokens_out"`
+	CostUSD      float64 `json:"cost_usd"`
+	// Tree is the spend of the tree the task is part of: its root with
+	// every descendant, deleted ones included, beside the task's own
+	// (GET /v1/tasks/{id} only).
+	Tree         *agentsql.TreeSpend `json:"tree,omitempty"`
+	Summary      string              `json:"summary,omitempty"`
+	ErrorMessage string              `json:"error_message,omitempty"`
+	Input        json.RawMessage     `json:"input,omitempty"`
+	Result       json.RawMessage     `json:"result,omitempty"`
+	Error        json.RawMessage     `json:"error,omitempty"`
+	Version      int                 `json:"version"`
+	CreatedAt    time.Time           `json:"created_at"`
+	UpdatedAt    time.Time           `json:"updated_at"`
+	StartedAt    *time.Time          `json:"started_at,omitempty"`
+	FinishedAt   *time.Time          `json:"finished_at,omitempty"`
 }
 
 // TaskList is the answer of GET /v1/projects/{id}/tasks.
@@ -143,6 +147,11 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) error {
 	if v.DependsOn, v.Dependents, v.Children, err = agentsql.TaskRelations(r.Context(), a.pool, t.ID); err != nil {
 		return err
 	}
+	tree, err := agentsql.TaskTreeSpend(r.Context(), a.pool, t.ID)
+	if err != nil {
+		return err
+	}
+	v.Tree = &tree
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 // status from the runs summary of real runs — two chat tasks that succeed
 // (the provider makes the first call wait for its rate limit) and one that
 // fails — with the groups' tokens, cost, durations and waits beside it; a
-// task's view shows its trace id.
+// task's view shows its trace id and its tree's spend beside its own.
 func TestRunsChartInChromium(t *testing.T) {
 	t.Parallel()
 	chromium(t)
@@ -106,13 +106,25 @@ func TestRunsChartInChromium(t *testing.T) {
 	}
 	screenshot(t, ctx, "runs-chart")
 
-	// A task's view names the trace of the request that created it.
+	// A task's view names the trace of the request that created it, and
+	// the spend of its tree beside its own (a child that spent 1,000 tokens).
 	task, err := agentsql.GetTask(t.Context(), c.pool, ids[0])
 	if err != nil || task.TraceID == "" {
 		t.Fatalf("task %s: trace %q, %v; want the create's", ids[0], task.TraceID, err)
 	}
+	var child uuid.UUID
+	if err := c.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status, parent_task_id)
+		VALUES ($1, 'chat', 'a child', 'paused', $2) RETURNING id`, c.project, task.ID).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.pool.Exec(t.Context(), `UPDATE ai_tasks SET tokens_in = 600, tokens_out = 400, cost = 0.5 WHERE id = $1`, child); err != nil {
+		t.Fatal(err)
+	}
+	tree := fmt.Sprintf("tree of 2 tasks: %d tokens", task.TokensIn+task.TokensOut+1000)
 	run(t, ctx, "open a task",
 		click(fmt.Sprintf(`tr.task-row[data-id="%s"]`, task.ID)),
 		until(fmt.Sprintf(`document.getElementById("task-meta").textContent.includes("trace %s")`, task.TraceID)),
+		until(fmt.Sprintf(`document.getElementById("task-meta").textContent.includes(%q)`, tree)),
 	)
+	screenshot(t, ctx, "task-tree-spend")
 }

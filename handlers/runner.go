@@ -105,6 +105,17 @@ type Config struct {
 	// MaxIterations is the iteration budget. Defaults to no token or cost
 	// limit.
 	Budget Budget
+	// ProjectMaxCostUSDPerDay is the daily cost cap of a project without
+	// its own (project_settings): before each model call the project's
+	// spend of the UTC day is read, and at the cap the task pauses with a
+	// budget_exceeded inbox item. Defaults to 0: no cap.
+	ProjectMaxCostUSDPerDay float64
+	// DayCapRecheck is how long, with no ProjectMaxCostUSDPerDay, a project
+	// found without a cap of its own is taken to have none before its
+	// settings are read again: the model calls of uncapped projects read
+	// nothing, and a cap the owner sets holds on running tasks within it.
+	// Defaults to 1 second.
+	DayCapRecheck time.Duration
 	// Prices prices the model's usage for task cost and cost budgets. A
 	// task whose own or agent's model is not listed fails
 	// (CodeModelUnpriced) before calling it. Defaults to llm.DefaultPrices().
@@ -161,6 +172,9 @@ func (c Config) withDefaults() Config {
 		c.MaxRepairAttempts = 2
 	case c.MaxRepairAttempts < 0:
 		c.MaxRepairAttempts = 0
+	}
+	if c.DayCapRecheck <= 0 {
+		c.DayCapRecheck = time.Second
 	}
 	if c.RepairBudget <= 0 {
 		c.RepairBudget = 5
@@ -242,10 +256,11 @@ func (r *Runner) openChangeSet(ctx context.Context, task agentsql.Task, at Attem
 
 // Runner runs claimed tasks through the phases of the task runner.
 type Runner struct {
-	deps    Deps
-	cfg     Config
-	prompts *prompts.Set
-	files   *tools.Cache // shared by every task of the process
+	deps     Deps
+	cfg      Config
+	prompts  *prompts.Set
+	files    *tools.Cache // shared by every task of the process
+	uncapped *uncapped    // projects found without a daily cap
 }
 
 // NewRunner validates deps and applies config defaults.
@@ -261,7 +276,8 @@ func NewRunner(deps Deps, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Runner{deps: deps, cfg: cfg, prompts: set, files: tools.NewCache(cfg.FileCacheBytes)}, nil
+	return &Runner{deps: deps, cfg: cfg, prompts: set, files: tools.NewCache(cfg.FileCacheBytes),
+		uncapped: newUncapped(cfg.DayCapRecheck)}, nil
 }
 
 // Handler runs one claimed task of its type.

@@ -32,13 +32,15 @@ import (
 // (the claim writes its events, reads the pause request and opens the
 // change set), the context 1 (the project's documents rows and the task's
 // dependencies' results, in one statement; the index is written only when
-// a document changed), events 1, stage the write 1, checkpoint 2 (the iteration's
+// a document changed), the project's daily cap 1 (read before the first
+// call; a project found without one is not read again for a second),
+// events 1, stage the write 1, checkpoint 2 (the iteration's
 // events with the second iteration's start unless a pause was requested,
 // and the checkpoint: one round trip), mark applying 1, finish 3 (the
 // events since, change set, task: one round trip). Statements sent
 // together in one pipeline are one round trip. README quotes these
 // figures (go test -update rewrites its sentence).
-const buildStatements, buildRoundTrips = 10, 7
+const buildStatements, buildRoundTrips = 11, 8
 
 // statementLog records the statements a pool sends while on.
 type statementLog struct {
@@ -136,7 +138,9 @@ func (l *statementLog) ours() []statement {
 		switch {
 		case strings.HasPrefix(s.sql, "-- name:"), strings.HasPrefix(s.sql, "SELECT pg_notify("),
 			strings.Contains(s.sql, "agentworker_flag_idle"), strings.Contains(s.sql, "agentworker_take_over_lapsed"),
-			strings.Contains(s.sql, "NOT EXISTS ( SELECT 1 FROM river_job j"):
+			strings.Contains(s.sql, "NOT EXISTS ( SELECT 1 FROM river_job j"),
+			strings.Contains(s.sql, "agentworker_release_stranded"), strings.Contains(s.sql, "agentworker_resume_under_cap"),
+			strings.Contains(s.sql, "agentworker_prepare_event_partitions"), strings.Contains(s.sql, "DELETE FROM project_day_spend"):
 			continue
 		case s.sql == "begin":
 			open[s.conn] = &openTx{begin: len(out)}

@@ -20,6 +20,8 @@ const (
 	CodeAwaitingInput = "awaiting_input"
 	// CodeBudget prefixes the budget spent: budget_max_tokens, ...
 	CodeBudget = "budget"
+	// CodeDayCap: the project's daily cost cap is reached.
+	CodeDayCap = "budget_project_day"
 	// CodeInvalidInput: the task's input (budget, allowed_paths) is malformed.
 	CodeInvalidInput = "invalid_input"
 )
@@ -28,6 +30,9 @@ const (
 const (
 	ReasonQuestion = "question"
 	ReasonBudget   = "budget"
+	// ReasonBudgetExceeded: the project's daily cost cap is reached; the
+	// task resumes when the cap is raised or the UTC day turns.
+	ReasonBudgetExceeded = "budget_exceeded"
 	// AlertRepeat: the agent repeats the same actions.
 	AlertRepeat = "stuck_repeat"
 	// AlertErrors: most of the agent's recent tool calls failed.
@@ -59,7 +64,8 @@ func budgetSuspension(which, msg string, atCeiling bool) *Suspension {
 		Message: msg + hint}
 }
 
-// beforeIteration stops the loop when a pause was requested. The claim (for
+// beforeIteration stops the loop when a pause was requested, or when the
+// project's daily cost cap is reached (underDayCap). The claim (for
 // the first iteration) or the checkpoint that ended the previous iteration
 // read the request already; otherwise (a plan step, an attempt not started
 // by a claim) it is read here.
@@ -76,7 +82,7 @@ func (r *taskRun) beforeIteration(ctx context.Context) error {
 	if requested {
 		return &Suspension{Status: agentsql.StatusPaused, Code: CodePaused, Message: "paused at an iteration boundary on request"}
 	}
-	return nil
+	return r.underDayCap(ctx)
 }
 
 // alert records a stuck alert: a warn log event with metadata.alert and one
@@ -142,6 +148,8 @@ func (r *taskRun) suspend(ctx context.Context, messages []llm.Message, s *Suspen
 			switch s.Reason {
 			case ReasonBudget:
 				title = "Task paused: budget spent"
+			case ReasonBudgetExceeded:
+				title = "Task paused: the project's daily cost cap is reached"
 			case ReasonToolApproval:
 				title = "Tool calls wait for approval"
 			}

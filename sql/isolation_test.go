@@ -51,6 +51,12 @@ var access = map[string]map[string][]string{
 	"task_comments":  {"authenticated": {"select:own"}, "service_role": {"select", "insert"}},
 	"documents":      {"authenticated": {"select:own"}, "service_role": {"select"}},
 	"tool_approvals": {"authenticated": {"select:own"}, "service_role": {"select"}},
+	"project_settings": {
+		"authenticated": {"select:own", "insert:own", "update:own"},
+		"service_role":  {"select", "insert", "update", "delete"},
+	},
+	"project_day_spend": {"authenticated": {"select:own"}, "service_role": {"select"}},
+	"task_tree_rollup":  {"authenticated": {"select:own"}, "service_role": {"select"}},
 }
 
 // apiFunctions are the functions authenticated and service_role may
@@ -316,6 +322,8 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				 SELECT $2, current_date, current_date, coalesce((SELECT model FROM ai_tasks WHERE id = $1), 'seed'), true, 1`,
 				`INSERT INTO documents (project_id, path, etag) SELECT $2, 'docs/' || $1::text || '.md', 'seed'`,
 				`INSERT INTO tool_approvals (task_id, tool_call_id, project_id, tool_name, arguments) VALUES ($1, 'call_seed', $2, 'write_file', '{}')`,
+				`INSERT INTO project_settings (project_id, max_cost_usd_per_day) SELECT $2, 5 WHERE $1::uuid IS NOT NULL`,
+				`UPDATE ai_tasks SET cost = 0.01 WHERE id = $1`,
 			} {
 				args := []any{*p.task}
 				if strings.Contains(q, "$2") {
@@ -333,6 +341,9 @@ func seedIsolation(t *testing.T, pool *pgxpool.Pool) isolationFixture {
 				`INSERT INTO task_dependencies (task_id, depends_on_task_id)
 				 SELECT w.id, d.id FROM ai_tasks w, ai_tasks d
 				 WHERE w.project_id = $1 AND w.prompt = 'dependent' AND d.project_id = $1 AND d.prompt = 'dependency'`,
+				// A child of the seeded task, deleted: its tree keeps its spend.
+				`INSERT INTO ai_tasks (project_id, type, prompt, parent_task_id) SELECT $1, 'chat', 'tree child', id FROM ai_tasks WHERE project_id = $1 AND prompt = 'seed'`,
+				`DELETE FROM ai_tasks WHERE project_id = $1 AND prompt = 'tree child'`,
 			} {
 				if _, err := tx.Exec(t.Context(), q, p.project); err != nil {
 					return fmt.Errorf("%s: %w", q, err)

@@ -81,6 +81,7 @@ CREATE TABLE public.ai_tasks (
     events_archived_seq integer DEFAULT 0 NOT NULL,
     events_archived_at timestamp with time zone,
     events_id_floor bigint,
+    root_task_id uuid,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text, 'awaiting_approval'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
@@ -164,6 +165,9 @@ COMMENT ON COLUMN public.ai_tasks.events_archived_at IS 'When the archive was la
 
 -- COMMENT: COLUMN ai_tasks.events_id_floor
 COMMENT ON COLUMN public.ai_tasks.events_id_floor IS 'Every event of the task has an id above this (the event id sequence''s position when the task was inserted), or NULL: no bound. Set by the database on insert, whatever the inserter gave; never changed.';
+
+-- COMMENT: COLUMN ai_tasks.root_task_id
+COMMENT ON COLUMN public.ai_tasks.root_task_id IS 'The root of the task''s tree: its own id, or its parent''s root when it was created; the database''s.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -727,7 +731,7 @@ BEGIN
         IF p_action = 'resume' THEN
             -- A budget pause is acknowledged by resuming.
             UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
-            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'budget' AND status = 'open';
+            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason IN ('budget', 'budget_exceeded') AND status = 'open';
         END IF;
         IF p_action IN ('approve', 'reject', 'cancel') THEN
             UPDATE inbox_items SET status = 'closed', answer = nullif(btrim(p_answer), ''), resolver = v_actor,
@@ -833,6 +837,17 @@ BEGIN
     INSERT INTO agent_event_days (partition, day) VALUES (v_name, p_day);
     RETURN true;
 END
+$$;
+
+-- FUNCTION: agentworker_day_cap(uuid, numeric)
+CREATE FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric) RETURNS record
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    SELECT coalesce((SELECT max_cost_usd_per_day FROM project_settings WHERE project_id = p_project_id),
+                    nullif(greatest(p_default, 0), 0)),
+           coalesce((SELECT sum(cost) FROM project_day_spend
+                     WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0)
 $$;
 
 -- FUNCTION: agentworker_delete_finished_tasks(timestamp with time zone, integer)
@@ -1171,6 +1186,30 @@ CREATE FUNCTION public.agentworker_resume_task(task_id uuid, expected_version in
     SET search_path TO 'public', 'pg_temp'
     AS $$ SELECT agentworker_control_for_caller(task_id, 'resume', expected_version, actor) $$;
 
+-- FUNCTION: agentworker_resume_under_cap(numeric, uuid)
+CREATE FUNCTION public.agentworker_resume_under_cap(p_default numeric, p_project_id uuid) RETURNS SETOF uuid
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    FOR v_id IN
+        SELECT t.id FROM ai_tasks t
+        WHERE t.status = 'paused' AND (p_project_id IS NULL OR t.project_id = p_project_id)
+          AND EXISTS (SELECT 1 FROM inbox_items i WHERE i.task_id = t.id AND i.kind = 'await_user_input'
+                      AND i.reason = 'budget_exceeded' AND i.status = 'open')
+          AND (SELECT c.cap IS NULL OR c.spent < c.cap FROM agentworker_day_cap(t.project_id, p_default) c)
+        ORDER BY t.created_at
+        FOR UPDATE OF t SKIP LOCKED
+    LOOP
+        IF agentworker_control_task(v_id, 'resume', NULL, 'system:daily-cap') ->> 'outcome' = 'applied' THEN
+            RETURN NEXT v_id;
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- FUNCTION: agentworker_retry_task(uuid, integer, text, boolean)
 CREATE FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer DEFAULT NULL::integer, actor text DEFAULT NULL::text, children boolean DEFAULT false) RETURNS jsonb
     LANGUAGE sql SECURITY DEFINER
@@ -1411,6 +1450,19 @@ BEGIN
         NEW.pause_requested := false;
     END IF;
     RETURN NEW;
+END
+$$;
+
+-- FUNCTION: ai_tasks_count_day_spend()
+CREATE FUNCTION public.ai_tasks_count_day_spend() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO project_day_spend AS s (project_id, day, task_id, cost)
+    VALUES (NEW.project_id, (now() AT TIME ZONE 'UTC')::date, NEW.id, NEW.cost - OLD.cost)
+    ON CONFLICT (project_id, day, task_id) DO UPDATE SET cost = s.cost + excluded.cost;
+    RETURN NULL;
 END
 $$;
 
@@ -1747,6 +1799,23 @@ BEGIN
 END
 $$;
 
+-- FUNCTION: ai_tasks_roll_up_tree()
+CREATE FUNCTION public.ai_tasks_roll_up_tree() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ai_tasks WHERE root_task_id = OLD.root_task_id AND id <> OLD.id) THEN
+        INSERT INTO task_tree_rollup (root_task_id, project_id, task_id, tokens_in, tokens_out, cost)
+        VALUES (OLD.root_task_id, OLD.project_id, OLD.id, OLD.tokens_in, OLD.tokens_out, OLD.cost)
+        ON CONFLICT (root_task_id, task_id) DO NOTHING;
+    ELSE
+        DELETE FROM task_tree_rollup WHERE root_task_id = OLD.root_task_id;
+    END IF;
+    RETURN OLD;
+END
+$$;
+
 -- FUNCTION: ai_tasks_roll_up_usage()
 CREATE FUNCTION public.ai_tasks_roll_up_usage() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1766,6 +1835,21 @@ CREATE FUNCTION public.ai_tasks_set_events_id_floor() RETURNS trigger
 BEGIN
     SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END
         INTO NEW.events_id_floor FROM agent_events_id_seq s;
+    RETURN NEW;
+END
+$$;
+
+-- FUNCTION: ai_tasks_set_root()
+CREATE FUNCTION public.ai_tasks_set_root() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.parent_task_id IS NULL THEN
+        NEW.root_task_id := OLD.root_task_id;
+        RETURN NEW;
+    END IF;
+    NEW.root_task_id := coalesce((SELECT root_task_id FROM ai_tasks WHERE id = NEW.parent_task_id), NEW.id);
     RETURN NEW;
 END
 $$;
@@ -2228,7 +2312,7 @@ COMMENT ON TABLE public.inbox_items IS 'What waits for a person: a question the 
 COMMENT ON COLUMN public.inbox_items.kind IS 'await_user_input | task_completed | review_requested.';
 
 -- COMMENT: COLUMN inbox_items.reason
-COMMENT ON COLUMN public.inbox_items.reason IS 'Why an await_user_input item exists: question, budget, stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
+COMMENT ON COLUMN public.inbox_items.reason IS 'Why an await_user_input item exists: question, budget, budget_exceeded (the project''s daily cap), stuck_idle, stuck_repeat, stuck_errors (completed for task_completed).';
 
 -- TABLE: llm_provider_budget
 CREATE TABLE public.llm_provider_budget (
@@ -2248,6 +2332,31 @@ CREATE TABLE public.llm_provider_budget (
     CONSTRAINT llm_provider_budget_tps_check CHECK ((tps >= (0)::double precision))
 )
 WITH (fillfactor='50');
+
+-- TABLE: project_day_spend
+CREATE TABLE public.project_day_spend (
+    project_id uuid NOT NULL,
+    day date NOT NULL,
+    task_id uuid NOT NULL,
+    cost numeric(14,6) DEFAULT 0 NOT NULL
+);
+
+-- COMMENT: TABLE project_day_spend
+COMMENT ON TABLE public.project_day_spend IS 'What each task spent each UTC day, by project: added to as the task''s cost grows, summed on read for the daily cap.';
+
+-- TABLE: project_settings
+CREATE TABLE public.project_settings (
+    project_id uuid NOT NULL,
+    max_cost_usd_per_day numeric(14,6),
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT project_settings_max_cost_usd_per_day_check CHECK ((max_cost_usd_per_day >= (0)::numeric))
+);
+
+-- COMMENT: TABLE project_settings
+COMMENT ON TABLE public.project_settings IS 'A project''s own settings, set by its owner.';
+
+-- COMMENT: COLUMN project_settings.max_cost_usd_per_day
+COMMENT ON COLUMN public.project_settings.max_cost_usd_per_day IS 'Cap of what the project''s tasks spend a UTC day, in US dollars; NULL: the operator''s PROJECT_MAX_COST_USD_PER_DAY. At the cap, tasks pause until it is raised or the day turns.';
 
 -- TABLE: task_runs
 CREATE TABLE public.task_runs (
@@ -2400,6 +2509,19 @@ COMMENT ON TABLE public.task_dependencies IS 'task_id waits (status waiting, no 
 
 -- COMMENT: COLUMN task_dependencies.project_id
 COMMENT ON COLUMN public.task_dependencies.project_id IS 'The project of both tasks; set by the database.';
+
+-- TABLE: task_tree_rollup
+CREATE TABLE public.task_tree_rollup (
+    root_task_id uuid NOT NULL,
+    project_id uuid NOT NULL,
+    task_id uuid NOT NULL,
+    tokens_in bigint DEFAULT 0 NOT NULL,
+    tokens_out bigint DEFAULT 0 NOT NULL,
+    cost numeric(14,6) DEFAULT 0 NOT NULL
+);
+
+-- COMMENT: TABLE task_tree_rollup
+COMMENT ON TABLE public.task_tree_rollup IS 'What deleted tasks spent, by the root of their tree: added in the transaction that deletes them, read with the live tasks for a tree''s figures.';
 
 -- TABLE: tasks_md_cursor
 CREATE TABLE public.tasks_md_cursor (
@@ -2560,6 +2682,14 @@ ALTER TABLE ONLY public.inbox_items
 ALTER TABLE ONLY public.llm_provider_budget
     ADD CONSTRAINT llm_provider_budget_pkey PRIMARY KEY (endpoint, model, replica);
 
+-- CONSTRAINT: project_day_spend project_day_spend_pkey
+ALTER TABLE ONLY public.project_day_spend
+    ADD CONSTRAINT project_day_spend_pkey PRIMARY KEY (project_id, day, task_id);
+
+-- CONSTRAINT: project_settings project_settings_pkey
+ALTER TABLE ONLY public.project_settings
+    ADD CONSTRAINT project_settings_pkey PRIMARY KEY (project_id);
+
 -- CONSTRAINT: task_checkpoints task_checkpoints_pkey
 ALTER TABLE ONLY public.task_checkpoints
     ADD CONSTRAINT task_checkpoints_pkey PRIMARY KEY (task_id);
@@ -2583,6 +2713,10 @@ ALTER TABLE ONLY public.task_runs
 -- CONSTRAINT: task_runs task_runs_task_id_attempt_key
 ALTER TABLE ONLY public.task_runs
     ADD CONSTRAINT task_runs_task_id_attempt_key UNIQUE (task_id, attempt);
+
+-- CONSTRAINT: task_tree_rollup task_tree_rollup_pkey
+ALTER TABLE ONLY public.task_tree_rollup
+    ADD CONSTRAINT task_tree_rollup_pkey PRIMARY KEY (root_task_id, task_id);
 
 -- CONSTRAINT: tasks_md_cursor tasks_md_cursor_pkey
 ALTER TABLE ONLY public.tasks_md_cursor
@@ -2640,6 +2774,9 @@ CREATE INDEX ai_tasks_project_id_idx ON public.ai_tasks USING btree (project_id,
 
 -- INDEX: ai_tasks_queued_idx
 CREATE INDEX ai_tasks_queued_idx ON public.ai_tasks USING btree (created_at) WHERE (status = 'queued'::text);
+
+-- INDEX: ai_tasks_root_idx
+CREATE INDEX ai_tasks_root_idx ON public.ai_tasks USING btree (root_task_id);
 
 -- INDEX: audit_log_at_idx
 CREATE INDEX audit_log_at_idx ON public.audit_log USING btree (at);
@@ -2716,6 +2853,9 @@ CREATE TRIGGER ai_tasks_check_tool_policy BEFORE INSERT OR UPDATE OF input ON pu
 -- TRIGGER: ai_tasks ai_tasks_clear_pause
 CREATE TRIGGER ai_tasks_clear_pause BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['running'::text, 'queued'::text])))) EXECUTE FUNCTION public.ai_tasks_clear_pause();
 
+-- TRIGGER: ai_tasks ai_tasks_count_day_spend
+CREATE TRIGGER ai_tasks_count_day_spend AFTER UPDATE OF cost ON public.ai_tasks FOR EACH ROW WHEN ((new.cost > old.cost)) EXECUTE FUNCTION public.ai_tasks_count_day_spend();
+
 -- TRIGGER: ai_tasks ai_tasks_delete_dependencies
 CREATE TRIGGER ai_tasks_delete_dependencies AFTER DELETE ON public.ai_tasks REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_delete_dependencies();
 
@@ -2761,6 +2901,9 @@ CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_task
 -- TRIGGER: ai_tasks ai_tasks_inherit_trace_id
 CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
 
+-- TRIGGER: ai_tasks ai_tasks_keep_root
+CREATE TRIGGER ai_tasks_keep_root BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((new.parent_task_id IS DISTINCT FROM old.parent_task_id) OR (new.root_task_id IS DISTINCT FROM old.root_task_id))) EXECUTE FUNCTION public.ai_tasks_set_root();
+
 -- TRIGGER: ai_tasks ai_tasks_project_fixed
 CREATE TRIGGER ai_tasks_project_fixed BEFORE UPDATE OF project_id ON public.ai_tasks FOR EACH ROW WHEN ((new.project_id IS DISTINCT FROM old.project_id)) EXECUTE FUNCTION public.agentworker_project_fixed();
 
@@ -2770,11 +2913,17 @@ CREATE TRIGGER ai_tasks_release_dependents AFTER UPDATE OF status ON public.ai_t
 -- TRIGGER: ai_tasks ai_tasks_requeue
 CREATE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> 'queued'::text))) EXECUTE FUNCTION public.ai_tasks_requeue();
 
+-- TRIGGER: ai_tasks ai_tasks_roll_up_tree
+CREATE TRIGGER ai_tasks_roll_up_tree BEFORE DELETE ON public.ai_tasks FOR EACH ROW WHEN ((old.root_task_id IS NOT NULL)) EXECUTE FUNCTION public.ai_tasks_roll_up_tree();
+
 -- TRIGGER: ai_tasks ai_tasks_roll_up_usage
 CREATE TRIGGER ai_tasks_roll_up_usage BEFORE DELETE ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_roll_up_usage();
 
 -- TRIGGER: ai_tasks ai_tasks_set_events_id_floor
 CREATE TRIGGER ai_tasks_set_events_id_floor BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_set_events_id_floor();
+
+-- TRIGGER: ai_tasks ai_tasks_set_root
+CREATE TRIGGER ai_tasks_set_root BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_set_root();
 
 -- TRIGGER: ai_tasks ai_tasks_truncate_events
 CREATE TRIGGER ai_tasks_truncate_events AFTER TRUNCATE ON public.ai_tasks FOR EACH STATEMENT EXECUTE FUNCTION public.ai_tasks_truncate_events();
@@ -2930,6 +3079,24 @@ CREATE POLICY inbox_items_service ON public.inbox_items TO service_role USING (t
 -- ROW SECURITY: llm_provider_budget
 ALTER TABLE public.llm_provider_budget ENABLE ROW LEVEL SECURITY;
 
+-- ROW SECURITY: project_day_spend
+ALTER TABLE public.project_day_spend ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: project_day_spend project_day_spend_read_own
+CREATE POLICY project_day_spend_read_own ON public.project_day_spend FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: project_day_spend project_day_spend_service
+CREATE POLICY project_day_spend_service ON public.project_day_spend FOR SELECT TO service_role USING (true);
+
+-- ROW SECURITY: project_settings
+ALTER TABLE public.project_settings ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: project_settings project_settings_own
+CREATE POLICY project_settings_own ON public.project_settings TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[]))) WITH CHECK ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: project_settings project_settings_service
+CREATE POLICY project_settings_service ON public.project_settings TO service_role USING (true) WITH CHECK (true);
+
 -- ROW SECURITY: task_checkpoints
 ALTER TABLE public.task_checkpoints ENABLE ROW LEVEL SECURITY;
 
@@ -2964,6 +3131,15 @@ CREATE POLICY task_runs_read_own ON public.task_runs FOR SELECT TO authenticated
 
 -- POLICY: task_runs task_runs_service
 CREATE POLICY task_runs_service ON public.task_runs TO service_role USING (true) WITH CHECK (true);
+
+-- ROW SECURITY: task_tree_rollup
+ALTER TABLE public.task_tree_rollup ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: task_tree_rollup task_tree_rollup_read_own
+CREATE POLICY task_tree_rollup_read_own ON public.task_tree_rollup FOR SELECT TO authenticated USING ((project_id = ANY (( SELECT public.agentworker_jwt_projects() AS agentworker_jwt_projects)::uuid[])));
+
+-- POLICY: task_tree_rollup task_tree_rollup_service
+CREATE POLICY task_tree_rollup_service ON public.task_tree_rollup FOR SELECT TO service_role USING (true);
 
 -- ROW SECURITY: tasks_md_cursor
 ALTER TABLE public.tasks_md_cursor ENABLE ROW LEVEL SECURITY;
@@ -3144,6 +3320,9 @@ REVOKE ALL ON FUNCTION public.agentworker_control_task(p_task_id uuid, p_action 
 -- ACL: FUNCTION agentworker_create_event_partition(p_day date)
 REVOKE ALL ON FUNCTION public.agentworker_create_event_partition(p_day date) FROM PUBLIC;
 
+-- ACL: FUNCTION agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric)
+REVOKE ALL ON FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer)
 REVOKE ALL ON FUNCTION public.agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer) FROM PUBLIC;
 
@@ -3211,6 +3390,9 @@ REVOKE ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_ver
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO authenticated;
 GRANT ALL ON FUNCTION public.agentworker_resume_task(task_id uuid, expected_version integer, actor text) TO service_role;
 
+-- ACL: FUNCTION agentworker_resume_under_cap(p_default numeric, p_project_id uuid)
+REVOKE ALL ON FUNCTION public.agentworker_resume_under_cap(p_default numeric, p_project_id uuid) FROM PUBLIC;
+
 -- ACL: FUNCTION agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean)
 REVOKE ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.agentworker_retry_task(task_id uuid, expected_version integer, actor text, children boolean) TO authenticated;
@@ -3247,6 +3429,9 @@ REVOKE ALL ON FUNCTION public.ai_tasks_check_tool_policy() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_clear_pause()
 REVOKE ALL ON FUNCTION public.ai_tasks_clear_pause() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_count_day_spend()
+REVOKE ALL ON FUNCTION public.ai_tasks_count_day_spend() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_delete_dependencies()
 REVOKE ALL ON FUNCTION public.ai_tasks_delete_dependencies() FROM PUBLIC;
@@ -3293,11 +3478,17 @@ REVOKE ALL ON FUNCTION public.ai_tasks_release_dependents() FROM PUBLIC;
 -- ACL: FUNCTION ai_tasks_requeue()
 REVOKE ALL ON FUNCTION public.ai_tasks_requeue() FROM PUBLIC;
 
+-- ACL: FUNCTION ai_tasks_roll_up_tree()
+REVOKE ALL ON FUNCTION public.ai_tasks_roll_up_tree() FROM PUBLIC;
+
 -- ACL: FUNCTION ai_tasks_roll_up_usage()
 REVOKE ALL ON FUNCTION public.ai_tasks_roll_up_usage() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_set_events_id_floor()
 REVOKE ALL ON FUNCTION public.ai_tasks_set_events_id_floor() FROM PUBLIC;
+
+-- ACL: FUNCTION ai_tasks_set_root()
+REVOKE ALL ON FUNCTION public.ai_tasks_set_root() FROM PUBLIC;
 
 -- ACL: FUNCTION ai_tasks_truncate_events()
 REVOKE ALL ON FUNCTION public.ai_tasks_truncate_events() FROM PUBLIC;
@@ -3356,6 +3547,20 @@ GRANT SELECT ON TABLE public.documents TO service_role;
 GRANT SELECT ON TABLE public.inbox_items TO authenticated;
 GRANT SELECT ON TABLE public.inbox_items TO service_role;
 
+-- ACL: TABLE project_day_spend
+GRANT SELECT ON TABLE public.project_day_spend TO authenticated;
+GRANT SELECT ON TABLE public.project_day_spend TO service_role;
+
+-- ACL: TABLE project_settings
+GRANT SELECT ON TABLE public.project_settings TO authenticated;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.project_settings TO service_role;
+
+-- ACL: COLUMN project_settings.project_id
+GRANT INSERT(project_id) ON TABLE public.project_settings TO authenticated;
+
+-- ACL: COLUMN project_settings.max_cost_usd_per_day
+GRANT INSERT(max_cost_usd_per_day),UPDATE(max_cost_usd_per_day) ON TABLE public.project_settings TO authenticated;
+
 -- ACL: TABLE task_runs
 GRANT SELECT ON TABLE public.task_runs TO authenticated;
 GRANT SELECT ON TABLE public.task_runs TO service_role;
@@ -3381,6 +3586,10 @@ GRANT INSERT(task_id) ON TABLE public.task_dependencies TO authenticated;
 
 -- ACL: COLUMN task_dependencies.depends_on_task_id
 GRANT INSERT(depends_on_task_id) ON TABLE public.task_dependencies TO authenticated;
+
+-- ACL: TABLE task_tree_rollup
+GRANT SELECT ON TABLE public.task_tree_rollup TO authenticated;
+GRANT SELECT ON TABLE public.task_tree_rollup TO service_role;
 
 -- ACL: TABLE tool_approvals
 GRANT SELECT ON TABLE public.tool_approvals TO authenticated;

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/llmtest"
 	"github.com/agentworker/agentworker/testing/poll"
+	"github.com/agentworker/agentworker/worker"
 )
 
 // insertWithInput inserts a task with an input object, as an app would.
@@ -293,5 +295,102 @@ func TestStuckAlertFromTheLoop(t *testing.T) {
 	}
 	if items := h.openItems(t, id, handlers.AlertRepeat); len(items) != 1 || items[0].Title != "Task looks stuck" {
 		t.Errorf("open stuck_repeat items = %+v, want one", items)
+	}
+}
+
+// TestProjectDayCapPausesTheTask: at its project's daily cap a task pauses
+// before its next model call, with a budget_exceeded item saying what was
+// spent; the reconciler resumes it when the UTC day turns, and raising the
+// cap resumes it too.
+func TestProjectDayCapPausesTheTask(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Queue(
+			llmtest.Call("write_file", map[string]string{"path": "one.txt", "content": "1\n"}),
+			llmtest.Call("write_file", map[string]string{"path": "two.txt", "content": "2\n"}),
+			llmtest.Call("finish", map[string]string{"summary": "two files"}),
+		),
+		// A dollar per 1,000 tokens either way: any call reaches the cap.
+		prices:       llm.Prices{llmtest.Model: {InPer1K: 1, OutPer1K: 1}},
+		dayCap:       0.001,
+		workerConfig: worker.Config{ReconcileInterval: 100 * time.Millisecond},
+	})
+	id, projectID := h.insertWithInput(t, "build", "write two files", map[string]any{})
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	if got := len(h.llm.Requests()); got != 1 {
+		t.Errorf("model calls before the pause = %d, want 1", got)
+	}
+	var spent float64
+	if err := h.pool.QueryRow(t.Context(), `SELECT cost::float8 FROM ai_tasks WHERE id = $1`, id).Scan(&spent); err != nil {
+		t.Fatal(err)
+	}
+	items := h.openItems(t, id, handlers.ReasonBudgetExceeded)
+	if want := fmt.Sprintf("$%.4f spent today", spent); len(items) != 1 || !strings.Contains(items[0].Content, want) || spent <= 0 {
+		t.Fatalf("open budget_exceeded items = %+v, want one saying %q", items, want)
+	}
+	var code string
+	if err := h.pool.QueryRow(t.Context(), `SELECT error_code FROM task_runs WHERE task_id = $1 AND attempt = 1`, id).Scan(&code); err != nil {
+		t.Fatal(err)
+	}
+	if code != handlers.CodeDayCap {
+		t.Errorf("run code %s, want %s", code, handlers.CodeDayCap)
+	}
+
+	// The UTC day turns (the day's spend becomes yesterday's): the
+	// reconciler resumes the task, which spends the new day's cap on one
+	// call and pauses again.
+	if _, err := h.pool.Exec(t.Context(), `UPDATE project_day_spend SET day = day - 1 WHERE project_id = $1`, projectID); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "a second model call after the day turned", 30*time.Second, func() bool { return len(h.llm.Requests()) == 2 })
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	if items := h.openItems(t, id, handlers.ReasonBudgetExceeded); len(items) != 1 {
+		t.Fatalf("open budget_exceeded items after the second pause = %+v", items)
+	}
+
+	// The owner raises the project's cap: the task resumes and finishes.
+	raised := 100.0
+	if err := agentsql.SetProjectSettings(t.Context(), h.pool, agentsql.ProjectSettings{ProjectID: projectID, MaxCostUSDPerDay: &raised}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentsql.ResumeUnderCap(t.Context(), h.pool, 0.001, projectID); err != nil {
+		t.Fatal(err)
+	}
+	_, task := h.waitDone(t, id)
+	if task.Status != agentsql.StatusSucceeded {
+		t.Fatalf("status = %s, error %s", task.Status, task.Error)
+	}
+	if items := h.openItems(t, id, handlers.ReasonBudgetExceeded); len(items) != 0 {
+		t.Errorf("budget_exceeded items still open: %+v", items)
+	}
+	reqs := h.llm.Requests()
+	if len(reqs) != 3 {
+		t.Errorf("model calls = %d, want 3", len(reqs))
+	}
+	assertNoRepeats(t, reqs)
+}
+
+// TestProjectOwnCapPausesTheTask: with no operator's cap, a project's own
+// cap (set by its owner) pauses its task before the next model call.
+func TestProjectOwnCapPausesTheTask(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOpts{
+		responder: scripted.Queue(
+			llmtest.Call("write_file", map[string]string{"path": "one.txt", "content": "1\n"}),
+			llmtest.Call("finish", map[string]string{"summary": "one file"}),
+		),
+		prices: llm.Prices{llmtest.Model: {InPer1K: 1, OutPer1K: 1}},
+	})
+	projectID, cap := uuid.New(), 0.001
+	if err := agentsql.SetProjectSettings(t.Context(), h.pool, agentsql.ProjectSettings{ProjectID: projectID, MaxCostUSDPerDay: &cap}); err != nil {
+		t.Fatal(err)
+	}
+	id := h.insertTask(t, projectID, "build", "write a file")
+	h.waitStatus(t, id, agentsql.StatusPaused)
+	if got := len(h.llm.Requests()); got != 1 {
+		t.Errorf("model calls before the pause = %d, want 1", got)
+	}
+	if items := h.openItems(t, id, handlers.ReasonBudgetExceeded); len(items) != 1 {
+		t.Fatalf("open budget_exceeded items = %+v", items)
 	}
 }

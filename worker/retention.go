@@ -95,6 +95,9 @@ type RetentionReport struct {
 	TasksDeleted int
 	// AuditDeleted counts the audit_log rows deleted.
 	AuditDeleted int
+	// DaySpendDeleted counts the rows of project_day_spend deleted: those
+	// of the days before yesterday (UTC), which no daily cap reads.
+	DaySpendDeleted int
 }
 
 // Retain runs one partition and retention pass: partitions ahead of time,
@@ -125,6 +128,10 @@ func (s *Service) Retain(ctx context.Context) (RetentionReport, error) {
 		rep.AuditDeleted = n
 		errs = append(errs, err)
 	}
+	yesterday := time.Now().UTC().AddDate(0, 0, -1)
+	n, err = s.inBatches(func(limit int) (int, error) { return agentsql.DeleteDaySpendBefore(ctx, s.pool, yesterday, limit) })
+	rep.DaySpendDeleted = n
+	errs = append(errs, err)
 	return rep, errors.Join(errs...)
 }
 

@@ -105,6 +105,11 @@ type Config struct {
 	// for this long: an alert event and one open inbox item per run. Checked
 	// by the leader with the reconciler. Defaults to 10 minutes.
 	StuckIdleTimeout time.Duration
+	// ProjectMaxCostUSDPerDay is the daily cost cap of a project without
+	// its own: the reconciler resumes the tasks paused at their project's
+	// cap once the project is under it again (the cap raised, the UTC day
+	// turned). Defaults to 0: no cap.
+	ProjectMaxCostUSDPerDay float64
 	// Announcer, if set, announces the claim's events after it committed,
 	// as handlers.Deps.Announcer (the same one) does for the rest of a
 	// task's events. Start runs it; Stop stops it after the last task, so
@@ -589,7 +594,12 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 		w.svc.cfg.Logger.WarnContext(ctx, "task looks stuck: no progress", slog.String("task_id", id.String()),
 			slog.Duration("idle_timeout", w.svc.cfg.StuckIdleTimeout))
 	}
-	return errors.Join(err, serr, ierr)
+	resumed, rerr := agentsql.ResumeUnderCap(ctx, w.svc.pool, w.svc.cfg.ProjectMaxCostUSDPerDay, uuid.Nil)
+	if len(resumed) > 0 {
+		w.svc.cfg.Logger.InfoContext(ctx, "reconciler resumed tasks paused at their project's daily cost cap",
+			slog.Int("count", len(resumed)))
+	}
+	return errors.Join(err, serr, ierr, rerr)
 }
 
 // Reconcile enqueues a River job for every queued task older than

@@ -58,6 +58,7 @@ type setupOpts struct {
 	prices        llm.Prices
 	retryBackoff  time.Duration
 	rateLimit     llm.RateLimitConfig
+	dayCap        float64 // the projects' daily cost cap (PROJECT_MAX_COST_USD_PER_DAY)
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -103,12 +104,14 @@ func setup(t *testing.T, o setupOpts) *harness {
 	ann := events.NewAnnouncer(h.pool, logger)
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: h.pool, Store: h.store, LLM: client, Logger: logger, Announcer: ann},
 		// These tests pin the loop's own stops; handlers tests cover self-repair.
-		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices, RetryBackoff: o.retryBackoff})
+		handlers.Config{MaxIterations: o.maxIterations, MaxRepairAttempts: -1, Prices: o.prices, RetryBackoff: o.retryBackoff,
+			ProjectMaxCostUSDPerDay: o.dayCap})
 	if err != nil {
 		t.Fatalf("runner: %v", err)
 	}
 	wc := o.workerConfig
 	wc.Concurrency, wc.Logger, wc.Announcer = max(o.concurrency, 4), logger, ann
+	wc.ProjectMaxCostUSDPerDay = o.dayCap
 	if o.lease != 0 {
 		wc.Lease = o.lease
 	}

@@ -164,7 +164,8 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	ann := events.NewAnnouncer(pool, log)
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, ProjectMaxRunning: cfg.WorkerProjectMaxRunning, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
-		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
+		ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay,
+		TasksMD:                 worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
 	// Set by the operator, not its default (the config holds only the value).
@@ -182,7 +183,7 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 		return nil, err
 	}
 	runner, err := handlers.NewRunner(deps, handlers.Config{MaxIterations: cfg.MaxIterations, Prices: prices,
-		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved,
+		Budget: handlers.Budget{MaxTokens: cfg.BudgetMaxTokens, MaxCostUSD: cfg.BudgetMaxCostUSD}, ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay, ProjectChecks: cfg.projectChecks(), ReservedPaths: reserved,
 		RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ContextBudget: cfg.ContextBudget, TasksView: cfg.TasksMDPath})
 	if err != nil {
 		return nil, err
@@ -301,7 +302,7 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	}
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
 		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute,
-		Prices: prices, RuleFallbacks: append([]string{}, cfg.RulesFallbacks...)}).Register(mux)
+		Prices: prices, RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }

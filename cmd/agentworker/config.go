@@ -53,6 +53,7 @@ type config struct {
 	MaxIterations           int           `envconfig:"MAX_ITERATIONS" default:"25" desc:"iteration budget and its ceiling: model calls per task before it pauses for a person (input.budget.max_iterations may lower it, never raise it)"`
 	BudgetMaxTokens         int64         `envconfig:"BUDGET_MAX_TOKENS" default:"0" desc:"token budget of a task and its ceiling, all attempts (0: none; input.budget.max_tokens may lower it, or set one where this is 0)"`
 	BudgetMaxCostUSD        float64       `envconfig:"BUDGET_MAX_COST_USD" default:"0" desc:"cost budget of a task in US dollars and its ceiling, priced with LLM_PRICES (0: none; input.budget.max_cost_usd may lower it, or set one where this is 0)"`
+	ProjectMaxCostPerDay    float64       `envconfig:"PROJECT_MAX_COST_USD_PER_DAY" default:"0" desc:"daily cost cap of a project in US dollars, its tasks together on every replica, priced with LLM_PRICES and counted by UTC day; a project's owner may set its own (PATCH /v1/projects/{id}/settings). Checked before each model call: at the cap, tasks pause with a budget_exceeded inbox item and resume when the cap is raised or the UTC day turns; each running task may overshoot it by the one call it had in flight (0: none)"`
 	LLMPrices               string        `envconfig:"LLM_PRICES" desc:"model=in_per_1k:out_per_1k,... in dollars per 1,000 tokens, over the built-in list prices (gpt-4o, gpt-4o-mini, gpt-4.1, gpt-4.1-mini, gpt-4.1-nano, o3, o4-mini); a model not listed is refused where it is named (an agent's model: 400 MODEL_UNPRICED; a task of such an agent, even one inserted by SQL, fails model_unpriced before calling it) and LLM_MODEL must be listed; 0:0 prices a self-hosted model"`
 	TaskLease               time.Duration `envconfig:"TASK_LEASE" default:"30s" desc:"lease of a running task, renewed every TASK_LEASE/3; a task whose lease lapsed is taken over by another replica"`
 	TasksMDPath             string        `envconfig:"TASKS_MD_PATH" default:"tasks.md" desc:"path, in each project's files, of the task list the service keeps (counts by status, each task with its agent, priority and dependencies), rewritten about a second after a status change; the tools may read it, never change it; every task's context holds it, the first thing trimmed when over CONTEXT_BUDGET_BYTES (empty: off)"`
@@ -106,8 +107,8 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("config: WORKER_PROJECT_MAX_RUNNING must be 0 (no cap) or more, got %d", c.WorkerProjectMaxRunning)
 	case c.MaxIterations < 1:
 		return c, fmt.Errorf("config: MAX_ITERATIONS must be at least 1, got %d", c.MaxIterations)
-	case c.BudgetMaxTokens < 0 || c.BudgetMaxCostUSD < 0:
-		return c, errors.New("config: BUDGET_MAX_TOKENS and BUDGET_MAX_COST_USD must not be negative")
+	case c.BudgetMaxTokens < 0 || c.BudgetMaxCostUSD < 0 || c.ProjectMaxCostPerDay < 0:
+		return c, errors.New("config: BUDGET_MAX_TOKENS, BUDGET_MAX_COST_USD and PROJECT_MAX_COST_USD_PER_DAY must not be negative")
 	case c.LLMRateLimitMaxWait <= 0:
 		return c, fmt.Errorf("config: LLM_RATE_LIMIT_MAX_WAIT must be positive, got %s", c.LLMRateLimitMaxWait)
 	case c.LLMMaxRPM < 0 || c.LLMMaxTPM < 0:

@@ -92,11 +92,12 @@ func (e *procEnv) start(t *testing.T, lease time.Duration) *proc {
 		// The tests count a project's files; tasks.md has tests of its own.
 		"TASKS_MD_PATH=",
 	)
-	cmd.Env = append(cmd.Env, e.env...)
 	if e.llm != nil {
 		cmd.Env = append(cmd.Env, "OPENAI_BASE_URL="+e.llm.URL(), "OPENAI_API_KEY=sk-test-not-a-real-key-000000", "LLM_MODEL="+llmtest.Model,
 			"LLM_PRICES="+llmtest.Model+"=0:0")
 	}
+	// Last, so that a test's own setting wins (the last of a name holds).
+	cmd.Env = append(cmd.Env, e.env...)
 	p := &proc{cmd: cmd, out: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {

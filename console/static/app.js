@@ -316,6 +316,14 @@ async function select(id) {
   watch(id);
 }
 
+// treeSpend is the spend of the task's tree (its root and every
+// descendant, deleted ones included) beside its own, when it is part of one.
+function treeSpend(t) {
+  const tree = t.tree;
+  if (!tree || tree.tasks < 2) return "";
+  return ` · tree of ${tree.tasks} tasks: ${tree.tokens_in + tree.tokens_out} tokens · ${money(tree.cost_usd)}`;
+}
+
 function showTask(t) {
   current = t;
   $("task-title").textContent = `${t.type} · ${t.prompt}`;
@@ -323,7 +331,7 @@ function showTask(t) {
   $("task-badge").className = `badge ${t.status}${t.pause_pending ? " pausing" : ""}`;
   document.body.dataset.taskStatus = t.status;
   const times = [`created ${age(t.created_at)} ago`, t.finished_at ? `finished ${age(t.finished_at)} ago` : ""].filter(Boolean);
-  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
+  $("task-meta").textContent = `${t.id} · attempt ${t.attempt} · ${t.iterations || 0} iterations · ${(t.tokens_in || 0) + (t.tokens_out || 0)} tokens · ${money(t.cost_usd)}${treeSpend(t)} · ${times.join(" · ")}${t.trace_id ? ` · trace ${t.trace_id}` : ""}`;
   for (const [action, statuses] of Object.entries(CONTROLS)) $(action).disabled = !statuses.includes(t.status);
   $("review-form").hidden = t.status !== "review";
   if (t.status !== "review") closeComment();

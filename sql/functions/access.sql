@@ -151,6 +151,28 @@ DROP POLICY IF EXISTS usage_rollup_read_own ON usage_rollup;
 CREATE POLICY usage_rollup_read_own ON usage_rollup FOR SELECT TO authenticated
     USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
 
+DROP POLICY IF EXISTS project_settings_service ON project_settings;
+CREATE POLICY project_settings_service ON project_settings TO service_role USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS project_settings_own ON project_settings;
+CREATE POLICY project_settings_own ON project_settings TO authenticated
+    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]))
+    WITH CHECK (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
+
+DROP POLICY IF EXISTS task_tree_rollup_service ON task_tree_rollup;
+CREATE POLICY task_tree_rollup_service ON task_tree_rollup FOR SELECT TO service_role USING (true);
+
+DROP POLICY IF EXISTS task_tree_rollup_read_own ON task_tree_rollup;
+CREATE POLICY task_tree_rollup_read_own ON task_tree_rollup FOR SELECT TO authenticated
+    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
+
+DROP POLICY IF EXISTS project_day_spend_service ON project_day_spend;
+CREATE POLICY project_day_spend_service ON project_day_spend FOR SELECT TO service_role USING (true);
+
+DROP POLICY IF EXISTS project_day_spend_read_own ON project_day_spend;
+CREATE POLICY project_day_spend_read_own ON project_day_spend FOR SELECT TO authenticated
+    USING (project_id = ANY ((SELECT agentworker_jwt_projects())::uuid[]));
+
 -- Settings: the functions above are the owner's only, on this schema's
 -- search path, until granted here.
 SELECT agentworker_make_internal(VARIADIC ARRAY[

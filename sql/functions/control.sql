@@ -160,7 +160,7 @@ BEGIN
         IF p_action = 'resume' THEN
             -- A budget pause is acknowledged by resuming.
             UPDATE inbox_items SET status = 'closed', resolver = v_actor, resolved_at = now(), version = version + 1
-            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason = 'budget' AND status = 'open';
+            WHERE task_id = p_task_id AND kind = 'await_user_input' AND reason IN ('budget', 'budget_exceeded') AND status = 'open';
         END IF;
         IF p_action IN ('approve', 'reject', 'cancel') THEN
             UPDATE inbox_items SET status = 'closed', answer = nullif(btrim(p_answer), ''), resolver = v_actor,
