@@ -25,7 +25,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	retentionEvents := fs.Int("retention-events", 0, "events in the retention scenario's full table (0: 10 million, 100,000 with -quick)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
 	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, storm, fairness, graph, retention, memory); all by default")
-	guard := fs.Bool("guard", false, "run the scenarios CI guards (latency, events, inflight) and fail on a regression a user would feel: event receipt p99 over 50 ms, pickup over 2× tuned River's, tasks in flight over 2× the ideal; a run past a limit is tried again, up to 3 runs")
+	guard := fs.Bool("guard", false, "run the scenarios CI guards (latency, events, inflight) and fail on a regression a user would feel: event receipt p99 over 50 ms, pickup over 2× tuned River's, tasks in flight (1 s model) over 2× the ideal; a run past a limit is tried again, up to 3 runs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 		opts.Only = strings.Split(*only, ",")
 	}
 	if *guard {
-		opts.Only = bench.GuardScenarios
+		opts.Only, opts.InFlightModelDelay = bench.GuardScenarios, bench.GuardInFlightModelDelay
 	}
 	if exe, err := os.Executable(); err == nil {
 		opts.Binary = exe

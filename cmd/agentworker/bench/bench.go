@@ -43,6 +43,9 @@ type Options struct {
 	Quick bool
 	// Only names the scenarios to run. Defaults to all.
 	Only []string
+	// InFlightModelDelay is the in-flight scenario's model delay per call.
+	// Defaults to 5 s (100 ms with Quick).
+	InFlightModelDelay time.Duration
 	// RetentionEvents is the size of the retention scenario's full table.
 	// Defaults to 10 million (100,000 with Quick).
 	RetentionEvents int

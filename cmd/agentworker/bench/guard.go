@@ -1,9 +1,18 @@
 package bench
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // GuardScenarios are the scenarios Guard judges.
 var GuardScenarios = []string{"latency", "events", "inflight"}
+
+// GuardInFlightModelDelay is the model delay of the in-flight scenario
+// Guard judges: long enough that the ratio to the ideal measures waiting
+// for a turn, not a task's fixed cost (with the quick run's 100 ms, a
+// task's own statements alone are most of the ideal's 200 ms).
+const GuardInFlightModelDelay = time.Second
 
 // The regressions a user would feel, with room for a shared machine: CI
 // fails past them.

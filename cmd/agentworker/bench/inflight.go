@@ -92,6 +92,9 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	if opts.Quick {
 		n, delay = 40, 100*time.Millisecond
 	}
+	if opts.InFlightModelDelay > 0 {
+		delay = opts.InFlightModelDelay
+	}
 	var stmts statementCounter
 	db, err := newWorkerDatabase(ctx, opts.AdminURL, n, &stmts)
 	if err != nil {
