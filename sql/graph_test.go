@@ -82,26 +82,35 @@ func (g *graph) want(id uuid.UUID, status agentsql.Status, jobs int) {
 func (g *graph) finish(id uuid.UUID, status agentsql.Status) {
 	g.t.Helper()
 	ctx := g.t.Context()
-	g.jobs++
 	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
-		// River's part: the job is worked and completed.
-		if _, err := tx.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
-			WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::text AND state = 'available'`, id); err != nil {
+		if err := g.claimIn(tx, id); err != nil {
 			return err
 		}
-		c, err := agentsql.ClaimTask(ctx, tx, id, g.jobs, "test", time.Minute)
-		if err != nil {
-			return err
-		}
-		if !c.Claimed {
-			return errors.New("not claimable")
-		}
-		_, err = tx.Exec(ctx, `UPDATE ai_tasks SET status = $2, finished_at = now() WHERE id = $1`, id, status)
+		_, err := tx.Exec(ctx, `UPDATE ai_tasks SET status = $2, finished_at = now() WHERE id = $1`, id, status)
 		return err
 	})
 	if err != nil {
 		g.t.Fatalf("run task %s to %s: %v", id, status, err)
 	}
+}
+
+// claimIn claims a task in tx as a worker would, its River job worked and
+// completed.
+func (g *graph) claimIn(tx pgx.Tx, id uuid.UUID) error {
+	ctx := g.t.Context()
+	g.jobs++
+	if _, err := tx.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+		WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::text AND state = 'available'`, id); err != nil {
+		return err
+	}
+	c, err := agentsql.ClaimTask(ctx, tx, id, g.jobs, "test", time.Minute)
+	if err != nil {
+		return err
+	}
+	if !c.Claimed {
+		return errors.New("not claimable")
+	}
+	return nil
 }
 
 func wantErrorContaining(t *testing.T, err error, code string) {

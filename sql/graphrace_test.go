@@ -95,16 +95,7 @@ func (g *graph) insert(n int) []uuid.UUID {
 // start claims a task as a worker would and commits: it is running.
 func (g *graph) start(id uuid.UUID) {
 	g.t.Helper()
-	ctx := g.t.Context()
-	g.jobs++
-	err := pgx.BeginFunc(ctx, g.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
-			WHERE kind = 'ai_task' AND args ->> 'task_id' = $1::text AND state = 'available'`, id); err != nil {
-			return err
-		}
-		_, err := agentsql.ClaimTask(ctx, tx, id, g.jobs, "test", time.Minute)
-		return err
-	})
+	err := pgx.BeginFunc(g.t.Context(), g.pool, func(tx pgx.Tx) error { return g.claimIn(tx, id) })
 	if err != nil {
 		g.t.Fatalf("start task %s: %v", id, err)
 	}

@@ -144,20 +144,7 @@ func newFaultEnv(t *testing.T, o faultOpts) *faultEnv {
 	} else {
 		e.s3 = s3test.Config(t)
 	}
-	cfg, err := pgxpool.ParseConfig(e.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	if e.pool, err = pgxpool.NewWithConfig(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.pool.Close)
-	if o.privatePG {
-		if _, err := agentsql.MigrateWithResult(t.Context(), e.pool, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.pool = testPool(t, e.dbURL, o.privatePG)
 	for range 2 {
 		e.procs = append(e.procs, e.start(t, 2*time.Second))
 	}
@@ -384,6 +371,28 @@ func waitFor(t *testing.T, d time.Duration) {
 	case <-time.After(d):
 	case <-t.Context().Done():
 	}
+}
+
+// testPool is a small pool of the test's own on url, closed at its end;
+// migrate: the database is a private cluster's, empty until migrated.
+func testPool(t *testing.T, url string, migrate bool) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if migrate {
+		if _, err := agentsql.MigrateWithResult(t.Context(), pool, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool
 }
 
 // privatePG is a Postgres cluster of the test's own, which it may crash.

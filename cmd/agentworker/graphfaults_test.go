@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/handlers"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -47,18 +46,7 @@ func TestGraphUnderFaults(t *testing.T) {
 		}
 		return scripted.Reply{Delay: 20 * time.Millisecond, Content: "Done."}
 	}))
-	cfg, err := pgxpool.ParseConfig(e.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	if e.pool, err = pgxpool.NewWithConfig(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.pool.Close)
-	if _, err := agentsql.MigrateWithResult(t.Context(), e.pool, nil); err != nil {
-		t.Fatal(err)
-	}
+	e.pool = testPool(t, e.dbURL, true)
 	var procs []*proc
 	for range replicas {
 		procs = append(procs, e.start(t, 2*time.Second))
