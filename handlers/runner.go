@@ -86,11 +86,6 @@ type Config struct {
 	// FileCacheBytes bounds the file contents the process keeps, by project,
 	// path and version, for search_files. Defaults to 64 MiB.
 	FileCacheBytes int
-	// SearchListingMaxAge is how old a project's listing search_files may
-	// answer from (storage.ListCache): changes made through this process
-	// are in it at once, others (another replica, a write straight to the
-	// store) within this. Defaults to 5 seconds.
-	SearchListingMaxAge time.Duration
 	// DisableStreaming makes LLM calls without streaming (no stream_delta
 	// events). Defaults to false: streaming on.
 	DisableStreaming bool
@@ -162,9 +157,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FileCacheBytes <= 0 {
 		c.FileCacheBytes = 64 << 20
-	}
-	if c.SearchListingMaxAge <= 0 {
-		c.SearchListingMaxAge = 5 * time.Second
 	}
 	if c.ContextFiles <= 0 {
 		c.ContextFiles = 200
@@ -286,7 +278,9 @@ func NewRunner(deps Deps, cfg Config) (*Runner, error) {
 	cfg = cfg.withDefaults()
 	// Every task of the process lists and writes through one ListCache, so
 	// search_files need not list the project on every call.
-	deps.Store = storage.NewListCache(deps.Store, storage.ListCacheConfig{MaxAge: cfg.SearchListingMaxAge})
+	if _, ok := deps.Store.(*storage.ListCache); !ok {
+		deps.Store = storage.NewListCache(deps.Store, storage.ListCacheConfig{})
+	}
 	return &Runner{deps: deps, cfg: cfg, prompts: set, files: tools.NewCache(cfg.FileCacheBytes),
 		uncapped: newUncapped(cfg.DayCapRecheck)}, nil
 }

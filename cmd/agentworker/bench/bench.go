@@ -99,8 +99,10 @@ type Report struct {
 	} `json:"context_build_ms"`
 	ToolCallMS struct {
 		Read   Percentiles `json:"read"`
-		Search Percentiles `json:"search"`
-		Edit   Percentiles `json:"edit"`
+		Search Percentiles `json:"search"` // warm: after the first
+		// SearchCold is the first search: nothing listed or read yet.
+		SearchCold float64     `json:"search_cold"`
+		Edit       Percentiles `json:"edit"`
 	} `json:"tool_call_ms"`
 
 	LoopOverheadMS float64 `json:"loop_overhead_ms"`
