@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,9 +45,14 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	}
 	// As a task sees it: through the process-wide listing and file caches
 	// (handlers.Runner's), so the first search lists the project and reads
-	// every file, and later ones answer from the kept listing (re-listed
-	// when 5 s old) and read only changed files.
-	env := tools.Env{Store: storage.NewListCache(opts.Store, storage.ListCacheConfig{}), ProjectID: large, Cache: tools.NewCache(64 << 20)}
+	// every file, and later ones answer from the kept listing and read only
+	// changed files. The listing cache runs on the bench's clock, so that
+	// warm searches are measured within its max age and re-listed ones
+	// past it, whatever the first search cost on a busy machine.
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	listings := storage.NewListCache(opts.Store, storage.ListCacheConfig{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	env := tools.Env{Store: listings, ProjectID: large, Cache: tools.NewCache(64 << 20)}
 	n := 200
 	if opts.Quick {
 		n = 40
@@ -86,6 +92,12 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	if r.ToolCallMS.Search, err = call("search_files", searchArgs); err != nil {
 		return err
 	}
+	if r.ToolCallMS.SearchRelisted, err = call("search_files", func(i int) any {
+		clock.Add(int64(time.Minute)) // past the max age: listed again
+		return searchArgs(i)
+	}); err != nil {
+		return err
+	}
 	if reg.Has("edit_file") {
 		if r.ToolCallMS.Edit, err = call("edit_file", func(i int) any {
 			return map[string]any{"path": benchFile(i % 2000), "old_string": fmt.Sprintf("value: %d,", i%2000), "new_string": fmt.Sprintf("value: %d, // edited", i%2000)}
@@ -95,7 +107,7 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	} else {
 		r.note("edit_file is not in this build's tool set; edit latency not measured")
 	}
-	r.note("storage figures on the %s store; search_files cold is the first search (the project listed, every file read), warm the %d after it (from the kept listing and the file cache)", opts.StoreName, n)
+	r.note("storage figures on the %s store; search_files cold is the first search (the project listed, every file read), warm the %d after it (from the kept listing and the file cache), re-listed %d more with the kept listing past its max age (listed again, files from the cache)", opts.StoreName, n, n)
 	return nil
 }
 
