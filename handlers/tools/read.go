@@ -383,8 +383,8 @@ func searchFile(ctx context.Context, env Env, f storage.FileInfo, re *regexp.Reg
 	if bytes.IndexByte(content[:min(len(content), 8<<10)], 0) >= 0 {
 		return nil, true, nil
 	}
-	// Every match holds the literal prefix, and no line is longer than
-	// the content: a file without it has no match.
+	// A line's every match starts with the regexp's literal prefix, and
+	// every line is in the content: a file without the prefix has no match.
 	if prefix, _ := re.LiteralPrefix(); prefix != "" && !bytes.Contains(content, []byte(prefix)) {
 		return nil, false, nil
 	}
