@@ -276,6 +276,11 @@ func NewRunner(deps Deps, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	// Every task of the process lists and writes through one ListCache, so
+	// search_files need not list the project on every call.
+	if _, ok := deps.Store.(*storage.ListCache); !ok {
+		deps.Store = storage.NewListCache(deps.Store, storage.ListCacheConfig{})
+	}
 	return &Runner{deps: deps, cfg: cfg, prompts: set, files: tools.NewCache(cfg.FileCacheBytes),
 		uncapped: newUncapped(cfg.DayCapRecheck)}, nil
 }

@@ -162,6 +162,9 @@ func newLLM(cfg config, log *slog.Logger, pool *pgxpool.Pool, m *metrics.Metrics
 func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, arch *archive.Archiver, model *llm.Client, m *metrics.Metrics, sb *sandbox.Sandbox) (*worker.Service, error) {
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
+	// The tasks and the tasks.md job write through one ListCache, so the
+	// tasks' searches see tasks.md's writes at once.
+	st = storage.NewListCache(st, storage.ListCacheConfig{})
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, ProjectMaxRunning: cfg.WorkerProjectMaxRunning, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
 		ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay,

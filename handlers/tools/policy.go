@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentworker/agentworker/storage"
 )
@@ -103,6 +104,12 @@ func (n noting) List(ctx context.Context, projectID, dir string) ([]storage.File
 	files, err := n.Store.List(ctx, projectID, dir)
 	n.outage.note(err)
 	return files, err
+}
+
+func (n noting) ListRecent(ctx context.Context, projectID, dir string) ([]storage.FileInfo, time.Duration, error) {
+	files, age, err := storage.ListRecent(ctx, n.Store, projectID, dir)
+	n.outage.note(err)
+	return files, age, err
 }
 
 func (n noting) Write(ctx context.Context, projectID, p string, content []byte) (storage.FileInfo, error) {
@@ -206,13 +213,26 @@ func (g guarded) List(ctx context.Context, projectID, dir string) ([]storage.Fil
 	if err != nil {
 		return nil, err
 	}
+	return notSensitive(files), nil
+}
+
+// ListRecent implements storage.RecentLister over the store's.
+func (g guarded) ListRecent(ctx context.Context, projectID, dir string) ([]storage.FileInfo, time.Duration, error) {
+	files, age, err := storage.ListRecent(ctx, g.Store, projectID, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	return notSensitive(files), age, nil
+}
+
+func notSensitive(files []storage.FileInfo) []storage.FileInfo {
 	out := files[:0:0]
 	for _, f := range files {
 		if storage.CheckSensitive(f.Path) == nil {
 			out = append(out, f)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // writableContent checks a path and the content to be written there.

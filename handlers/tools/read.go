@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentworker/agentworker/storage"
@@ -229,7 +230,9 @@ func searchFilesTool() Tool {
 			if err != nil {
 				return storageFail("search_files", args.Path, err)
 			}
-			files, err := env.Store.List(ctx, env.ProjectID, dir)
+			// A listing up to storage.ListCache's MaxAge old: what this task
+			// wrote is in it, and an older one is said so below.
+			files, listedAge, err := storage.ListRecent(ctx, env.Store, env.ProjectID, dir)
 			if err != nil {
 				return storageFail("search_files", args.Path, err)
 			}
@@ -254,6 +257,9 @@ func searchFilesTool() Tool {
 			}
 			if skipped += found.binary; skipped > 0 {
 				body["skippedBinary"] = skipped
+			}
+			if listedAge >= time.Second {
+				body["filesListedSecondsAgo"] = int(listedAge.Seconds())
 			}
 			return OK(fmt.Sprintf("%d matches for %q", len(found.matches), args.Query), body)
 		},
@@ -377,15 +383,24 @@ func searchFile(ctx context.Context, env Env, f storage.FileInfo, re *regexp.Reg
 	if bytes.IndexByte(content[:min(len(content), 8<<10)], 0) >= 0 {
 		return nil, true, nil
 	}
+	// A line's every match starts with the regexp's literal prefix, and
+	// every line is in the content: a file without the prefix has no match.
+	if prefix, _ := re.LiteralPrefix(); prefix != "" && !bytes.Contains(content, []byte(prefix)) {
+		return nil, false, nil
+	}
 	var matches []map[string]any
-	for i, line := range strings.Split(string(content), "\n") {
-		if !re.MatchString(line) {
-			continue
+	for n, rest := 1, content; ; n++ {
+		line, after, more := bytes.Cut(rest, []byte("\n"))
+		if re.Match(line) {
+			matches = append(matches, map[string]any{"path": p, "line": n, "text": clip(string(line), 300)})
+			if len(matches) == most {
+				break
+			}
 		}
-		matches = append(matches, map[string]any{"path": p, "line": i + 1, "text": clip(line, 300)})
-		if len(matches) == most {
+		if !more {
 			break
 		}
+		rest = after
 	}
 	return matches, false, nil
 }

@@ -273,6 +273,27 @@ func (s *Set) List(ctx context.Context, projectID, dir string) ([]storage.FileIn
 	if err != nil {
 		return nil, err
 	}
+	return s.overlay(ctx, files, dir)
+}
+
+// ListRecent implements storage.RecentLister: the base store's recent
+// listing (storage.ListRecent) with the pending changes applied, which are
+// always current.
+func (s *Set) ListRecent(ctx context.Context, projectID, dir string) ([]storage.FileInfo, time.Duration, error) {
+	if err := s.check(projectID); err != nil {
+		return nil, 0, err
+	}
+	files, age, err := storage.ListRecent(ctx, s.base, projectID, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	files, err = s.overlay(ctx, files, dir)
+	return files, age, err
+}
+
+// overlay applies the pending changes under dir to files, a base listing
+// of dir.
+func (s *Set) overlay(ctx context.Context, files []storage.FileInfo, dir string) ([]storage.FileInfo, error) {
 	entries, err := s.snapshot(ctx)
 	if err != nil {
 		return nil, err

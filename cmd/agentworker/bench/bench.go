@@ -98,9 +98,16 @@ type Report struct {
 		Files2000 float64 `json:"files_2000"`
 	} `json:"context_build_ms"`
 	ToolCallMS struct {
-		Read   Percentiles `json:"read"`
+		Read Percentiles `json:"read"`
+		// Search are warm searches: after the first, within the kept
+		// listing's max age.
 		Search Percentiles `json:"search"`
-		Edit   Percentiles `json:"edit"`
+		// SearchCold is the first search: nothing listed or read yet.
+		SearchCold float64 `json:"search_cold"`
+		// SearchRelisted are searches whose kept listing is past its max
+		// age: listed again, files from the cache.
+		SearchRelisted Percentiles `json:"search_relisted"`
+		Edit           Percentiles `json:"edit"`
 	} `json:"tool_call_ms"`
 
 	LoopOverheadMS float64 `json:"loop_overhead_ms"`

@@ -1,0 +1,290 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RecentLister is a Store that can answer a listing from one it took a
+// little while ago, for callers that accept that (search_files): a
+// listing of a 2,000-file project costs an object store 100–200 ms.
+type RecentLister interface {
+	// ListRecent is List as it was age ago: a file written since by anyone
+	// but this store may be missing from it or shown at its older version.
+	ListRecent(ctx context.Context, projectID, dir string) (files []FileInfo, age time.Duration, err error)
+}
+
+// ListRecent lists dir with s's ListRecent when s is a RecentLister, else
+// with List (age 0).
+func ListRecent(ctx context.Context, s Store, projectID, dir string) ([]FileInfo, time.Duration, error) {
+	if r, ok := s.(RecentLister); ok {
+		return r.ListRecent(ctx, projectID, dir)
+	}
+	files, err := s.List(ctx, projectID, dir)
+	return files, 0, err
+}
+
+// ListCacheConfig bounds a ListCache.
+type ListCacheConfig struct {
+	// MaxAge is how old a listing ListRecent answers from may be. Defaults
+	// to 5 seconds.
+	MaxAge time.Duration
+	// MaxProjects is how many projects' listings are kept; the oldest
+	// listing makes room. Defaults to 64.
+	MaxProjects int
+	// MaxFiles is the most files a kept listing holds: a larger project is
+	// listed every time. Defaults to 50,000 (about 10 MiB).
+	MaxFiles int
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// ListCache is a Store that keeps each project's last whole listing, for
+// ListRecent. Its freshness rule:
+//   - every whole-project List refreshes the kept listing (a task's context
+//     lists the project when the task starts);
+//   - a write, delete or move through the ListCache updates the kept
+//     listing at once (a build's apply, in this process), or drops it when
+//     the outcome is not known exactly (an error, a move);
+//   - any other change (another replica, a write straight to the bucket) is
+//     seen by ListRecent at most MaxAge later, when it lists again.
+//
+// Listings are kept per project and never answer for another. It is safe
+// for concurrent use.
+type ListCache struct {
+	Store
+	cfg ListCacheConfig
+
+	mu        sync.Mutex
+	projects  map[string]*keptListing
+	seq       uint64 // numbers writes: a listing that overlapped one is not kept
+	evictions uint64
+}
+
+type keptListing struct {
+	files []FileInfo // sorted by path; replaced, never changed in place
+	at    time.Time  // zero: no listing kept, only the generation
+	gen   uint64     // seq of the project's last write through the cache
+}
+
+// NewListCache returns s with its listings kept as cfg says.
+func NewListCache(s Store, cfg ListCacheConfig) *ListCache {
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = 5 * time.Second
+	}
+	if cfg.MaxProjects <= 0 {
+		cfg.MaxProjects = 64
+	}
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = 50_000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &ListCache{Store: s, cfg: cfg, projects: map[string]*keptListing{}}
+}
+
+// List implements Store: always the store's listing; a whole project's is
+// kept for ListRecent.
+func (c *ListCache) List(ctx context.Context, projectID, dir string) ([]FileInfo, error) {
+	clean, err := CleanDir(dir)
+	if err != nil || clean != "" {
+		return c.Store.List(ctx, projectID, dir)
+	}
+	files, _, err := c.listWhole(ctx, projectID)
+	return files, err
+}
+
+// listWhole lists the whole project and keeps the listing unless a write
+// through the cache overlapped it (the listing may predate the write).
+func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo, time.Time, error) {
+	c.mu.Lock()
+	gen, evictions := c.genOf(projectID), c.evictions
+	c.mu.Unlock()
+	at := c.cfg.Now()
+	files, err := c.Store.List(ctx, projectID, "")
+	if err != nil {
+		return nil, at, err
+	}
+	if len(files) > c.cfg.MaxFiles {
+		return files, at, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.genOf(projectID) != gen || c.evictions != evictions {
+		return files, at, nil
+	}
+	k := c.keep(projectID)
+	// The caller owns what List returns: the kept listing is a copy.
+	k.files, k.at = slices.Clone(files), at
+	return files, at, nil
+}
+
+// ListRecent implements RecentLister from the project's kept listing when
+// it is at most MaxAge old, else from a new listing.
+func (c *ListCache) ListRecent(ctx context.Context, projectID, dir string) ([]FileInfo, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list %q in project %q: %w", dir, projectID, err)
+	}
+	clean, err := CleanDir(dir)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %q in project %q: %w", dir, projectID, err)
+	}
+	c.mu.Lock()
+	var files []FileInfo
+	age := time.Duration(-1)
+	if k := c.projects[projectID]; k != nil && !k.at.IsZero() {
+		if a := c.cfg.Now().Sub(k.at); a <= c.cfg.MaxAge {
+			files, age = k.files, max(a, 0)
+		}
+	}
+	c.mu.Unlock()
+	if age < 0 {
+		if files, _, err = c.listWhole(ctx, projectID); err != nil {
+			return nil, 0, err
+		}
+		age = 0
+	}
+	return under(files, clean), age, nil
+}
+
+// under returns a copy of the files under the clean dir ("" for all).
+func under(files []FileInfo, dir string) []FileInfo {
+	if dir == "" {
+		return slices.Clone(files)
+	}
+	prefix := dir + "/"
+	lo, _ := slices.BinarySearchFunc(files, prefix, func(f FileInfo, p string) int { return strings.Compare(f.Path, p) })
+	hi := lo
+	for hi < len(files) && strings.HasPrefix(files[hi].Path, prefix) {
+		hi++
+	}
+	return slices.Clone(files[lo:hi])
+}
+
+// genOf is the project's write generation; the caller holds c.mu.
+func (c *ListCache) genOf(projectID string) uint64 {
+	if k := c.projects[projectID]; k != nil {
+		return k.gen
+	}
+	return 0
+}
+
+// keep returns the project's entry, making room for a new one by dropping
+// the oldest listing; the caller holds c.mu.
+func (c *ListCache) keep(projectID string) *keptListing {
+	if k := c.projects[projectID]; k != nil {
+		return k
+	}
+	if len(c.projects) >= c.cfg.MaxProjects {
+		oldest := ""
+		for p, k := range c.projects {
+			if oldest == "" || k.at.Before(c.projects[oldest].at) {
+				oldest = p
+			}
+		}
+		delete(c.projects, oldest)
+		c.evictions++
+	}
+	k := &keptListing{}
+	c.projects[projectID] = k
+	return k
+}
+
+// wrote records a write through the cache: set puts info in the kept
+// listing, remove takes path out of it, and neither drops the listing.
+func (c *ListCache) wrote(projectID string, set *FileInfo, remove string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	k := c.keep(projectID)
+	k.gen = c.seq
+	if k.at.IsZero() {
+		return
+	}
+	switch {
+	case set != nil && set.ETag != "" && set.Path != "":
+		i, found := slices.BinarySearchFunc(k.files, set.Path, func(f FileInfo, p string) int { return strings.Compare(f.Path, p) })
+		files := slices.Clone(k.files)
+		if found {
+			files[i] = *set
+		} else {
+			files = slices.Insert(files, i, *set)
+		}
+		k.files = files
+	case set == nil && remove != "":
+		k.files = slices.DeleteFunc(slices.Clone(k.files), func(f FileInfo) bool { return f.Path == remove })
+	default:
+		k.files, k.at = nil, time.Time{}
+	}
+}
+
+// wroteFile records the outcome of a write of p.
+func (c *ListCache) wroteFile(projectID string, info FileInfo, err error) {
+	if err != nil {
+		// Refused or failed, the file may have changed anyway (a conflict
+		// says someone else changed it): list again.
+		c.wrote(projectID, nil, "")
+		return
+	}
+	c.wrote(projectID, &info, "")
+}
+
+// removedFile records the outcome of a delete of p.
+func (c *ListCache) removedFile(projectID, p string, err error) {
+	clean, cerr := CleanPath(p)
+	if cerr != nil || err != nil && !errors.Is(err, ErrNotFound) {
+		c.wrote(projectID, nil, "")
+		return
+	}
+	c.wrote(projectID, nil, clean)
+}
+
+// Write implements Store.
+func (c *ListCache) Write(ctx context.Context, projectID, p string, content []byte) (FileInfo, error) {
+	info, err := c.Store.Write(ctx, projectID, p, content)
+	c.wroteFile(projectID, info, err)
+	return info, err
+}
+
+// Upsert implements Upserter with the store's Upsert (or a Stat and a
+// write when it has none).
+func (c *ListCache) Upsert(ctx context.Context, projectID, p string, content []byte) (FileInfo, bool, error) {
+	info, created, err := Upsert(ctx, c.Store, projectID, p, content)
+	c.wroteFile(projectID, info, err)
+	return info, created, err
+}
+
+// WriteIf implements Store.
+func (c *ListCache) WriteIf(ctx context.Context, projectID, p string, content []byte, ifMatch string) (FileInfo, error) {
+	info, err := c.Store.WriteIf(ctx, projectID, p, content, ifMatch)
+	c.wroteFile(projectID, info, err)
+	return info, err
+}
+
+// Delete implements Store.
+func (c *ListCache) Delete(ctx context.Context, projectID, p string) error {
+	err := c.Store.Delete(ctx, projectID, p)
+	c.removedFile(projectID, p, err)
+	return err
+}
+
+// DeleteIf implements Store.
+func (c *ListCache) DeleteIf(ctx context.Context, projectID, p, ifMatch string) error {
+	err := c.Store.DeleteIf(ctx, projectID, p, ifMatch)
+	c.removedFile(projectID, p, err)
+	return err
+}
+
+// Move implements Store. The target's version is not known without a
+// Stat: the kept listing is dropped.
+func (c *ListCache) Move(ctx context.Context, projectID, from, to string, overwrite bool) error {
+	err := c.Store.Move(ctx, projectID, from, to, overwrite)
+	c.wrote(projectID, nil, "")
+	return err
+}

@@ -1,0 +1,241 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
+	"github.com/agentworker/agentworker/testing/s3test"
+)
+
+// recentOnly is a ListCache whose List is its ListRecent, with a clock
+// that never moves: every listing after the first is the kept one, kept
+// current by the writes made through the cache alone.
+type recentOnly struct{ *storage.ListCache }
+
+func (r recentOnly) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
+	files, _, err := r.ListRecent(ctx, projectID, dir)
+	return files, err
+}
+
+// TestListCacheConformance runs the Store contract over a ListCache, once
+// as it is and once answering every listing from the kept one: a write,
+// delete or move through the cache leaves the kept listing exactly as the
+// store's own would be.
+func TestListCacheConformance(t *testing.T) {
+	t.Parallel()
+	frozen := time.Now()
+	for _, recent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Recent=%v", recent), func(t *testing.T) {
+			t.Parallel()
+			storagetest.Run(t, func(t *testing.T) storage.Store {
+				t.Helper()
+				c := storage.NewListCache(s3test.NewStore(t), storage.ListCacheConfig{Now: func() time.Time { return frozen }})
+				if recent {
+					return recentOnly{c}
+				}
+				return c
+			})
+		})
+	}
+}
+
+// clock is a test clock moved by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func paths(files []storage.FileInfo) []string {
+	var out []string
+	for _, f := range files {
+		out = append(out, f.Path+"@"+f.ETag)
+	}
+	return out
+}
+
+func checkRecent(t *testing.T, c *storage.ListCache, project, dir string, wantAge time.Duration, want []storage.FileInfo) {
+	t.Helper()
+	got, age, err := c.ListRecent(t.Context(), project, dir)
+	if err != nil {
+		t.Fatalf("ListRecent(%q): %v", dir, err)
+	}
+	if age != wantAge || !slices.Equal(paths(got), paths(want)) {
+		t.Errorf("ListRecent(%q) = %v, age %v; want %v, age %v", dir, paths(got), age, paths(want), wantAge)
+	}
+}
+
+// TestListCacheFreshness: within MaxAge ListRecent sends nothing to S3 and
+// shows what was written through the cache; a write straight to the
+// bucket shows once the kept listing is MaxAge old.
+func TestListCacheFreshness(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s3, requests := countedS3(t)
+	clk := &clock{now: time.Now()}
+	c := storage.NewListCache(s3, storage.ListCacheConfig{MaxAge: 5 * time.Second, Now: clk.Now})
+	const project = "p"
+	storagetest.Write(t, c, project, "src/a.ts", "a")
+	storagetest.Write(t, c, project, "src/b.ts", "b")
+	storagetest.Write(t, c, project, "README.md", "r")
+	requests.take()
+
+	whole, err := c.List(ctx, project, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent := requests.take(); len(sent) != 1 {
+		t.Fatalf("List sent %v, want one request", sent)
+	}
+	clk.add(time.Second)
+	checkRecent(t, c, project, "src", time.Second, whole[1:])
+	checkRecent(t, c, project, "", time.Second, whole)
+	if sent := requests.take(); len(sent) != 0 {
+		t.Fatalf("ListRecent within MaxAge sent %v, want nothing", sent)
+	}
+
+	// Through the cache: at once, without a listing.
+	b2 := storagetest.Write(t, c, project, "src/b.ts", "b2")
+	added := storagetest.Write(t, c, project, "src/c.ts", "c")
+	if err := c.Delete(ctx, project, "src/a.ts"); err != nil {
+		t.Fatal(err)
+	}
+	requests.take()
+	checkRecent(t, c, project, "src", time.Second, []storage.FileInfo{b2, added})
+	if sent := requests.take(); len(sent) != 0 {
+		t.Fatalf("ListRecent after writes through the cache sent %v, want nothing", sent)
+	}
+
+	// Straight to the bucket: seen once the listing is MaxAge old.
+	outside := storagetest.Write(t, s3, project, "src/d.ts", "d")
+	checkRecent(t, c, project, "src", time.Second, []storage.FileInfo{b2, added})
+	clk.add(4*time.Second + time.Millisecond)
+	checkRecent(t, c, project, "src", 0, []storage.FileInfo{b2, added, outside})
+
+	// A move drops the kept listing: the target's version is not known.
+	if err := c.Move(ctx, project, "src/c.ts", "src/e.ts", false); err != nil {
+		t.Fatal(err)
+	}
+	requests.take()
+	got, _, err := c.ListRecent(ctx, project, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent := requests.take(); len(sent) != 1 || len(got) != 3 || got[2].Path != "src/e.ts" {
+		t.Errorf("ListRecent after a move = %v, sent %v; want a new listing with src/e.ts", paths(got), sent)
+	}
+
+	// A refused write says the file changed meanwhile: the kept listing goes.
+	if _, err := c.WriteIf(ctx, project, "src/b.ts", []byte("x"), "stale-version"); err == nil {
+		t.Fatal("WriteIf against a stale version succeeded")
+	}
+	requests.take()
+	if _, _, err := c.ListRecent(ctx, project, ""); err != nil {
+		t.Fatal(err)
+	}
+	if sent := requests.take(); len(sent) != 1 {
+		t.Errorf("ListRecent after a refused write sent %v, want one listing", sent)
+	}
+}
+
+// TestListCacheBounds: projects' listings stay apart, at most MaxProjects
+// are kept, and a project past MaxFiles is listed every time.
+func TestListCacheBounds(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s3, requests := countedS3(t)
+	clk := &clock{now: time.Now()}
+	c := storage.NewListCache(s3, storage.ListCacheConfig{MaxProjects: 2, MaxFiles: 2, Now: clk.Now})
+	a1 := storagetest.Write(t, s3, "a", "x.ts", "a")
+	b1 := storagetest.Write(t, s3, "b", "x.ts", "b")
+	storagetest.Write(t, s3, "big", "1.ts", "1")
+	storagetest.Write(t, s3, "big", "2.ts", "2")
+	storagetest.Write(t, s3, "big", "3.ts", "3")
+	requests.take()
+
+	for range 2 {
+		checkRecent(t, c, "a", "", 0, []storage.FileInfo{a1})
+		checkRecent(t, c, "b", "", 0, []storage.FileInfo{b1})
+	}
+	if sent := requests.take(); len(sent) != 2 {
+		t.Errorf("two projects listed twice sent %v, want one listing each", sent)
+	}
+	for range 2 {
+		if _, _, err := c.ListRecent(ctx, "big", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent := requests.take(); len(sent) != 2 {
+		t.Errorf("a project past MaxFiles listed twice sent %v, want two listings", sent)
+	}
+	c1 := storagetest.Write(t, s3, "c", "x.ts", "c")
+	requests.take()
+	checkRecent(t, c, "c", "", 0, []storage.FileInfo{c1})
+	// a's listing was the oldest: it made room for c's.
+	checkRecent(t, c, "a", "", 0, []storage.FileInfo{a1})
+	if sent := requests.take(); len(sent) != 2 {
+		t.Errorf("a third project sent %v, want its listing and a's again", sent)
+	}
+}
+
+// blockingList holds the store's listings until release is closed.
+type blockingList struct {
+	storage.Store
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingList) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
+	files, err := b.Store.List(ctx, projectID, dir)
+	close(b.started)
+	<-b.release
+	return files, err
+}
+
+// TestListCacheWriteDuringListing: a listing that a write through the
+// cache overlapped may not show the write, so it is not kept.
+func TestListCacheWriteDuringListing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s3 := s3test.NewStore(t)
+	storagetest.Write(t, s3, "p", "a.ts", "a")
+	slow := &blockingList{Store: s3, started: make(chan struct{}), release: make(chan struct{})}
+	c := storage.NewListCache(slow, storage.ListCacheConfig{})
+	done := make(chan error)
+	go func() {
+		_, err := c.List(ctx, "p", "")
+		done <- err
+	}()
+	<-slow.started
+	written := storagetest.Write(t, c, "p", "b.ts", "b")
+	close(slow.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	slow.started, slow.release = make(chan struct{}), make(chan struct{})
+	close(slow.release)
+	got, _, err := c.ListRecent(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || paths(got)[1] != written.Path+"@"+written.ETag {
+		t.Errorf("ListRecent after a write during a listing = %v, want a.ts and b.ts", paths(got))
+	}
+}
