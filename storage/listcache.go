@@ -31,9 +31,14 @@ func ListRecent(ctx context.Context, s Store, projectID, dir string) ([]FileInfo
 
 // ListCacheConfig bounds a ListCache.
 type ListCacheConfig struct {
-	// MaxAge is how old a listing ListRecent answers from may be. Defaults
-	// to 5 seconds.
+	// MaxAge is how old a listing ListRecent answers from may be; an older
+	// one is listed again before it answers. Defaults to 30 seconds.
 	MaxAge time.Duration
+	// RefreshAfter: a kept listing older than this (and at most MaxAge
+	// old) answers ListRecent at once while one listing in the background
+	// refreshes it, so a search costs no listing however far apart a
+	// task's searches are. Defaults to 5 seconds, at most MaxAge.
+	RefreshAfter time.Duration
 	// MaxProjects is how many projects' listings are kept; the oldest
 	// listing makes room. Defaults to 64.
 	MaxProjects int
@@ -52,7 +57,9 @@ type ListCacheConfig struct {
 //     listing at once (a build's apply, in this process), or drops it when
 //     the outcome is not known exactly (an error, a move);
 //   - any other change (another replica, a write straight to the bucket) is
-//     seen by ListRecent at most MaxAge later, when it lists again.
+//     seen by ListRecent once a listing taken after it is kept: the first
+//     ListRecent past RefreshAfter starts one in the background, and none
+//     answers from a listing older than MaxAge.
 //
 // Listings are kept per project and never answer for another. It is safe
 // for concurrent use.
@@ -64,18 +71,31 @@ type ListCache struct {
 	projects  map[string]*keptListing
 	seq       uint64 // numbers writes: a listing that overlapped one is not kept
 	evictions uint64
+
+	// Background listings: bounded by refreshTimeout, stopped by Close.
+	bg         context.Context
+	stop       context.CancelFunc
+	refreshing sync.WaitGroup
 }
+
+// refreshTimeout bounds a background listing.
+const refreshTimeout = 30 * time.Second
 
 type keptListing struct {
 	files []FileInfo // sorted by path; replaced, never changed in place
 	at    time.Time  // zero: no listing kept, only the generation
 	gen   uint64     // seq of the project's last write through the cache
+	// refreshing: a background listing of the project is under way.
+	refreshing bool
 }
 
 // NewListCache returns s with its listings kept as cfg says.
 func NewListCache(s Store, cfg ListCacheConfig) *ListCache {
 	if cfg.MaxAge <= 0 {
-		cfg.MaxAge = 5 * time.Second
+		cfg.MaxAge = 30 * time.Second
+	}
+	if cfg.RefreshAfter <= 0 || cfg.RefreshAfter > cfg.MaxAge {
+		cfg.RefreshAfter = min(5*time.Second, cfg.MaxAge)
 	}
 	if cfg.MaxProjects <= 0 {
 		cfg.MaxProjects = 64
@@ -86,7 +106,36 @@ func NewListCache(s Store, cfg ListCacheConfig) *ListCache {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &ListCache{Store: s, cfg: cfg, projects: map[string]*keptListing{}}
+	bg, stop := context.WithCancel(context.Background())
+	return &ListCache{Store: s, cfg: cfg, projects: map[string]*keptListing{}, bg: bg, stop: stop}
+}
+
+// Close stops the background listings and waits for them; the cache still
+// answers, listing in the foreground.
+func (c *ListCache) Close() {
+	// Under mu: no ListRecent starts a listing between the stop and Wait.
+	c.mu.Lock()
+	c.stop()
+	c.mu.Unlock()
+	c.refreshing.Wait()
+}
+
+// WaitRefreshes waits for the background listings under way.
+func (c *ListCache) WaitRefreshes() { c.refreshing.Wait() }
+
+// refresh lists the project in the background and keeps the listing.
+// A failure is not reported: the next ListRecent past RefreshAfter tries
+// again, and past MaxAge one lists in the foreground and says why.
+func (c *ListCache) refresh(projectID string) {
+	defer c.refreshing.Done()
+	ctx, cancel := context.WithTimeout(c.bg, refreshTimeout)
+	defer cancel()
+	_, _, _ = c.listWhole(ctx, projectID)
+	c.mu.Lock()
+	if k := c.projects[projectID]; k != nil {
+		k.refreshing = false
+	}
+	c.mu.Unlock()
 }
 
 // List implements Store: always the store's listing; a whole project's is
@@ -126,7 +175,8 @@ func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo
 }
 
 // ListRecent implements RecentLister from the project's kept listing when
-// it is at most MaxAge old, else from a new listing.
+// it is at most MaxAge old (past RefreshAfter, a background listing
+// refreshes it), else from a new listing.
 func (c *ListCache) ListRecent(ctx context.Context, projectID, dir string) ([]FileInfo, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("list %q in project %q: %w", dir, projectID, err)
@@ -141,6 +191,11 @@ func (c *ListCache) ListRecent(ctx context.Context, projectID, dir string) ([]Fi
 	if k := c.projects[projectID]; k != nil && !k.at.IsZero() {
 		if a := c.cfg.Now().Sub(k.at); a <= c.cfg.MaxAge {
 			files, age = k.files, max(a, 0)
+			if a > c.cfg.RefreshAfter && !k.refreshing && c.bg.Err() == nil {
+				k.refreshing = true
+				c.refreshing.Add(1)
+				go c.refresh(projectID)
+			}
 		}
 	}
 	c.mu.Unlock()

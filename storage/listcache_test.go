@@ -155,6 +155,59 @@ func TestListCacheFreshness(t *testing.T) {
 	}
 }
 
+// TestListCacheRefreshInBackground: past RefreshAfter ListRecent answers
+// from the kept listing at once, saying its age, while one background
+// listing refreshes it; past MaxAge it lists before answering.
+func TestListCacheRefreshInBackground(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s3, requests := countedS3(t)
+	clk := &clock{now: time.Now()}
+	c := storage.NewListCache(s3, storage.ListCacheConfig{RefreshAfter: 5 * time.Second, MaxAge: 30 * time.Second, Now: clk.Now})
+	t.Cleanup(c.Close)
+	const project = "p"
+	a := storagetest.Write(t, s3, project, "a.ts", "a")
+	requests.take()
+	checkRecent(t, c, project, "", 0, []storage.FileInfo{a})
+
+	outside := storagetest.Write(t, s3, project, "b.ts", "b")
+	requests.take()
+	clk.add(6 * time.Second)
+	for range 3 { // one background listing, however many ask
+		checkRecent(t, c, project, "", 6*time.Second, []storage.FileInfo{a})
+	}
+	c.WaitRefreshes()
+	if sent := requests.take(); len(sent) != 1 {
+		t.Errorf("three ListRecent past RefreshAfter sent %v, want one listing", sent)
+	}
+	checkRecent(t, c, project, "", 0, []storage.FileInfo{a, outside})
+	if sent := requests.take(); len(sent) != 0 {
+		t.Errorf("ListRecent after the background listing sent %v, want nothing", sent)
+	}
+
+	// Past MaxAge: listed before answering.
+	gone := storagetest.Write(t, s3, project, "c.ts", "c")
+	if err := s3.Delete(ctx, project, gone.Path); err != nil {
+		t.Fatal(err)
+	}
+	changed := storagetest.Write(t, s3, project, "a.ts", "a2")
+	requests.take()
+	clk.add(31 * time.Second)
+	checkRecent(t, c, project, "", 0, []storage.FileInfo{changed, outside})
+	if sent := requests.take(); len(sent) != 1 {
+		t.Errorf("ListRecent past MaxAge sent %v, want one listing", sent)
+	}
+
+	// Closed: no background listing, the foreground one still answers.
+	c.Close()
+	clk.add(6 * time.Second)
+	checkRecent(t, c, project, "", 6*time.Second, []storage.FileInfo{changed, outside})
+	c.WaitRefreshes()
+	if sent := requests.take(); len(sent) != 0 {
+		t.Errorf("ListRecent past RefreshAfter on a closed cache sent %v, want nothing", sent)
+	}
+}
+
 // TestListCacheBounds: projects' listings stay apart, at most MaxProjects
 // are kept, and a project past MaxFiles is listed every time.
 func TestListCacheBounds(t *testing.T) {

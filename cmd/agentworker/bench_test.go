@@ -46,7 +46,7 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"tasks_per_s": r.TasksPerS, "river_jobs_per_s": r.RiverJobsPerS, "river_same_writes_per_s": r.RiverSameWritesPerS,
 		"event_receipt_ms.p99": r.EventReceiptMS.P99, "sse_receipt_ms.p99": r.SSEReceiptMS.P99, "event_write_ms.p99": r.EventWriteMS.P99,
 		"context_build_ms.files_200": r.ContextBuildMS.Files200, "context_build_ms.files_2000": r.ContextBuildMS.Files2000,
-		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50, "tool_call_ms.search_cold": r.ToolCallMS.SearchCold,
+		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50, "tool_call_ms.search_cold": r.ToolCallMS.SearchCold, "tool_call_ms.search_stale.p50": r.ToolCallMS.SearchStale.P50,
 		"tool_call_ms.edit.p50": r.ToolCallMS.Edit.P50, "loop_overhead_ms": r.LoopOverheadMS,
 		"in_flight.median_ratio": r.InFlight.MedianRatio, "in_flight.statements_per_task": r.InFlight.StatementsPerTask,
 		"in_flight.commits_per_task": r.InFlight.CommitsPerTask, "in_flight.round_trips_per_task": r.InFlight.RoundTripsPerTask, "in_flight.event_receipt_ms.p99": r.InFlight.EventReceiptMS.P99,

@@ -104,6 +104,10 @@ type Report struct {
 		Search Percentiles `json:"search"`
 		// SearchCold is the first search: nothing listed or read yet.
 		SearchCold float64 `json:"search_cold"`
+		// SearchStale are searches whose kept listing is past its
+		// RefreshAfter (each a model turn after the last): answered from
+		// it while a background listing refreshes it.
+		SearchStale Percentiles `json:"search_stale"`
 		// SearchRelisted are searches whose kept listing is past its max
 		// age: listed again, files from the cache.
 		SearchRelisted Percentiles `json:"search_relisted"`

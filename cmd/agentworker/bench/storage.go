@@ -52,6 +52,7 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	listings := storage.NewListCache(opts.Store, storage.ListCacheConfig{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	defer listings.Close()
 	env := tools.Env{Store: listings, ProjectID: large, Cache: tools.NewCache(64 << 20)}
 	n := 200
 	if opts.Quick {
@@ -92,6 +93,16 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	if r.ToolCallMS.Search, err = call("search_files", searchArgs); err != nil {
 		return err
 	}
+	if r.ToolCallMS.SearchStale, err = call("search_files", func(i int) any {
+		// A model turn between searches: the last background listing has
+		// finished, and the kept one is past RefreshAfter again.
+		listings.WaitRefreshes()
+		clock.Add(int64(10 * time.Second))
+		return searchArgs(i)
+	}); err != nil {
+		return err
+	}
+	listings.WaitRefreshes()
 	if r.ToolCallMS.SearchRelisted, err = call("search_files", func(i int) any {
 		clock.Add(int64(time.Minute)) // past the max age: listed again
 		return searchArgs(i)
@@ -107,7 +118,7 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	} else {
 		r.note("edit_file is not in this build's tool set; edit latency not measured")
 	}
-	r.note("storage figures on the %s store; search_files cold is the first search (the project listed, every file read), warm the %d after it (from the kept listing and the file cache), re-listed %d more with the kept listing past its max age (listed again, files from the cache)", opts.StoreName, n, n)
+	r.note("storage figures on the %s store; search_files cold is the first search (the project listed, every file read), warm the %d after it (from the kept listing and the file cache), %d more 10 s apart (the listing refreshed in the background), re-listed %d more with the kept listing past its max age (listed again, files from the cache)", opts.StoreName, n, n, n)
 	return nil
 }
 
