@@ -573,6 +573,7 @@ func (s *Sandbox) args(sp spec, resultFD, blockFD int) []string {
 	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.FormatInt(s.cfg.Limits.ShmBytes, 10), "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev")
+	a = append(a, maskHostState()...)
 	if sp.workBytes > 0 {
 		a = append(a, "--size", strconv.FormatInt(sp.workBytes, 10), "--tmpfs", "/work", "--ro-bind", sp.workspace, workspaceSource)
 	} else {
@@ -861,4 +862,34 @@ func waitGone(fd int, d time.Duration) error {
 			return nil
 		}
 	}
+}
+
+// The files of a fresh /proc that describe the whole host rather than the
+// sandbox's PID namespace (interrupts and timers per CPU with the host's
+// process names, the kernel's keys and memory, hardware tables): each is
+// read empty, as container runtimes mask them. bwrap already makes
+// /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus read-only.
+var (
+	maskedHostFiles = []string{"/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/sched_debug", "/proc/timer_list", "/proc/timer_stats"}
+	maskedHostDirs = []string{"/proc/acpi", "/proc/asound", "/proc/scsi"}
+)
+
+// maskHostState is the bwrap arguments that mask those of the host's
+// kernel state the sandbox would see: a file by /dev/null, a directory by
+// an empty read-only tmpfs. Only paths the kernel has are masked (bwrap
+// cannot mount over a missing one).
+func maskHostState() []string {
+	var a []string
+	for _, f := range maskedHostFiles {
+		if fi, err := os.Stat(f); err == nil && !fi.IsDir() {
+			a = append(a, "--ro-bind", "/dev/null", f)
+		}
+	}
+	for _, d := range maskedHostDirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			a = append(a, "--size", "4096", "--perms", "0555", "--tmpfs", d, "--remount-ro", d)
+		}
+	}
+	return a
 }

@@ -370,3 +370,32 @@ func TestNewLines(t *testing.T) {
 		})
 	}
 }
+
+// TestHostKernelStateMasked: the sandbox's /proc is its own PID
+// namespace's, but some of its files describe the whole host (every
+// CPU's timers with the host's process names and pids, the kernel's
+// keys, its ACPI and interrupt tables): a command reads them empty, as a
+// container's runtime masks them.
+func TestHostKernelStateMasked(t *testing.T) {
+	t.Parallel()
+	var script strings.Builder
+	for _, p := range []string{"/proc/timer_list", "/proc/keys", "/proc/interrupts", "/proc/sched_debug", "/proc/kcore", "/proc/latency_stats", "/proc/timer_stats"} {
+		fmt.Fprintf(&script, "if [ -e %[1]s ]; then printf '%%s:' %[1]s; head -c 200 %[1]s 2>/dev/null | wc -c; fi; ", p)
+	}
+	for _, d := range []string{"/proc/acpi", "/proc/asound", "/proc/scsi"} {
+		fmt.Fprintf(&script, "if [ -d %[1]s ]; then printf '%%s:' %[1]s; ls -A %[1]s | wc -l; fi; ", d)
+	}
+	script.WriteString("echo done")
+	f := setup(t, map[string]string{"peek": script.String()}, nil)
+	out := f.run(t, "peek", time.Minute)
+	text := out.Output.Full()
+	if !strings.Contains(text, "done") {
+		t.Fatalf("%s\n%s", out.Summary(), text)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		path, n, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && strings.HasPrefix(path, "/") && strings.TrimSpace(n) != "0" {
+			t.Errorf("%s reads %s bytes or entries in the sandbox, want none", path, strings.TrimSpace(n))
+		}
+	}
+}
