@@ -416,6 +416,26 @@ type ProjectEventRow struct {
 // that a long-running transaction anywhere in the cluster delays project
 // streams (not task streams) until it ends.
 func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur ProjectCursor, limit int) (rows []ProjectEventRow, held bool, err error) {
+	return ProjectEventsAfterFloor(ctx, db, projectID, cur, EventFloor{}, limit)
+}
+
+// ProjectEventFloor is no later than the created_at of every event a
+// project stream can read after cur (every such event has a greater xid).
+// Seals only add up and a stream's cursor only moves on, so a floor read
+// once bounds the stream's later reads too: a stream keeps it rather than
+// reading it again (ProjectEventsAfterFloor).
+func ProjectEventFloor(ctx context.Context, db DBTX, cur ProjectCursor) (EventFloor, error) {
+	at, err := eventFloor(ctx, db, &cur.Xid, nil)
+	if err != nil {
+		return EventFloor{}, err
+	}
+	return EventFloor{at: at}, nil
+}
+
+// ProjectEventsAfterFloor is ProjectEventsAfter bounded by floor, the
+// ProjectEventFloor of cur or of an earlier cursor of the stream; unknown
+// (the zero value), the read looks it up, one statement more.
+func ProjectEventsAfterFloor(ctx context.Context, db DBTX, projectID uuid.UUID, cur ProjectCursor, floor EventFloor, limit int) (rows []ProjectEventRow, held bool, err error) {
 	// One statement, so the rows and held see the same snapshot: with two,
 	// xmin could advance in between and hide rows without reporting them held.
 	// Both parts read the (project_id, xid, id) index a few entries deep:
@@ -429,10 +449,15 @@ func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur P
 	// Every row after cur, and every held row (its xid is at least xmin,
 	// above cur's), has an xid above cur's: none is older than the floor of
 	// cur's xid, which names the days to plan (eventFloor).
-	floor, err := eventFloor(ctx, db, &cur.Xid, nil)
-	if err != nil {
-		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
+	if !floor.Known() {
+		if floor, err = ProjectEventFloor(ctx, db, cur); err != nil {
+			return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
+		}
 	}
+	// Unprepared (planned with its values, pruned at planning): a stream's
+	// first reads from the start plan every day alike, which makes Postgres
+	// keep a prepared statement's generic plan, and on PostgreSQL 15 a
+	// generic plan locks every day however many the executor prunes.
 	r, err := db.Query(ctx, `SELECT e.id, e.task_id, e.project_id, e.seq, e.type, e.payload, e.created_at, e.xid, h.held
 		FROM (SELECT coalesce((SELECT xid FROM agent_events WHERE project_id = $1 AND created_at >= $5 ORDER BY xid DESC LIMIT 1)
 		        >= pg_snapshot_xmin(pg_current_snapshot()), false) AS held) h
@@ -442,7 +467,7 @@ func ProjectEventsAfter(ctx context.Context, db DBTX, projectID uuid.UUID, cur P
 		      AND (xid, id) > ($2::bigint::text::xid8, $3)
 		      AND xid < pg_snapshot_xmin(pg_current_snapshot())
 		    ORDER BY agent_events.xid, agent_events.id LIMIT $4) e ON true
-		ORDER BY e.xid, e.id`, pgx.QueryExecModeCacheDescribe, projectID, cur.Xid, cur.ID, limit, floor)
+		ORDER BY e.xid, e.id`, pgx.QueryExecModeCacheDescribe, projectID, cur.Xid, cur.ID, limit, floor.at)
 	if err != nil {
 		return nil, false, fmt.Errorf("read events of project %s after %d/%d: %w", projectID, cur.Xid, cur.ID, err)
 	}

@@ -361,6 +361,17 @@ func TestSealedDaysSkipped(t *testing.T) {
 	}); len(locked) > 0 || len(got) != 1 || got[0].ID != rows[1].ID {
 		t.Errorf("stream after the first new event read %d events, locked sealed days %v; want the second new event alone", len(got), locked)
 	}
+	// A stream keeps the floor of the cursor it started from.
+	floor, err := agentsql.ProjectEventFloor(ctx, pool, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if locked := lockedSealed(func(tx pgx.Tx) error {
+		got, _, err = agentsql.ProjectEventsAfterFloor(ctx, tx, project, cur, floor, 100)
+		return err
+	}); len(locked) > 0 || len(got) != 1 || got[0].ID != rows[1].ID {
+		t.Errorf("stream after the first new event, its floor carried, read %d events, locked sealed days %v; want the second new event alone", len(got), locked)
+	}
 	var page agentsql.TaskPage
 	if locked := lockedSealed(func(tx pgx.Tx) error {
 		page, err = agentsql.ListProjectTasks(ctx, tx, project, agentsql.TaskQuery{Limit: 50})

@@ -2,12 +2,14 @@ package sql_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/poll"
 )
 
 // BenchmarkTasksEventsAfter is a follower's read of the events of the few
@@ -69,6 +71,60 @@ func BenchmarkTasksEventsAfter(b *testing.B) {
 				got, err := agentsql.TasksEventsAfter(ctx, pool, cursors, 1000)
 				if err != nil || len(got) != 5*len(ids) {
 					b.Fatalf("read %d events (%v), want %d", len(got), err, 5*len(ids))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkProjectEventsAfter: a project stream's read after an
+// announcement, its floor carried (as the SSE stream keeps it) or looked up.
+func BenchmarkProjectEventsAfter(b *testing.B) {
+	ctx := b.Context()
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	agentsql.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	project := uuid.New()
+	if _, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) SELECT $1, 'chat', 'x' FROM generate_series(1, 20)`, project); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, seq, type)
+		SELECT t.id, t.project_id, s, 'log' FROM ai_tasks t, generate_series(1, 20) s WHERE t.project_id = $1`, project); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE ai_tasks; ANALYZE agent_events`); err != nil {
+		b.Fatal(err)
+	}
+	// Deliverable once below every running transaction's xid (another
+	// test's may be open a while).
+	var all []agentsql.ProjectEventRow
+	poll.Until(b, "the project's 400 events deliverable", 30*time.Second, func() bool {
+		all, _, err = agentsql.ProjectEventsAfter(ctx, pool, project, agentsql.ProjectCursor{}, 1000)
+		return err == nil && len(all) == 400
+	})
+	cur := all[len(all)-6].Cursor
+	floor, err := agentsql.ProjectEventFloor(ctx, pool, cur)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, carried := range []bool{true, false} {
+		b.Run(map[bool]string{true: "FloorCarried", false: "FloorLookedUp"}[carried], func(b *testing.B) {
+			f := floor
+			if !carried {
+				f = agentsql.EventFloor{}
+			}
+			for b.Loop() {
+				got, _, err := agentsql.ProjectEventsAfterFloor(ctx, pool, project, cur, f, 100)
+				if err != nil || len(got) != 5 {
+					b.Fatalf("read %d events (%v), want 5", len(got), err)
 				}
 			}
 		})

@@ -282,9 +282,19 @@ func (s *Streams) ProjectEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	sub := s.hub.SubscribeProject(projectID)
 	defer sub.Close()
+	// The floor of the cursor it connected with bounds every later read:
+	// read once, not on every announcement.
+	var floor agentsql.EventFloor
 	s.stream(w, r, sub, func(ctx context.Context, write func(id string, ev events.Event) error, _ bool) (bool, error) {
+		if !floor.Known() {
+			f, err := agentsql.ProjectEventFloor(ctx, s.pool, cur)
+			if err != nil {
+				return false, fmt.Errorf("read events of project %s: %w", projectID, err)
+			}
+			floor = f
+		}
 		for {
-			rows, held, err := agentsql.ProjectEventsAfter(ctx, s.pool, projectID, cur, s.cfg.Batch)
+			rows, held, err := agentsql.ProjectEventsAfterFloor(ctx, s.pool, projectID, cur, floor, s.cfg.Batch)
 			if err != nil {
 				return false, err
 			}
