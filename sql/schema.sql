@@ -82,9 +82,11 @@ CREATE TABLE public.ai_tasks (
     events_archived_at timestamp with time zone,
     events_id_floor bigint,
     root_task_id uuid,
+    trace_parent text,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text, 'awaiting_approval'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
+    CONSTRAINT ai_tasks_trace_parent_check CHECK (((trace_parent ~ '^[0-9a-f]{16}$'::text) AND (trace_parent <> '0000000000000000'::text))),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
 
@@ -168,6 +170,9 @@ COMMENT ON COLUMN public.ai_tasks.events_id_floor IS 'Every event of the task ha
 
 -- COMMENT: COLUMN ai_tasks.root_task_id
 COMMENT ON COLUMN public.ai_tasks.root_task_id IS 'The root of the task''s tree: its own id, or its parent''s root when it was created; the database''s.';
+
+-- COMMENT: COLUMN ai_tasks.trace_parent
+COMMENT ON COLUMN public.ai_tasks.trace_parent IS 'The W3C span id (16 lowercase hex) of the request that created the task, within trace_id''s trace, or NULL; set on insert.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -3247,6 +3252,10 @@ GRANT INSERT(parent_task_id),UPDATE(parent_task_id) ON TABLE public.ai_tasks TO 
 -- ACL: COLUMN ai_tasks.trace_id
 GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO authenticated;
 GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.trace_parent
+GRANT INSERT(trace_parent) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(trace_parent) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: FUNCTION agent_events(public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agent_events(public.ai_tasks) FROM PUBLIC;

@@ -62,7 +62,7 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, nil, client, nil, nil)
+	svc, err := startWorker(ctx, cfg, log, pool, st, nil, client, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	}
 	hctx, stopHTTP := context.WithCancel(context.Background())
 	t.Cleanup(stopHTTP) // ends the event hub
-	h, err := httpHandler(hctx, cfg, log, pool, st, nil, m, "on")
+	h, err := httpHandler(hctx, cfg, log, pool, st, nil, m, "on", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
