@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,6 +31,8 @@ import (
 	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/agentworker/agentworker/traceid"
 )
+
+var traceOut = flag.String("tracing.out", "", "write the build's trace, as Jaeger's query API answers it, to this file (the picture in docs/operations.md is drawn from it)")
 
 // startJaeger starts a private Jaeger, the real OTLP receiver.
 func startJaeger(t *testing.T) *localjaeger.Server {
@@ -96,13 +101,22 @@ func jaegerTrace(t *testing.T, j *localjaeger.Server, id string) []jaegerSpan {
 	if resp.StatusCode == http.StatusNotFound {
 		return nil
 	}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET trace %s: status %d, %v", id, resp.StatusCode, err)
+	}
 	var body struct {
 		Data []struct {
 			Spans []jaegerSpan `json:"spans"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET trace %s: status %d, %v", id, resp.StatusCode, err)
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatalf("GET trace %s: %v", id, err)
+	}
+	if *traceOut != "" {
+		if err := os.WriteFile(*traceOut, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if len(body.Data) == 0 {
 		return nil
