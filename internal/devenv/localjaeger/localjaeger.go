@@ -19,12 +19,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/internal/devenv/supervise"
+	"github.com/agentworker/agentworker/internal/devenv/toolbin"
 )
 
 // ErrNotInstalled is returned, wrapped, by FindBinary and Start when no
@@ -36,31 +36,7 @@ var ErrNotInstalled = errors.New("jaeger binary not found")
 // $HOME/go/bin. A JAEGER_BIN naming a missing file is a configuration
 // error, which does not wrap ErrNotInstalled.
 func FindBinary() (string, error) {
-	if bin := os.Getenv("JAEGER_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err != nil {
-			return "", fmt.Errorf("find jaeger from JAEGER_BIN: %w", err)
-		}
-		return bin, nil
-	}
-	if bin, err := exec.LookPath("jaeger"); err == nil {
-		return bin, nil
-	}
-	var candidates []string
-	if gobin := os.Getenv("GOBIN"); gobin != "" {
-		candidates = append(candidates, filepath.Join(gobin, "jaeger"))
-	}
-	if gopath := os.Getenv("GOPATH"); gopath != "" {
-		candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "jaeger"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, "go", "bin", "jaeger"))
-	}
-	for _, c := range candidates {
-		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("%w on PATH or in %s", ErrNotInstalled, strings.Join(candidates, ", "))
+	return toolbin.Find("jaeger", "JAEGER_BIN", ErrNotInstalled)
 }
 
 // Server is a running Jaeger started by Start.
