@@ -41,7 +41,7 @@ func runTracing(ctx context.Context, opts Options, r *Report) error {
 	const iterations = 10
 	rounds, loopTasks, tasks := 3, 20, 2000
 	if opts.Quick {
-		rounds, loopTasks, tasks = 2, 5, 500
+		rounds, loopTasks, tasks = 3, 10, 300
 	}
 	url, name, stop, err := startReceiver(ctx)
 	if err != nil {
