@@ -433,9 +433,12 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	if !ok {
 		return river.JobCancel(fmt.Errorf("task %s: no handler for type %q", task.ID, task.Type))
 	}
-	ctx, attempt := s.cfg.Tracing.StartAttempt(ctx, tracing.Attempt{TraceID: handlers.TraceID(task), TraceParent: task.TraceParent,
-		TaskID: task.ID.String(), TaskType: string(task.Type), Agent: string(task.Type), Number: task.Retries + 1, Start: claimStart})
-	tracing.Claimed(ctx, claimStart, time.Now())
+	var attempt tracing.Span // off: does nothing
+	if s.cfg.Tracing != nil {
+		ctx, attempt = s.cfg.Tracing.StartAttempt(ctx, tracing.Attempt{TraceID: handlers.TraceID(task), TraceParent: task.TraceParent,
+			TaskID: task.ID.String(), TaskType: string(task.Type), Agent: string(task.Type), Number: task.Retries + 1, Start: claimStart})
+		tracing.Claimed(ctx, claimStart, time.Now())
+	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
