@@ -1,18 +1,15 @@
 package tracing_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentworker/agentworker/internal/devenv/localjaeger"
+	"github.com/agentworker/agentworker/testing/jaegertest"
 	"github.com/agentworker/agentworker/testing/poll"
-	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/agentworker/agentworker/tracing"
 )
 
@@ -21,18 +18,7 @@ import (
 // receiver (Jaeger): an attempt's spans, flushed by Shutdown, are found in
 // the stored trace under the service OTEL_SERVICE_NAME names.
 func TestFromEnvExports(t *testing.T) {
-	bin, err := localjaeger.FindBinary()
-	if errors.Is(err, localjaeger.ErrNotInstalled) {
-		prereq.Missing(t, "jaeger", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := localjaeger.Start(t.Context(), bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = j.Stop(context.Background()) })
+	j := jaegertest.Start(t)
 	for _, tc := range []struct{ protocol, endpoint string }{{"http/protobuf", j.OTLPHTTP}, {"grpc", j.OTLPGRPC}} {
 		t.Run(tc.protocol, func(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)

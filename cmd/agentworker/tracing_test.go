@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,45 +16,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
 	"github.com/agentworker/agentworker/api"
-	"github.com/agentworker/agentworker/auth"
 	"github.com/agentworker/agentworker/internal/devenv/localjaeger"
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/testing/jaegertest"
 	"github.com/agentworker/agentworker/testing/llmtest"
 	"github.com/agentworker/agentworker/testing/poll"
-	"github.com/agentworker/agentworker/testing/prereq"
 	"github.com/agentworker/agentworker/traceid"
 )
 
 var traceOut = flag.String("tracing.out", "", "write the build's trace, as Jaeger's query API answers it, to this file (the picture in docs/operations.md is drawn from it)")
-
-// startJaeger starts a private Jaeger, the real OTLP receiver.
-func startJaeger(t *testing.T) *localjaeger.Server {
-	t.Helper()
-	bin, err := localjaeger.FindBinary()
-	if errors.Is(err, localjaeger.ErrNotInstalled) {
-		prereq.Missing(t, "jaeger", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := localjaeger.Start(t.Context(), bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jaeger output:\n%s", j.Log())
-		}
-		_ = j.Stop(t.Context())
-	})
-	return j
-}
 
 // jaegerSpan is a span as Jaeger's query API (/api/traces/<id>) shows it.
 type jaegerSpan struct {
@@ -135,7 +109,7 @@ func jaegerTrace(t *testing.T, j *localjaeger.Server, id string) []jaegerSpan {
 // token usage and call duration reach the receiver as the GenAI metrics.
 func TestTracingEndToEnd(t *testing.T) {
 	t.Parallel()
-	j := startJaeger(t)
+	j := jaegertest.Start(t)
 	const secret, content = "tracing-test-secret-0123456789", "distinctive-content-4411\n"
 	usage := []llm.Usage{{PromptTokens: 1101, CompletionTokens: 11, TotalTokens: 1112}, {PromptTokens: 1202, CompletionTokens: 22, TotalTokens: 1224}}
 	write := llmtest.Call("write_file", map[string]string{"path": "hello.txt", "content": content})
@@ -162,15 +136,7 @@ func TestTracingEndToEnd(t *testing.T) {
 	})
 
 	project := uuid.New()
-	verifier, err := auth.NewVerifier(secret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := verifier.Sign(auth.Claims{Projects: []string{project.String()},
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "operator", ExpiresAt: jwt.NewNumericDate(time.Now().Add(10 * time.Minute))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := operatorToken(t, secret, project)
 	trace, caller := strings.ReplaceAll(uuid.NewString(), "-", ""), "00f067aa0ba902b7"
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/projects/"+project.String()+"/tasks",
 		strings.NewReader(`{"type": "build", "prompt": "write hello.txt"}`))
