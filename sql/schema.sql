@@ -1675,7 +1675,7 @@ CREATE FUNCTION public.ai_tasks_guard_trace_id() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
-    RAISE EXCEPTION 'ai_tasks.trace_id is set when a task is inserted and never changed (task %)', OLD.id
+    RAISE EXCEPTION 'ai_tasks.trace_id and trace_parent are set when a task is inserted and never changed (task %)', OLD.id
         USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_trace_id_immutable';
 END
 $$;
@@ -2895,7 +2895,7 @@ CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH R
 CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN ((new.status IS DISTINCT FROM old.status)) EXECUTE FUNCTION public.ai_tasks_guard_status();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_trace_id
-CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN ((new.trace_id IS DISTINCT FROM old.trace_id)) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
+CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS DISTINCT FROM old.trace_id) OR (new.trace_parent IS DISTINCT FROM old.trace_parent))) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
 
 -- TRIGGER: ai_tasks ai_tasks_hold_for_dependencies
 CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> ALL (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))) EXECUTE FUNCTION public.ai_tasks_hold_for_dependencies();

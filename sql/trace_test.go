@@ -108,7 +108,8 @@ func TestTraceID(t *testing.T) {
 
 // TestTraceParent: an app's own INSERT may name the span its task joins
 // (trace_parent, as authenticated through PostgREST, or as the service);
-// anything but a W3C span id is refused.
+// anything but a W3C span id is refused, and no writer changes it
+// afterwards.
 func TestTraceParent(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
@@ -143,6 +144,17 @@ func TestTraceParent(t *testing.T) {
 		var pgErr *pgconn.PgError
 		if _, err := insert("service_role", bad); !errors.As(err, &pgErr) || pgErr.ConstraintName != "ai_tasks_trace_parent_check" {
 			t.Errorf("insert with trace_parent %q: %v, want ai_tasks_trace_parent_check", bad, err)
+		}
+	}
+	id, err := insert("service_role", "00f067aa0ba902b7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []any{"00f067aa0ba902b8", nil} {
+		_, err := pool.Exec(ctx, `UPDATE ai_tasks SET trace_parent = $2 WHERE id = $1`, id, set)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.ConstraintName != "ai_tasks_trace_id_immutable" {
+			t.Errorf("update of trace_parent to %v: %v, want it refused", set, err)
 		}
 	}
 }
