@@ -73,6 +73,7 @@ import (
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/traceid"
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // Config configures the API.
@@ -115,6 +116,9 @@ type Config struct {
 	// and a change of a project's cap resumes its tasks paused at the cap
 	// when the project is under the new one. Defaults to 0: no cap.
 	ProjectMaxCostUSDPerDay float64
+	// Tracing, if set, makes each request of a route that creates a task
+	// a server span, which the task's attempts join. Defaults to off.
+	Tracing *tracing.Telemetry
 }
 
 // API serves the /v1 routes.
@@ -178,6 +182,9 @@ type route struct {
 	scope   scope
 	handle  handler
 	stream  bool // long-lived: it ends when the bearer's token expires
+	// traced: the route creates tasks; its request is a span (tracing
+	// on), which the tasks it creates name as their trace parent.
+	traced bool
 }
 
 // routes is the one table of /v1 routes.
@@ -185,7 +192,7 @@ func (a *API) routes() []route {
 	rs := []route{
 		{pattern: "GET /v1/tasks/{id}/events", scope: taskScope, handle: a.streams.TaskEvents, stream: true},
 		{pattern: "GET /v1/projects/{id}/events", scope: projectScope, handle: a.streams.ProjectEvents, stream: true},
-		{pattern: "POST /v1/projects/{id}/tasks", scope: projectScope, handle: a.createTask},
+		{pattern: "POST /v1/projects/{id}/tasks", scope: projectScope, handle: a.createTask, traced: true},
 		{pattern: "GET /v1/projects/{id}/inbox", scope: projectScope, handle: a.listInbox},
 		{pattern: "POST /v1/inbox/{id}/close", scope: inboxScope, handle: a.closeInbox},
 		{pattern: "GET /v1/projects/{id}/tasks", scope: projectScope, handle: a.listTasks},
@@ -234,7 +241,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	}
 	// One pattern per method: a method-less "/v1/" would conflict with a
 	// page registered as "GET /".
-	rest := a.edge(unrouted(rs))
+	rest := a.edge("", unrouted(rs))
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch,
 		http.MethodDelete, http.MethodOptions, http.MethodTrace} {
 		mux.Handle(m+" /v1/", rest)
@@ -243,18 +250,32 @@ func (a *API) Register(mux *http.ServeMux) {
 
 // edge applies what holds for every /v1 request, routed or not: its trace
 // id, nosniff, CORS, the answer to a preflight, and 503 while auth is not
-// configured. Each request is logged at debug level once answered.
-func (a *API) edge(h handler) http.Handler {
+// configured. Each request is logged at debug level once answered. With
+// span set (a route's pattern) and tracing on, the request is a span.
+func (a *API) edge(span string, h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Every line logged for the request, and a task it creates, carry
-		// its trace id; the client reads it back in the answer.
+		// its trace id; the client reads it back in the answer. A W3C
+		// traceparent names the trace (and the caller's span, the parent
+		// of the tasks' spans), whatever X-Trace-ID says.
 		trace := traceid.FromRequest(r)
+		ctx, parent, ok := tracing.Incoming(r.Context(), r.Header)
+		if ok {
+			trace = parent
+		}
 		w.Header().Set(traceid.Header, trace)
-		r = r.WithContext(traceid.With(r.Context(), trace))
+		ctx = traceid.With(ctx, trace)
+		var sp tracing.Span
+		if span != "" {
+			ctx, sp = a.cfg.Tracing.StartRequest(ctx, span, trace)
+		}
+		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
 		w = sw
 		start := time.Now()
 		defer func() {
+			sp.SetStatus(sw.Status())
+			sp.End(nil)
 			a.cfg.Logger.LogAttrs(r.Context(), slog.LevelDebug, "api request", slog.String("method", r.Method),
 				slog.String("path", bounded(r.URL.Path)), slog.Int("status", sw.Status()),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
@@ -280,7 +301,11 @@ func (a *API) edge(h handler) http.Handler {
 // guard is edge, then the bearer's token, then the route's {id}. A stream
 // ends when the token expires. A refusal is recorded in audit_log.
 func (a *API) guard(rt route) http.Handler {
-	return a.edge(func(w http.ResponseWriter, r *http.Request) error {
+	span := ""
+	if rt.traced {
+		span = rt.pattern
+	}
+	return a.edge(span, func(w http.ResponseWriter, r *http.Request) error {
 		var verified *auth.Claims
 		err := a.serve(w, r, rt, &verified)
 		if err != nil {
@@ -559,7 +584,7 @@ func (a *API) cors(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Access-Control-Allow-Origin", origin)
 	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, "+traceid.Header)
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, "+traceid.Header+", traceparent, tracestate")
 	h.Set("Access-Control-Expose-Headers", traceid.Header)
 	h.Set("Access-Control-Max-Age", "600")
 }

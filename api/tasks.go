@@ -11,6 +11,7 @@ import (
 	"github.com/agentworker/agentworker/handlers"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/traceid"
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // TaskRequest is the body of POST /v1/projects/{id}/tasks.
@@ -64,7 +65,7 @@ func (a *API) createTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	task, err := agentsql.InsertTask(r.Context(), a.pool, agentsql.NewTask{ProjectID: projectID, Type: agentsql.TaskType(req.Type),
 		Prompt: req.Prompt, Input: req.Input, AgentID: req.AgentID, Priority: req.Priority, ParentTaskID: req.ParentTaskID, DependsOn: req.DependsOn,
-		TraceID: traceid.From(r.Context())})
+		TraceID: traceid.From(r.Context()), TraceParent: tracing.SpanID(r.Context())})
 	var rule *agentsql.RuleError
 	if errors.As(err, &rule) {
 		return &apiError{http.StatusBadRequest, rule.Code, rule.Message}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentworker/agentworker/internal/gate"
 	"github.com/agentworker/agentworker/llm"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // Termination reasons of TerminationError.
@@ -654,8 +655,28 @@ func (l *loop) call(ctx context.Context, req llm.Request) (llm.Response, error) 
 	return resp, nil
 }
 
-// callTool runs one tool call with its progress, tool_call and file_update events.
+// callTool runs one tool call with its progress, tool_call and file_update
+// events, in its execute_tool span.
 func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, error) {
+	ctx, span := tracing.StartTool(ctx, call.Name, call.ID)
+	ran := true
+	res, err := l.runTool(ctx, call, &ran)
+	switch {
+	case err != nil:
+		span.End(tracing.OutcomeError, err)
+	case !ran:
+		span.End(tracing.OutcomeNotRun, nil)
+	case res.Success && (res.ExitCode == nil || *res.ExitCode == 0):
+		span.End(tracing.OutcomeSuccess, nil)
+	default:
+		span.End(tracing.OutcomeFailure, nil)
+	}
+	return res, err
+}
+
+// runTool is callTool's work; ran is cleared when the call was answered
+// without running the tool (denied, or a repeat).
+func (l *loop) runTool(ctx context.Context, call llm.ToolCall, ran *bool) (tools.Result, error) {
 	args := json.RawMessage(call.Arguments)
 	if !json.Valid(args) {
 		// Keep the event valid JSON; the raw text is still reported.
@@ -679,6 +700,7 @@ func (l *loop) callTool(ctx context.Context, call llm.ToolCall) (tools.Result, e
 	var turnWait time.Duration // waiting for a turn to work again is not the tool's time
 	if repeat {
 		stopped = timer.Stop()
+		*ran = false
 	} else {
 		// A tool may wait long (a command, an image): without the turn.
 		// tool_start is due when the tool outlasts the delay, not when

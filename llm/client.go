@@ -22,6 +22,8 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/tidwall/sjson"
+
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // Defaults applied by [New].
@@ -89,6 +91,7 @@ type Client struct {
 	timeout    time.Duration
 	logger     *slog.Logger
 	endpoint   string
+	host       string // server.address of the chat spans
 	rateLimit  RateLimitConfig
 	pacersMu   sync.Mutex
 	pacers     map[string]*pacer // by model
@@ -153,6 +156,7 @@ func New(cfg Config) (*Client, error) {
 		// The limit is the provider's, per host and API path; the
 		// credentials in a URL are not part of its name.
 		endpoint:  u.Host + strings.TrimSuffix(u.Path, "/"),
+		host:      u.Hostname(),
 		rateLimit: cfg.RateLimit,
 		pacers:    map[string]*pacer{},
 	}
@@ -368,6 +372,8 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 	tokens := float64(len(body)) / 4
 	var resp Response
 	model := c.modelOf(req)
+	// The chat span holds the call's rate-limit waits and its retries.
+	ctx, span := tracing.StartChat(ctx, model, c.host)
 	waited, err := c.paced(ctx, model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
 		if req.OnDelta == nil {
 			completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
@@ -381,12 +387,15 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 		return err
 	})
 	if err != nil {
+		span.End(tracing.ChatResult{}, err)
 		return Response{RateLimitWait: waited}, err
 	}
 	c.pacer(model).charge(tokens, float64(resp.Usage.TotalTokens))
 	if resp.Model == "" {
 		resp.Model = model
 	}
+	span.End(tracing.ChatResult{ResponseModel: resp.Model, InputTokens: resp.Usage.PromptTokens,
+		OutputTokens: resp.Usage.CompletionTokens, FinishReason: resp.FinishReason}, nil)
 	resp.RateLimitWait = waited
 	return resp, nil
 }

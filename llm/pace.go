@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // Pacing constants. A key whose limit is unknown is not paced until the
@@ -261,6 +263,8 @@ func (p *pacer) acquire(ctx context.Context, cs *callState) error {
 	p.mu.Unlock()
 
 	cs.notify(min(est, left))
+	_, span := tracing.Start(ctx, "rate_limit_wait")
+	span.SetString("agentworker.rate_limit.reason", "pace")
 	timer := time.NewTimer(left)
 	defer timer.Stop()
 	var err error
@@ -272,6 +276,7 @@ func (p *pacer) acquire(ctx context.Context, cs *callState) error {
 	case <-timer.C:
 		err = errWaitTooLong
 	}
+	span.End(err)
 	if err != nil {
 		p.mu.Lock()
 		if w.departed {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // DefaultRateLimitMaxWait is how long one call waits, in all, for the
@@ -270,14 +272,18 @@ func (cs *callState) sleep(ctx context.Context, d time.Duration) error {
 		return cs.rateLimitError()
 	}
 	cs.notify(d)
+	_, span := tracing.Start(ctx, "rate_limit_wait")
+	span.SetString("agentworker.rate_limit.reason", "refused")
 	start := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		span.End(ctx.Err())
 		return ctx.Err()
 	case <-t.C:
 	}
+	span.End(nil)
 	waited := time.Since(start)
 	cs.waited += waited
 	cs.pacer.waited(waited)

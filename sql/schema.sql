@@ -82,9 +82,11 @@ CREATE TABLE public.ai_tasks (
     events_archived_at timestamp with time zone,
     events_id_floor bigint,
     root_task_id uuid,
+    trace_parent text,
     CONSTRAINT ai_tasks_priority_check CHECK (((priority >= 1) AND (priority <= 4))),
     CONSTRAINT ai_tasks_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'blocked'::text, 'cancelled'::text, 'paused'::text, 'awaiting_input'::text, 'waiting'::text, 'review'::text, 'awaiting_approval'::text]))),
     CONSTRAINT ai_tasks_trace_id_check CHECK ((trace_id ~ '^[A-Za-z0-9._-]{1,64}$'::text)),
+    CONSTRAINT ai_tasks_trace_parent_check CHECK (((trace_parent ~ '^[0-9a-f]{16}$'::text) AND (trace_parent <> '0000000000000000'::text))),
     CONSTRAINT ai_tasks_type_check CHECK ((type = ANY (ARRAY['chat'::text, 'plan'::text, 'build'::text])))
 );
 
@@ -168,6 +170,9 @@ COMMENT ON COLUMN public.ai_tasks.events_id_floor IS 'Every event of the task ha
 
 -- COMMENT: COLUMN ai_tasks.root_task_id
 COMMENT ON COLUMN public.ai_tasks.root_task_id IS 'The root of the task''s tree: its own id, or its parent''s root when it was created; the database''s.';
+
+-- COMMENT: COLUMN ai_tasks.trace_parent
+COMMENT ON COLUMN public.ai_tasks.trace_parent IS 'The W3C span id (16 lowercase hex) of the request that created the task, within trace_id''s trace, or NULL; set on insert.';
 
 -- FUNCTION: agent_events(public.ai_tasks)
 CREATE FUNCTION public.agent_events(public.ai_tasks) RETURNS SETOF public.agent_events
@@ -1670,7 +1675,7 @@ CREATE FUNCTION public.ai_tasks_guard_trace_id() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
-    RAISE EXCEPTION 'ai_tasks.trace_id is set when a task is inserted and never changed (task %)', OLD.id
+    RAISE EXCEPTION 'ai_tasks.trace_id and trace_parent are set when a task is inserted and never changed (task %)', OLD.id
         USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_trace_id_immutable';
 END
 $$;
@@ -2890,7 +2895,7 @@ CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH R
 CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN ((new.status IS DISTINCT FROM old.status)) EXECUTE FUNCTION public.ai_tasks_guard_status();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_trace_id
-CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN ((new.trace_id IS DISTINCT FROM old.trace_id)) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
+CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS DISTINCT FROM old.trace_id) OR (new.trace_parent IS DISTINCT FROM old.trace_parent))) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
 
 -- TRIGGER: ai_tasks ai_tasks_hold_for_dependencies
 CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> ALL (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))) EXECUTE FUNCTION public.ai_tasks_hold_for_dependencies();
@@ -3247,6 +3252,10 @@ GRANT INSERT(parent_task_id),UPDATE(parent_task_id) ON TABLE public.ai_tasks TO 
 -- ACL: COLUMN ai_tasks.trace_id
 GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO authenticated;
 GRANT INSERT(trace_id) ON TABLE public.ai_tasks TO service_role;
+
+-- ACL: COLUMN ai_tasks.trace_parent
+GRANT INSERT(trace_parent) ON TABLE public.ai_tasks TO authenticated;
+GRANT INSERT(trace_parent) ON TABLE public.ai_tasks TO service_role;
 
 -- ACL: FUNCTION agent_events(public.ai_tasks)
 REVOKE ALL ON FUNCTION public.agent_events(public.ai_tasks) FROM PUBLIC;

@@ -140,6 +140,9 @@ type Task struct {
 	// TraceID is the trace of the request that created the task ("" when
 	// it was inserted without one); set on insert, never changed.
 	TraceID string
+	// TraceParent is the span id (16 lowercase hex) of the request that
+	// created the task, in TraceID's trace ("" when none).
+	TraceParent string
 	// PauseRequested: a pause of the running task was requested; it takes
 	// effect at the next iteration boundary.
 	PauseRequested bool
@@ -148,7 +151,7 @@ type Task struct {
 const taskColumns = `id, project_id, type, status, coalesce(prompt, ''), input, result, error,
 	coalesce(model, ''), attempt, tokens_in, tokens_out, cost::float8, last_seq, river_job_id,
 	fence, retries, version, created_at, updated_at, started_at, finished_at,
-	agent_id, priority, parent_task_id, approved, coalesce(trace_id, ''), pause_requested`
+	agent_id, priority, parent_task_id, approved, coalesce(trace_id, ''), pause_requested, coalesce(trace_parent, '')`
 
 func scanTask(row pgx.Row) (Task, error) {
 	var t Task
@@ -161,7 +164,7 @@ func taskDest(t *Task) []any {
 	return []any{&t.ID, &t.ProjectID, &t.Type, &t.Status, &t.Prompt, &t.Input, &t.Result, &t.Error,
 		&t.Model, &t.Attempt, &t.TokensIn, &t.TokensOut, &t.Cost, &t.LastSeq, &t.RiverJobID,
 		&t.Fence, &t.Retries, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.StartedAt, &t.FinishedAt,
-		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID, &t.PauseRequested}
+		&t.AgentID, &t.Priority, &t.ParentTaskID, &t.Approved, &t.TraceID, &t.PauseRequested, &t.TraceParent}
 }
 
 // NewTask is what an app supplies to create a task.
@@ -184,6 +187,9 @@ type NewTask struct {
 	// TraceID is the trace of the request creating the task (see package
 	// traceid); "" stores none.
 	TraceID string
+	// TraceParent is the span id of that request (16 lowercase hex); ""
+	// stores none.
+	TraceParent string
 }
 
 // RuleError is a write refused by a rule of the task graph; Code is the
@@ -256,9 +262,9 @@ func insertTask(ctx context.Context, db DBTX, nt NewTask) (Task, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	t, err := scanTask(db.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, input, model, agent_id, priority, parent_task_id, trace_id)
-		VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce(nullif($7, 0), 2), $8, nullif($9, '')) RETURNING `+taskColumns,
-		nt.ProjectID, nt.Type, nt.Prompt, input, nt.Model, nt.AgentID, nt.Priority, nt.ParentTaskID, nt.TraceID))
+	t, err := scanTask(db.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, input, model, agent_id, priority, parent_task_id, trace_id, trace_parent)
+		VALUES ($1, $2, $3, $4, nullif($5, ''), $6, coalesce(nullif($7, 0), 2), $8, nullif($9, ''), nullif($10, '')) RETURNING `+taskColumns,
+		nt.ProjectID, nt.Type, nt.Prompt, input, nt.Model, nt.AgentID, nt.Priority, nt.ParentTaskID, nt.TraceID, nt.TraceParent))
 	if err != nil {
 		return Task{}, fmt.Errorf("insert %s task for project %s: %w", nt.Type, nt.ProjectID, asRuleError(err))
 	}

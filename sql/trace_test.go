@@ -105,3 +105,56 @@ func TestTraceID(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceParent: an app's own INSERT may name the span its task joins
+// (trace_parent, as authenticated through PostgREST, or as the service);
+// anything but a W3C span id is refused, and no writer changes it
+// afterwards.
+func TestTraceParent(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	project := uuid.New()
+	insert := func(role, parent string) (uuid.UUID, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if err := asRole(ctx, tx, role, claims(role, project)); err != nil {
+			t.Fatal(err)
+		}
+		var id uuid.UUID
+		if err := tx.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt, trace_id, trace_parent)
+			VALUES ($1, 'chat', 'hi', '4bf92f3577b34da6a3ce929d0e0e4736', $2) RETURNING id`, project, parent).Scan(&id); err != nil {
+			return id, err
+		}
+		return id, tx.Commit(ctx)
+	}
+	for _, role := range []string{"authenticated", "service_role"} {
+		id, err := insert(role, "00f067aa0ba902b7")
+		if err != nil {
+			t.Fatalf("insert with trace_parent as %s: %v", role, err)
+		}
+		if task, err := agentsql.GetTask(ctx, pool, id); err != nil || task.TraceParent != "00f067aa0ba902b7" {
+			t.Fatalf("task inserted as %s: trace parent %q, %v", role, task.TraceParent, err)
+		}
+	}
+	for _, bad := range []string{"", "0000000000000000", "00F067AA0BA902B7", "00f067aa0ba902b", "00f067aa0ba902b7a"} {
+		var pgErr *pgconn.PgError
+		if _, err := insert("service_role", bad); !errors.As(err, &pgErr) || pgErr.ConstraintName != "ai_tasks_trace_parent_check" {
+			t.Errorf("insert with trace_parent %q: %v, want ai_tasks_trace_parent_check", bad, err)
+		}
+	}
+	id, err := insert("service_role", "00f067aa0ba902b7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []any{"00f067aa0ba902b8", nil} {
+		_, err := pool.Exec(ctx, `UPDATE ai_tasks SET trace_parent = $2 WHERE id = $1`, id, set)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.ConstraintName != "ai_tasks_trace_id_immutable" {
+			t.Errorf("update of trace_parent to %v: %v, want it refused", set, err)
+		}
+	}
+}

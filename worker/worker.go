@@ -28,6 +28,7 @@ import (
 	"github.com/agentworker/agentworker/internal/gate"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/traceid"
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // River names. The pickup trigger in sql/migrations uses the same kind and queue.
@@ -136,6 +137,9 @@ type Config struct {
 	Runs interface {
 		ObserveRun(taskType string, d time.Duration, err error)
 	}
+	// Tracing, if set, exports each attempt as an invoke_agent span with
+	// its claim, and the spans below it. Defaults to off.
+	Tracing *tracing.Telemetry
 }
 
 // DefaultConcurrency is how many tasks a process runs at once unless told
@@ -411,6 +415,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	}
 	defer turn.Leave()
 	ctx = gate.WithTurn(ctx, turn)
+	claimStart := time.Now()
 	c, err := s.capClaim(ctx, job, log)
 	if errors.Is(err, agentsql.ErrTaskNotFound) {
 		return river.JobCancel(err)
@@ -428,6 +433,12 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	if !ok {
 		return river.JobCancel(fmt.Errorf("task %s: no handler for type %q", task.ID, task.Type))
 	}
+	var attempt tracing.Span // off: does nothing
+	if s.cfg.Tracing != nil {
+		ctx, attempt = s.cfg.Tracing.StartAttempt(ctx, tracing.Attempt{TraceID: handlers.TraceID(task), TraceParent: task.TraceParent,
+			TaskID: task.ID.String(), TaskType: string(task.Type), Agent: string(task.Type), Number: task.Retries + 1, Start: claimStart})
+		tracing.Claimed(ctx, claimStart, time.Now())
+	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -442,6 +453,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Fence: task.Fence, Number: task.Retries + 1,
 		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID, NoCheckpoint: !c.Checkpointed,
 		PauseRequested: &c.PauseRequested, ChangeSet: c.ChangeSet, EventsSince: c.EventsSince})
+	attempt.End(err)
 	if s.cfg.Runs != nil {
 		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)
 	}

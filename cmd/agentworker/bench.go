@@ -24,7 +24,7 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	quick := fs.Bool("quick", false, "reduced sizes, under two minutes")
 	retentionEvents := fs.Int("retention-events", 0, "events in the retention scenario's full table (0: 10 million, 100,000 with -quick)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
-	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, inflight, steady, replicas, provider-limit, storm, fairness, graph, retention, memory); all by default")
+	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, tracing, inflight, steady, replicas, provider-limit, storm, fairness, graph, retention, memory); all by default")
 	guard := fs.Bool("guard", false, "run the scenarios CI guards (latency, events, inflight) and fail on a regression a user would feel: event receipt p99 over 50 ms, pickup over 2× tuned River's, tasks in flight (1 s model) over 2× the ideal; a run past a limit is tried again, up to 3 runs")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -48,6 +48,8 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"context_build_ms.files_200": r.ContextBuildMS.Files200, "context_build_ms.files_2000": r.ContextBuildMS.Files2000,
 		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50, "tool_call_ms.search_cold": r.ToolCallMS.SearchCold, "tool_call_ms.search_stale.p50": r.ToolCallMS.SearchStale.P50,
 		"tool_call_ms.edit.p50": r.ToolCallMS.Edit.P50, "loop_overhead_ms": r.LoopOverheadMS,
+		"tracing.loop_off_ms": r.Tracing.LoopOffMS, "tracing.loop_on_ms": r.Tracing.LoopOnMS,
+		"tracing.tasks_per_s_off": r.Tracing.TasksPerSOff, "tracing.tasks_per_s_on": r.Tracing.TasksPerSOn,
 		"in_flight.median_ratio": r.InFlight.MedianRatio, "in_flight.statements_per_task": r.InFlight.StatementsPerTask,
 		"in_flight.commits_per_task": r.InFlight.CommitsPerTask, "in_flight.round_trips_per_task": r.InFlight.RoundTripsPerTask, "in_flight.event_receipt_ms.p99": r.InFlight.EventReceiptMS.P99,
 		"steady.events_per_s": r.Steady.EventsPerS, "steady.in_flight_median": float64(r.Steady.InFlightMedian),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"github.com/agentworker/agentworker/sandbox"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/tracing"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -158,8 +160,8 @@ func newLLM(cfg config, log *slog.Logger, pool *pgxpool.Pool, m *metrics.Metrics
 // m, when not nil, receives the loop's events and the runs' durations.
 // sb, when not nil, runs run_command and the checks before finish.
 // arch, when not nil, takes each finished task's events before retention
-// drops or deletes them.
-func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, arch *archive.Archiver, model *llm.Client, m *metrics.Metrics, sb *sandbox.Sandbox) (*worker.Service, error) {
+// drops or deletes them. tel, when not nil, exports the attempts' spans.
+func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st storage.Store, arch *archive.Archiver, model *llm.Client, m *metrics.Metrics, sb *sandbox.Sandbox, tel *tracing.Telemetry) (*worker.Service, error) {
 	// One announcer per process: tasks' transactions never NOTIFY.
 	ann := events.NewAnnouncer(pool, log)
 	// The tasks and the tasks.md job write through one ListCache, so the
@@ -167,8 +169,8 @@ func startWorker(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	st = storage.NewListCache(st, storage.ListCacheConfig{})
 	deps := handlers.Deps{Pool: pool, Store: st, LLM: model, Logger: log, Announcer: ann, Sandbox: sb}
 	wcfg := worker.Config{Concurrency: cfg.WorkerConcurrency, ActiveLimit: cfg.WorkerActiveLimit, ProjectMaxRunning: cfg.WorkerProjectMaxRunning, Lease: cfg.TaskLease, StuckIdleTimeout: cfg.StuckIdleTimeout, Logger: log, Announcer: ann,
-		ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay,
-		TasksMD:                 worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
+		ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay, Tracing: tel,
+		TasksMD: worker.TasksMDConfig{Store: st, Path: cfg.TasksMDPath},
 		Retention: worker.RetentionConfig{Events: time.Duration(cfg.EventsRetention), Tasks: time.Duration(cfg.TasksRetention),
 			Audit: time.Duration(cfg.AuditRetention)}}
 	// Set by the operator, not its default (the config holds only the value).
@@ -236,11 +238,26 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, arch, model, m, sb)
+	tel, err := tracing.FromEnv(ctx, log)
 	if err != nil {
 		return err
 	}
-	handler, err := httpHandler(ctx, cfg, log, pool, st, readsArchive(arch), m, readiness(sb, commands))
+	if tel != nil {
+		log.Info("tracing: exporting spans and metrics over OTLP", slog.String("endpoint", otlpEndpoint()))
+		defer func() {
+			// After the worker and the server stopped: their last spans go too.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tel.Shutdown(sctx); err != nil {
+				log.Warn("tracing: flush on shutdown", slog.String("err", err.Error()))
+			}
+		}()
+	}
+	svc, err := startWorker(ctx, cfg, log, pool, st, arch, model, m, sb, tel)
+	if err != nil {
+		return err
+	}
+	handler, err := httpHandler(ctx, cfg, log, pool, st, readsArchive(arch), m, readiness(sb, commands), tel)
 	if err != nil {
 		return err
 	}
@@ -283,7 +300,8 @@ func newHTTPServer(ctx context.Context, cfg config, handler http.Handler) *http.
 // API (event streams, whose hub runs until ctx ends, task submission and
 // control, the inbox, the console's reads) and the console page.
 // commands says whether run_command is on and with which limits, for /readyz.
-func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, arch events.Archive, m *metrics.Metrics, commands string) (http.Handler, error) {
+// tel, when not nil, makes the requests that create tasks spans.
+func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, st store, arch events.Archive, m *metrics.Metrics, commands string, tel *tracing.Telemetry) (http.Handler, error) {
 	var verifier *auth.Verifier
 	if cfg.JWTSecret == "" {
 		log.Warn("JWT_SECRET is not set: every /v1 route answers 503 until it is")
@@ -305,7 +323,8 @@ func httpHandler(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpoo
 	}
 	api.New(pool, streams, api.Config{Verifier: verifier, AllowedOrigins: cfg.CORSOrigins, Logger: log, Store: st,
 		MaxStreams: cfg.SSEMaxStreams, MaxStreamsPerToken: cfg.SSEMaxPerToken, AuditPerActorPerMinute: cfg.AuditRefusalsPerMinute,
-		Prices: prices, RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay}).Register(mux)
+		Prices: prices, RuleFallbacks: append([]string{}, cfg.RulesFallbacks...), ProjectMaxCostUSDPerDay: cfg.ProjectMaxCostPerDay,
+		Tracing: tel}).Register(mux)
 	mux.Handle("GET /", console.Handler())
 	return mux, nil
 }
@@ -518,4 +537,10 @@ func printTimelineArchived(ctx context.Context, pool *pgxpool.Pool, arch events.
 		}
 		return nil
 	})
+}
+
+// otlpEndpoint is the OTLP endpoint the environment names, for the log:
+// the traces' own, else the general one.
+func otlpEndpoint() string {
+	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 }

@@ -80,7 +80,7 @@ func demo(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, arch, model, nil, sb)
+	svc, err := startWorker(ctx, cfg, log, pool, st, arch, model, nil, sb, nil)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func startEdge(t *testing.T, cfg config) *edge {
 	}
 	cfg.JWTSecret = edgeSecret
 	ctx, cancel := context.WithCancel(context.Background())
-	h, err := httpHandler(ctx, cfg, slog.New(slog.DiscardHandler), pool, st, nil, m, "on")
+	h, err := httpHandler(ctx, cfg, slog.New(slog.DiscardHandler), pool, st, nil, m, "on", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

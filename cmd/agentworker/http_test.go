@@ -46,7 +46,7 @@ func TestMetricsToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, nil, m, "on")
+			h, err := httpHandler(ctx, config{MetricsToken: tt.token}, slog.New(slog.DiscardHandler), pool, st, nil, m, "on", nil)
 			if err != nil {
 				t.Fatal(err)
 			}

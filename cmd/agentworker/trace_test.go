@@ -62,7 +62,7 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := startWorker(ctx, cfg, log, pool, st, nil, client, nil, nil)
+	svc, err := startWorker(ctx, cfg, log, pool, st, nil, client, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,22 +79,14 @@ func TestTraceIDEndToEnd(t *testing.T) {
 	}
 	hctx, stopHTTP := context.WithCancel(context.Background())
 	t.Cleanup(stopHTTP) // ends the event hub
-	h, err := httpHandler(hctx, cfg, log, pool, st, nil, m, "on")
+	h, err := httpHandler(hctx, cfg, log, pool, st, nil, m, "on", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	project := uuid.New()
-	verifier, err := auth.NewVerifier(secret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := verifier.Sign(auth.Claims{Projects: []string{project.String()},
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "operator", ExpiresAt: jwt.NewNumericDate(time.Now().Add(10 * time.Minute))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := operatorToken(t, secret, project)
 	create := func(t *testing.T, trace string) (answered string, task agentsql.Task) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/projects/"+project.String()+"/tasks",
@@ -201,4 +193,19 @@ func TestTraceIDEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// operatorToken signs with secret a token for project, valid ten minutes.
+func operatorToken(t *testing.T, secret string, project uuid.UUID) string {
+	t.Helper()
+	verifier, err := auth.NewVerifier(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := verifier.Sign(auth.Claims{Projects: []string{project.String()},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "operator", ExpiresAt: jwt.NewNumericDate(time.Now().Add(10 * time.Minute))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
 }

@@ -265,15 +265,15 @@ CREATE OR REPLACE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON ai_ta
 CREATE OR REPLACE FUNCTION ai_tasks_guard_trace_id() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
-    RAISE EXCEPTION 'ai_tasks.trace_id is set when a task is inserted and never changed (task %)', OLD.id
+    RAISE EXCEPTION 'ai_tasks.trace_id and trace_parent are set when a task is inserted and never changed (task %)', OLD.id
         USING ERRCODE = 'check_violation', CONSTRAINT = 'ai_tasks_trace_id_immutable';
 END
 $$;
 
--- Every writer, the worker included: a trace id names where a task came
--- from, which nothing later changes.
+-- Every writer, the worker included: a trace id and the span it joins name
+-- where a task came from, which nothing later changes.
 CREATE OR REPLACE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON ai_tasks
-    FOR EACH ROW WHEN (NEW.trace_id IS DISTINCT FROM OLD.trace_id)
+    FOR EACH ROW WHEN (NEW.trace_id IS DISTINCT FROM OLD.trace_id OR NEW.trace_parent IS DISTINCT FROM OLD.trace_parent)
     EXECUTE FUNCTION ai_tasks_guard_trace_id();
 
 -- A child inserted without a trace (a plan's steps, a subtask) takes its

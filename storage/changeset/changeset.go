@@ -34,6 +34,7 @@ import (
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // Set is the change set of one build task, seen as the project's store.
@@ -600,7 +601,9 @@ func (s *Set) clean(projectID, p string) (string, error) {
 // the task stops before its next write. A write already under way when
 // the task changed hands is conditional on the version its set was made
 // against, which the new holder's write of the same path replaces.
-func (s *Set) Apply(ctx context.Context, result []byte) ([]agentsql.ChangeEntry, error) {
+func (s *Set) Apply(ctx context.Context, result []byte) (_ []agentsql.ChangeEntry, err error) {
+	ctx, span := tracing.Start(ctx, "apply")
+	defer func() { span.End(err) }()
 	entries, err := s.Entries(ctx)
 	if err != nil {
 		return nil, err
@@ -616,6 +619,7 @@ func (s *Set) Apply(ctx context.Context, result []byte) ([]agentsql.ChangeEntry,
 	if err := s.write(ctx, pending); err != nil {
 		return nil, s.undo(ctx, err)
 	}
+	span.SetInt("agentworker.files", len(entries))
 	return entries, nil
 }
 
@@ -623,7 +627,10 @@ func (s *Set) Apply(ctx context.Context, result []byte) ([]agentsql.ChangeEntry,
 // skips entries already applied and entries whose target already holds the
 // staged state (written, but not yet marked, before the crash). A conflict
 // puts back what the apply wrote, as Apply does.
-func (s *Set) Resume(ctx context.Context) ([]agentsql.ChangeEntry, error) {
+func (s *Set) Resume(ctx context.Context) (_ []agentsql.ChangeEntry, err error) {
+	ctx, span := tracing.Start(ctx, "apply")
+	span.SetString("agentworker.apply", "resumed")
+	defer func() { span.End(err) }()
 	entries, err := s.Entries(ctx)
 	if err != nil {
 		return nil, err

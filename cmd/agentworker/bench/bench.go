@@ -23,6 +23,7 @@ import (
 	"github.com/agentworker/agentworker/redact"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/tracing"
 	"github.com/agentworker/agentworker/worker"
 )
 
@@ -62,6 +63,8 @@ type Options struct {
 	toolStartDelay time.Duration
 	// projectMaxRunning is the worker's WORKER_PROJECT_MAX_RUNNING.
 	projectMaxRunning int
+	// tracing is the worker's tracing (nil: off).
+	tracing *tracing.Telemetry
 }
 
 // Percentiles of a latency distribution, in milliseconds.
@@ -115,6 +118,8 @@ type Report struct {
 	} `json:"tool_call_ms"`
 
 	LoopOverheadMS float64 `json:"loop_overhead_ms"`
+
+	Tracing TracingCost `json:"tracing"`
 
 	InFlight InFlight `json:"in_flight"`
 	Steady   Steady   `json:"steady"`
@@ -174,6 +179,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		{"events", runEventDelivery},
 		{"storage", runStorage},
 		{"loop", runLoopOverhead},
+		{"tracing", runTracing},
 		{"inflight", runInFlight},
 		{"steady", runSteady},
 		{"replicas", runReplicas},

@@ -21,14 +21,25 @@ func runLoopOverhead(ctx context.Context, opts Options, r *Report) error {
 	if opts.Quick {
 		tasks = 5
 	}
+	var err error
+	if r.LoopOverheadMS, err = loopOverhead(ctx, opts, tasks, iterations); err != nil {
+		return err
+	}
+	r.note("loop overhead: %d tasks × %d tool iterations (+1 finish), per iteration: events, tool call on the %s store, bookkeeping", tasks, iterations, opts.StoreName)
+	return nil
+}
+
+// loopOverhead runs tasks builds of iterations tool calls each and returns
+// the loop's own time per iteration, in milliseconds.
+func loopOverhead(ctx context.Context, opts Options, tasks, iterations int) (float64, error) {
 	db, err := newDatabase(ctx, opts.AdminURL, 20)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer db.drop()
 	p, err := startPipeline(ctx, opts, db, iterationsModel(iterations), true)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer p.stop(ctx)
 	var total time.Duration
@@ -36,24 +47,22 @@ func runLoopOverhead(ctx context.Context, opts Options, r *Report) error {
 	for range tasks {
 		id, err := insertTask(ctx, db, "loop overhead")
 		if err != nil {
-			return err
+			return 0, err
 		}
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err = waitFor(wctx, p.timed.done, id)
 		cancel()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		d, n, err := loopTime(ctx, db, id)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		total += d
 		loops += n
 	}
-	r.LoopOverheadMS = float64(total.Microseconds()) / 1000 / float64(loops)
-	r.note("loop overhead: %d tasks × %d tool iterations (+1 finish), per iteration: events, tool call on the %s store, bookkeeping", tasks, iterations, opts.StoreName)
-	return nil
+	return float64(total.Microseconds()) / 1000 / float64(loops), nil
 }
 
 // loopTime returns the agent_loop stage's time minus its LLM calls, and the

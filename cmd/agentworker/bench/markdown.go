@@ -30,6 +30,11 @@ func (r Report) Markdown() string {
 	row("search_files past the listing's max age (ms)", pc(r.ToolCallMS.SearchRelisted), "", "")
 	row("edit_file (ms)", pc(r.ToolCallMS.Edit), "", "p99 < 50")
 	row("agent loop overhead per iteration (ms)", fmt.Sprintf("%.2f", r.LoopOverheadMS), "", "< 2")
+	if tc := r.Tracing; tc.Receiver != "" {
+		row("tracing off → on: loop overhead per iteration (ms); tasks per s",
+			fmt.Sprintf("%.2f → %.2f (%.2f×); %.0f → %.0f (%.2f×)", tc.LoopOffMS, tc.LoopOnMS, tc.LoopRatio, tc.TasksPerSOff, tc.TasksPerSOn, tc.TasksPerSRatio),
+			"", "loop ≤ 1.05×")
+	}
 	row("RSS with 1 / 10 / 100 tasks (MB)", fmt.Sprintf("%.0f / %.0f / %.0f", r.RSSMB.Tasks1, r.RSSMB.Tasks10, r.RSSMB.Tasks100), "", "")
 	f := r.InFlight
 	row(fmt.Sprintf("%d tasks in flight, %.0f ms model: insert → done ÷ ideal", f.Tasks, f.ModelDelayMS),

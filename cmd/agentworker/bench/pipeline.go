@@ -125,7 +125,7 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 	}
 	timed := newTimedHandlers()
 	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, ActiveLimit: opts.ActiveLimit,
-		ProjectMaxRunning: opts.projectMaxRunning, Logger: opts.Logger, Announcer: ann})
+		ProjectMaxRunning: opts.projectMaxRunning, Logger: opts.Logger, Announcer: ann, Tracing: opts.tracing})
 	if err != nil {
 		_ = model.Close()
 		return nil, err

@@ -34,6 +34,7 @@ import (
 
 	"github.com/agentworker/agentworker/internal/devenv/loopback"
 	"github.com/agentworker/agentworker/internal/devenv/supervise"
+	"github.com/agentworker/agentworker/internal/devenv/toolbin"
 	"github.com/agentworker/agentworker/storage"
 )
 
@@ -121,31 +122,7 @@ type Server struct {
 // error wraps ErrNotInstalled when there is none; a MINIO_BIN naming a
 // missing file is a configuration error, which does not.
 func FindBinary() (string, error) {
-	if bin := os.Getenv("MINIO_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err != nil {
-			return "", fmt.Errorf("find minio from MINIO_BIN: %w", err)
-		}
-		return bin, nil
-	}
-	if bin, err := exec.LookPath("minio"); err == nil {
-		return bin, nil
-	}
-	var candidates []string
-	if gobin := os.Getenv("GOBIN"); gobin != "" {
-		candidates = append(candidates, filepath.Join(gobin, "minio"))
-	}
-	if gopath := os.Getenv("GOPATH"); gopath != "" {
-		candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "minio"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, "go", "bin", "minio"))
-	}
-	for _, c := range candidates {
-		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("%w on PATH or in %s", ErrNotInstalled, strings.Join(candidates, ", "))
+	return toolbin.Find("minio", "MINIO_BIN", ErrNotInstalled)
 }
 
 // Start starts a MinIO server as described by cfg and returns once it is live
