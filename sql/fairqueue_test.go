@@ -135,3 +135,36 @@ func TestRequeuedAndReconciledTasksTakeTheirTurn(t *testing.T) {
 	}
 	equalOrder(t, fetchOrder(t, pool), []string{"a1", "b1", "a2", "b2", "a3", "a4"})
 }
+
+// TestJobBackFromAWaitTakesItsTurn: a task's job that River makes available
+// again after a snooze (a retry's wait) takes its project's turn, not the
+// back of the backlog queued before its wait ended.
+func TestJobBackFromAWaitTakesItsTurn(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.New(t)
+	a, b := uuid.New(), uuid.New()
+	var b1 uuid.UUID
+	if err := pool.QueryRow(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) VALUES ($1, 'chat', 'b1') RETURNING id`, b).Scan(&b1); err != nil {
+		t.Fatal(err)
+	}
+	// River takes b1; a's backlog arrives; b1's worker snoozes it (JobSnooze:
+	// scheduled, due after the backlog's insert), and River's scheduler makes
+	// it available when due, as JobSchedule does.
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1 WHERE args ->> 'task_id' = $1::text`, b1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
+		SELECT $1, 'chat', 'a' || g FROM generate_series(1, 3) g`, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = clock_timestamp()
+		WHERE args ->> 'task_id' = $1::text`, b1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'available' WHERE state = 'scheduled' AND scheduled_at <= now()`); err != nil {
+		t.Fatal(err)
+	}
+	// Level with the head, a1; b1's job is the older.
+	equalOrder(t, fetchOrder(t, pool), []string{"b1", "a1", "a2", "a3"})
+}

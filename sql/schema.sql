@@ -1149,10 +1149,11 @@ $$;
 
 -- FUNCTION: agentworker_queue_turn(uuid, smallint)
 CREATE FUNCTION public.agentworker_queue_turn(p_project uuid, p_priority smallint) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'public', 'pg_temp'
     AS $$
-    SELECT coalesce(
+BEGIN
+    RETURN coalesce(
         (SELECT j.scheduled_at + interval '1 microsecond' FROM river_job j
          WHERE j.state = 'available' AND j.kind = 'ai_task' AND j.args ->> 'project_id' = p_project::text
            AND j.priority = p_priority
@@ -1160,7 +1161,8 @@ CREATE FUNCTION public.agentworker_queue_turn(p_project uuid, p_priority smallin
         (SELECT j.scheduled_at FROM river_job j
          WHERE j.state = 'available' AND j.queue = 'ai_tasks' AND j.priority = p_priority
          ORDER BY j.scheduled_at LIMIT 1),
-        now())
+        now());
+END
 $$;
 
 -- FUNCTION: agentworker_reject_task(uuid, text, integer, text)

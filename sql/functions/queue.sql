@@ -14,9 +14,12 @@
 -- or microseconds ahead of now behind a project's own burst, so the job is
 -- 'available' at once, as River's fetch needs. Two transactions enqueuing
 -- for one project at once may take the same turn; id orders them.
+-- plpgsql: its plan is kept for the session (a SQL function's is made
+-- again at every call that is not inlined, which costs more than the probes).
 CREATE OR REPLACE FUNCTION agentworker_queue_turn(p_project uuid, p_priority smallint) RETURNS timestamptz
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce(
         (SELECT j.scheduled_at + interval '1 microsecond' FROM river_job j
          WHERE j.state = 'available' AND j.kind = 'ai_task' AND j.args ->> 'project_id' = p_project::text
            AND j.priority = p_priority
@@ -24,7 +27,8 @@ LANGUAGE sql STABLE AS $$
         (SELECT j.scheduled_at FROM river_job j
          WHERE j.state = 'available' AND j.queue = 'ai_tasks' AND j.priority = p_priority
          ORDER BY j.scheduled_at LIMIT 1),
-        now())
+        now());
+END
 $$;
 
 -- The priority of a task is its River job's; its turn is its project's.
@@ -96,6 +100,22 @@ $$;
 CREATE OR REPLACE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON ai_tasks
     FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued')
     EXECUTE FUNCTION ai_tasks_requeue();
+
+-- A task's job back in the queue after a wait (the snooze of a retry or of
+-- the per-project cap, River's own retry) takes its project's turn again,
+-- as a new job does, rather than the place its due time gives it, behind
+-- every backlog queued before: never later than that place.
+CREATE OR REPLACE FUNCTION river_job_ai_task_turn() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.scheduled_at := least(NEW.scheduled_at, agentworker_queue_turn((NEW.args ->> 'project_id')::uuid, NEW.priority));
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER river_job_ai_task_turn BEFORE UPDATE OF state ON river_job
+    FOR EACH ROW WHEN (NEW.state = 'available' AND OLD.state <> 'available' AND NEW.kind = 'ai_task' AND NEW.args ? 'project_id')
+    EXECUTE FUNCTION river_job_ai_task_turn();
 
 -- River's job cancellation, as river.Client.JobCancel does it: a job not yet
 -- running is cancelled at once; a running one is marked (so River's rescuer
@@ -320,6 +340,7 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'agentworker_enqueue_task(uuid)',
     'ai_tasks_enqueue()',
     'ai_tasks_requeue()',
+    'river_job_ai_task_turn()',
     'agentworker_cancel_river_job(bigint)',
     'agentworker_claim_task(uuid, bigint, text, interval, text, boolean)',
     'agentworker_take_over_lapsed(integer)',
