@@ -62,7 +62,7 @@ BEGIN
     WITH queued AS (
         SELECT n.id, n.project_id, n.priority, row_number() OVER () AS ord
         FROM new_rows n WHERE n.status = 'queued'
-    ), turns AS (
+    ), turns AS MATERIALIZED (  -- one turn a project and priority, not one a row
         SELECT g.project_id, g.priority, agentworker_queue_turn(g.project_id, g.priority) AS at
         FROM (SELECT DISTINCT project_id, priority FROM queued) g
     )
