@@ -916,8 +916,9 @@ CREATE FUNCTION public.agentworker_enqueue_task(p_task_id uuid) RETURNS bigint
 DECLARE
     v_job_id bigint;
 BEGIN
-    INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    SELECT jsonb_build_object('task_id', p_task_id), 'ai_task', 'ai_tasks', 5, t.priority, 'available'
+    INSERT INTO river_job (args, kind, queue, max_attempts, priority, scheduled_at, state)
+    SELECT jsonb_build_object('task_id', t.id, 'project_id', t.project_id), 'ai_task', 'ai_tasks', 5, t.priority,
+           agentworker_queue_turn(t.project_id, t.priority), 'available'
     FROM ai_tasks t WHERE t.id = p_task_id
     RETURNING id INTO v_job_id;
     PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
@@ -1148,6 +1149,24 @@ CREATE FUNCTION public.agentworker_project_fixed() RETURNS trigger
 BEGIN
     RAISE EXCEPTION 'PROJECT_FIXED: %.project_id never changes after insert (row %, project %)', TG_TABLE_NAME, OLD.id, OLD.project_id
         USING ERRCODE = 'check_violation', CONSTRAINT = TG_TABLE_NAME || '_project_fixed';
+END
+$$;
+
+-- FUNCTION: agentworker_queue_turn(uuid, smallint)
+CREATE FUNCTION public.agentworker_queue_turn(p_project uuid, p_priority smallint) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN coalesce(
+        (SELECT j.scheduled_at + interval '1 microsecond' FROM river_job j
+         WHERE j.state = 'available' AND j.kind = 'ai_task' AND j.args ->> 'project_id' = p_project::text
+           AND j.priority = p_priority
+         ORDER BY j.scheduled_at DESC LIMIT 1),
+        (SELECT j.scheduled_at FROM river_job j
+         WHERE j.state = 'available' AND j.queue = 'ai_tasks' AND j.priority = p_priority
+         ORDER BY j.scheduled_at LIMIT 1),
+        now());
 END
 $$;
 
@@ -1534,13 +1553,23 @@ CREATE FUNCTION public.ai_tasks_enqueue() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
-    -- Submit from Go inserts the job itself with River's InsertTx.
+    -- A writer that inserts the job itself (or none) says so.
     IF coalesce(current_setting('agentworker.skip_enqueue', true), '') = 'on' THEN
         RETURN NULL;
     END IF;
-    INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    SELECT jsonb_build_object('task_id', n.id), 'ai_task', 'ai_tasks', 5, n.priority, 'available'
-    FROM new_rows n WHERE n.status = 'queued';
+    WITH queued AS (
+        SELECT n.id, n.project_id, n.priority, row_number() OVER () AS ord
+        FROM new_rows n WHERE n.status = 'queued'
+    ), turns AS MATERIALIZED (  -- one turn a project and priority, not one a row
+        SELECT g.project_id, g.priority, agentworker_queue_turn(g.project_id, g.priority) AS at
+        FROM (SELECT DISTINCT project_id, priority FROM queued) g
+    )
+    INSERT INTO river_job (args, kind, queue, max_attempts, priority, scheduled_at, state)
+    SELECT jsonb_build_object('task_id', q.id, 'project_id', q.project_id), 'ai_task', 'ai_tasks', 5, q.priority,
+           t.at + (row_number() OVER (PARTITION BY q.project_id, q.priority ORDER BY q.ord) - 1) * interval '1 microsecond',
+           'available'
+    FROM queued q JOIN turns t USING (project_id, priority)
+    ORDER BY q.ord;
     IF FOUND THEN
         PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
     END IF;
@@ -3385,6 +3414,9 @@ REVOKE ALL ON FUNCTION public.agentworker_prepare_event_partitions(p_days_ahead 
 
 -- ACL: FUNCTION agentworker_project_fixed()
 REVOKE ALL ON FUNCTION public.agentworker_project_fixed() FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_queue_turn(p_project uuid, p_priority smallint)
+REVOKE ALL ON FUNCTION public.agentworker_queue_turn(p_project uuid, p_priority smallint) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text)
 REVOKE ALL ON FUNCTION public.agentworker_reject_task(task_id uuid, feedback text, expected_version integer, actor text) FROM PUBLIC;

@@ -458,29 +458,29 @@ func nullJSON(b json.RawMessage) any {
 	return b
 }
 
-// OrphanedTasks returns queued tasks older than minAge that have no live
-// River job: the pickup trigger's work was lost (for example, rows copied in
-// with triggers disabled), or the job's worker died between River's fetch
-// and the claim's commit, leaving the job running for claimStuck and more
-// while its task is still queued (River's rescuer would wait for the job
-// timeout). The reconciler enqueues them.
-func OrphanedTasks(ctx context.Context, db DBTX, minAge, claimStuck time.Duration, limit int) ([]Orphan, error) {
-	rows, err := db.Query(ctx, `SELECT t.id, t.priority FROM ai_tasks t
+// EnqueueOrphans enqueues, as the pickup trigger would have, up to limit
+// queued tasks older than minAge that have no live River job, oldest
+// first, and returns how many: the pickup trigger's work was lost (for
+// example, rows copied in with triggers disabled), or the job's worker died
+// between River's fetch and the claim's commit, leaving the job running for
+// claimStuck and more while its task is still queued (River's rescuer would
+// wait for the job timeout). Each job takes its project's turn
+// (agentworker_enqueue_task).
+func EnqueueOrphans(ctx context.Context, db DBTX, minAge, claimStuck time.Duration, limit int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(agentworker_enqueue_task(o.id)) FROM (
+		SELECT t.id FROM ai_tasks t
 		WHERE t.status = 'queued' AND t.created_at < now() - $1::interval
 		AND NOT EXISTS (
 			SELECT 1 FROM river_job j
 			WHERE j.kind = 'ai_task' AND j.args ->> 'task_id' = t.id::text
 			AND j.state NOT IN ('completed', 'cancelled', 'discarded')
 			AND NOT (j.state = 'running' AND j.attempted_at < now() - $3::interval))
-		ORDER BY t.created_at LIMIT $2`, minAge, limit, claimStuck)
+		ORDER BY t.created_at LIMIT $2) o`, minAge, limit, claimStuck).Scan(&n)
 	if err != nil {
-		return nil, fmt.Errorf("find orphaned tasks: %w", err)
+		return 0, fmt.Errorf("enqueue orphaned tasks: %w", err)
 	}
-	orphans, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Orphan])
-	if err != nil {
-		return nil, fmt.Errorf("find orphaned tasks: %w", err)
-	}
-	return orphans, nil
+	return n, nil
 }
 
 // ReleaseStranded queues, as the last dependency's success would have,
@@ -497,12 +497,6 @@ func ReleaseStranded(ctx context.Context, db DBTX, minAge time.Duration, limit i
 		return nil, fmt.Errorf("release stranded waiting tasks: %w", err)
 	}
 	return ids, nil
-}
-
-// Orphan is a queued task without a live job, and the priority its job gets.
-type Orphan struct {
-	ID       uuid.UUID
-	Priority int
 }
 
 // ScheduleRetry ends the attempt of the task held by f with a transient

@@ -375,28 +375,12 @@ func (s *Service) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Submit creates a task from Go. The River job of a queued task is inserted
-// with InsertTx in the same transaction (the pickup trigger is told to stand
-// aside), at the task's priority, so the task and its job commit together.
+// Submit creates a task from Go. The pickup trigger enqueues a queued
+// task's River job in the same statement, as for any writer, so the job
+// takes its project's turn in the queue (agentworker_queue_turn) whoever
+// inserted the task.
 func (s *Service) Submit(ctx context.Context, nt agentsql.NewTask) (agentsql.Task, error) {
-	var task agentsql.Task
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
-			return fmt.Errorf("submit task: %w", err)
-		}
-		var err error
-		if task, err = agentsql.InsertTask(ctx, tx, nt); err != nil {
-			return err
-		}
-		if task.Status != agentsql.StatusQueued {
-			return nil // waiting: its last dependency's success enqueues it
-		}
-		if _, err := s.client.InsertTx(ctx, tx, TaskArgs{TaskID: task.ID}, &river.InsertOpts{Priority: task.Priority}); err != nil {
-			return fmt.Errorf("submit task %s: insert river job: %w", task.ID, err)
-		}
-		return nil
-	})
-	return task, err
+	return agentsql.InsertTask(ctx, s.pool, nt)
 }
 
 // taskWorker claims a task and dispatches it to its type's handler.
@@ -617,16 +601,5 @@ func (w *reconcileWorker) Work(ctx context.Context, _ *river.Job[reconcileArgs])
 // Reconcile enqueues a River job for every queued task older than
 // ReconcileMinAge that has none, and returns how many it enqueued.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
-	orphans, err := agentsql.OrphanedTasks(ctx, s.pool, s.cfg.ReconcileMinAge, s.cfg.ClaimTimeout, 1000)
-	if err != nil || len(orphans) == 0 {
-		return 0, err
-	}
-	params := make([]river.InsertManyParams, len(orphans))
-	for i, o := range orphans {
-		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: o.ID}, InsertOpts: &river.InsertOpts{Priority: o.Priority}}
-	}
-	if _, err := s.client.InsertMany(ctx, params); err != nil {
-		return 0, fmt.Errorf("reconcile: enqueue %d orphaned tasks: %w", len(orphans), err)
-	}
-	return len(orphans), nil
+	return agentsql.EnqueueOrphans(ctx, s.pool, s.cfg.ReconcileMinAge, s.cfg.ClaimTimeout, 1000)
 }

@@ -2,14 +2,44 @@
 -- under a new fence and lease, a lapsed lease is taken over, and an idle
 -- running task is flagged.
 
--- The priority of a task is its River job's.
+-- A project's turn in the task queue: the scheduled_at of its next River
+-- job at a priority. River takes a queue's available jobs by priority, then
+-- scheduled_at, then id, so first come, first served would hold every
+-- project's next task behind one project's backlog. Instead a project's
+-- next job goes one microsecond after the project's last job still waiting
+-- at that priority, and the job of a project with none waiting goes level
+-- with the head of the queue (after the head's job, and after earlier
+-- newcomers, by id): projects take turns, each first come, first served
+-- within itself, and priorities still come first. A turn is in the past,
+-- or microseconds ahead of now behind a project's own burst, so the job is
+-- 'available' at once, as River's fetch needs. Two transactions enqueuing
+-- for one project at once may take the same turn; id orders them.
+-- plpgsql: its plan is kept for the session (a SQL function's is made
+-- again at every call that is not inlined, which costs more than the probes).
+CREATE OR REPLACE FUNCTION agentworker_queue_turn(p_project uuid, p_priority smallint) RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce(
+        (SELECT j.scheduled_at + interval '1 microsecond' FROM river_job j
+         WHERE j.state = 'available' AND j.kind = 'ai_task' AND j.args ->> 'project_id' = p_project::text
+           AND j.priority = p_priority
+         ORDER BY j.scheduled_at DESC LIMIT 1),
+        (SELECT j.scheduled_at FROM river_job j
+         WHERE j.state = 'available' AND j.queue = 'ai_tasks' AND j.priority = p_priority
+         ORDER BY j.scheduled_at LIMIT 1),
+        now());
+END
+$$;
+
+-- The priority of a task is its River job's; its turn is its project's.
 CREATE OR REPLACE FUNCTION agentworker_enqueue_task(p_task_id uuid) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_job_id bigint;
 BEGIN
-    INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    SELECT jsonb_build_object('task_id', p_task_id), 'ai_task', 'ai_tasks', 5, t.priority, 'available'
+    INSERT INTO river_job (args, kind, queue, max_attempts, priority, scheduled_at, state)
+    SELECT jsonb_build_object('task_id', t.id, 'project_id', t.project_id), 'ai_task', 'ai_tasks', 5, t.priority,
+           agentworker_queue_turn(t.project_id, t.priority), 'available'
     FROM ai_tasks t WHERE t.id = p_task_id
     RETURNING id INTO v_job_id;
     PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
@@ -18,19 +48,30 @@ END
 $$;
 
 -- Pickup: queued tasks inserted by anyone (psql, PostgREST, an edge
--- function) get their River jobs in the same transaction, one insert and
--- one notification per statement, however many rows it inserts. Submit from
--- Go inserts the job itself with River's InsertTx (agentworker.skip_enqueue).
+-- function, Submit from Go) get their River jobs in the same transaction,
+-- one insert and one notification per statement, however many rows it
+-- inserts. A project's rows take its turns one microsecond apart, in the
+-- order the statement inserted them (their ids follow that order too).
 CREATE OR REPLACE FUNCTION ai_tasks_enqueue() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
-    -- Submit from Go inserts the job itself with River's InsertTx.
+    -- A writer that inserts the job itself (or none) says so.
     IF coalesce(current_setting('agentworker.skip_enqueue', true), '') = 'on' THEN
         RETURN NULL;
     END IF;
-    INSERT INTO river_job (args, kind, queue, max_attempts, priority, state)
-    SELECT jsonb_build_object('task_id', n.id), 'ai_task', 'ai_tasks', 5, n.priority, 'available'
-    FROM new_rows n WHERE n.status = 'queued';
+    WITH queued AS (
+        SELECT n.id, n.project_id, n.priority, row_number() OVER () AS ord
+        FROM new_rows n WHERE n.status = 'queued'
+    ), turns AS MATERIALIZED (  -- one turn a project and priority, not one a row
+        SELECT g.project_id, g.priority, agentworker_queue_turn(g.project_id, g.priority) AS at
+        FROM (SELECT DISTINCT project_id, priority FROM queued) g
+    )
+    INSERT INTO river_job (args, kind, queue, max_attempts, priority, scheduled_at, state)
+    SELECT jsonb_build_object('task_id', q.id, 'project_id', q.project_id), 'ai_task', 'ai_tasks', 5, q.priority,
+           t.at + (row_number() OVER (PARTITION BY q.project_id, q.priority ORDER BY q.ord) - 1) * interval '1 microsecond',
+           'available'
+    FROM queued q JOIN turns t USING (project_id, priority)
+    ORDER BY q.ord;
     IF FOUND THEN
         PERFORM pg_notify(current_schema() || '.river_insert', '{"queue": "ai_tasks"}');
     END IF;
@@ -59,6 +100,22 @@ $$;
 CREATE OR REPLACE TRIGGER ai_tasks_requeue AFTER UPDATE OF status ON ai_tasks
     FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued')
     EXECUTE FUNCTION ai_tasks_requeue();
+
+-- A task's job back in the queue after a wait (the snooze of a retry or of
+-- the per-project cap, River's own retry) takes its project's turn again,
+-- as a new job does, rather than the place its due time gives it, behind
+-- every backlog queued before: never later than that place.
+CREATE OR REPLACE FUNCTION river_job_ai_task_turn() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.scheduled_at := least(NEW.scheduled_at, agentworker_queue_turn((NEW.args ->> 'project_id')::uuid, NEW.priority));
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER river_job_ai_task_turn BEFORE UPDATE OF state ON river_job
+    FOR EACH ROW WHEN (NEW.state = 'available' AND OLD.state <> 'available' AND NEW.kind = 'ai_task' AND NEW.args ? 'project_id')
+    EXECUTE FUNCTION river_job_ai_task_turn();
 
 -- River's job cancellation, as river.Client.JobCancel does it: a job not yet
 -- running is cancelled at once; a running one is marked (so River's rescuer
@@ -279,9 +336,11 @@ $$;
 -- Settings: the functions above are the owner's only, on this schema's
 -- search path, until granted here.
 SELECT agentworker_make_internal(VARIADIC ARRAY[
+    'agentworker_queue_turn(uuid, smallint)',
     'agentworker_enqueue_task(uuid)',
     'ai_tasks_enqueue()',
     'ai_tasks_requeue()',
+    'river_job_ai_task_turn()',
     'agentworker_cancel_river_job(bigint)',
     'agentworker_claim_task(uuid, bigint, text, interval, text, boolean)',
     'agentworker_take_over_lapsed(integer)',
