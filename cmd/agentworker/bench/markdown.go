@@ -18,6 +18,13 @@ func (r Report) Markdown() string {
 	row(fmt.Sprintf("throughput, %d tasks (per s)", r.Tasks), fmt.Sprintf("%.0f", r.TasksPerS),
 		fmt.Sprintf("no-op %.0f; same writes %.0f", r.RiverJobsPerS, r.RiverSameWritesPerS),
 		fmt.Sprintf("≥ 0.8× same writes (now %.2f×), ≥ 1,000/s", ratio(r.TasksPerS, r.RiverSameWritesPerS)))
+	if c := r.ThroughputCPU; c.Ours != (CPUPerTask{}) {
+		cpu := func(c CPUPerTask) string {
+			return fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
+		}
+		row("CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours),
+			"same writes "+cpu(c.RiverSameWrites), "worker + Postgres ≤ 3")
+	}
 	row("events written (per s)", fmt.Sprintf("%.0f", r.EventsWrittenPerS), "", "")
 	row("write → LISTEN receipt (ms)", pc(r.EventReceiptMS), "", "p99 < 20")
 	row("write → SSE receipt (ms)", pc(r.SSEReceiptMS), "", "p99 < 20")
