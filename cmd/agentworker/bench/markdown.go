@@ -38,6 +38,11 @@ func (r Report) Markdown() string {
 	f := r.InFlight
 	row(fmt.Sprintf("%d tasks in flight, %.0f ms model: insert → done ÷ ideal", f.Tasks, f.ModelDelayMS),
 		fmt.Sprintf("median %.2f× / p99 %.2f×", f.MedianRatio, f.P99Ratio), "", "median ≤ 1.5× (goal 1.2×)")
+	if ph := f.Phases; ph.Done.P50 > 0 {
+		row("where the time goes: insert → handler start / first call / second call / done (s, p50; p99)",
+			fmt.Sprintf("%.2f / %.2f / %.2f / %.2f; %.2f / %.2f / %.2f / %.2f", ph.Start.P50, ph.FirstCall.P50, ph.SecondCall.P50, ph.Done.P50,
+				ph.Start.P99, ph.FirstCall.P99, ph.SecondCall.P99, ph.Done.P99), "", fmt.Sprintf("0 / 0 / %.2f / %.2f", f.IdealS/2, f.IdealS))
+	}
 	row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
 	row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
 	row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")
