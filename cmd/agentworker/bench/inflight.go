@@ -59,6 +59,11 @@ type InFlight struct {
 	// at once, the second the first by one model delay, the finish the
 	// second by another.
 	Phases InFlightPhases `json:"phases_s"`
+	// CPU is the CPU time per task from the insert to the last finish:
+	// this process's (the worker, the scripted model, the scenario's
+	// listener) and the database's backends'. The tasks' work is CPU
+	// bound: n tasks take at least n × CPU ÷ CPUs of the machine.
+	CPU CPUPerTask `json:"cpu_per_task"`
 }
 
 // InFlightPhases are distributions of seconds from the insert.
@@ -174,6 +179,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	}
 	stmts0, trips0 := stmts.n.Load(), stmts.trips.Load()
 
+	cpu := startCPU(ctx, db)
 	t0 := time.Now()
 	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
 		SELECT gen_random_uuid(), 'build', 'in flight' FROM generate_series(1, $1)`, n); err != nil {
@@ -196,6 +202,8 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 		}
 	}
 	elapsed := time.Since(t0)
+	f := &r.InFlight
+	f.CPU = cpu.perTask(n)
 	stmtsRun, tripsRun := stmts.n.Load()-stmts0, stmts.trips.Load()-trips0
 	stopSampling()
 	lk, rc := <-locks, <-receipts
@@ -212,7 +220,6 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	}
 	ideal := 2 * delay
 	slices.Sort(took)
-	f := &r.InFlight
 	f.Tasks, f.ModelDelayMS, f.IdealS = n, float64(delay.Milliseconds()), ideal.Seconds()
 	f.MedianRatio = ratio(took[len(took)/2].Seconds(), ideal.Seconds())
 	f.P99Ratio = ratio(took[min(len(took)-1, len(took)*99/100)].Seconds(), ideal.Seconds())

@@ -43,6 +43,9 @@ func (r Report) Markdown() string {
 			fmt.Sprintf("%.2f / %.2f / %.2f / %.2f; %.2f / %.2f / %.2f / %.2f", ph.Start.P50, ph.FirstCall.P50, ph.SecondCall.P50, ph.Done.P50,
 				ph.Start.P99, ph.FirstCall.P99, ph.SecondCall.P99, ph.Done.P99), "", fmt.Sprintf("0 / 0 / %.2f / %.2f", f.IdealS/2, f.IdealS))
 	}
+	if c := f.CPU; c != (CPUPerTask{}) {
+		row("CPU per task in flight, process (worker, model, listener) + Postgres (ms)", fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS), "", "")
+	}
 	row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
 	row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
 	row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")
