@@ -67,14 +67,15 @@ func (u *uncapped) note(project uuid.UUID, capped bool, now time.Time) {
 //
 // Before the first call the claim's read serves (the claim committed on
 // its own, after every spend before it). Without an operator's cap, a
-// project found without one of its own is not read again for
-// Config.DayCapRecheck.
+// project that had no cap of its own when the last checkpoint was saved
+// (which reads that, not the spend) is not read, nor is a project found
+// without one for Config.DayCapRecheck.
 func (r *taskRun) underDayCap(ctx context.Context) error {
 	rn := r.runner
 	defaulted := rn.cfg.ProjectMaxCostUSDPerDay > 0
-	claimed := r.dayCapRead
-	r.dayCapRead = nil
-	if claimed == nil && !defaulted && rn.uncapped.known(r.task.ProjectID, time.Now()) {
+	claimed, capped := r.dayCapRead, r.cappedRead
+	r.dayCapRead, r.cappedRead = nil, nil
+	if !defaulted && claimed == nil && (capped != nil && !*capped || rn.uncapped.known(r.task.ProjectID, time.Now())) {
 		return nil
 	}
 	var c agentsql.DayCap

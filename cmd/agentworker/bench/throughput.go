@@ -320,9 +320,9 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 	}
 	var p agentsql.Pipeline
 	agentsql.QueueEventBatch(&p, batch(withCheckpoint))
-	var paused bool
+	var read agentsql.CheckpointRead
 	agentsql.QueueSaveCheckpoint(&p, fence, agentsql.Checkpoint{TaskID: taskID, Attempt: c.Task.Attempt, Iteration: 1,
-		Messages: conversation, State: []byte(`{}`)}, agentsql.Spend{}, &paused)
+		Messages: conversation, State: []byte(`{}`)}, agentsql.Spend{}, &read)
 	if err := p.Run(ctx, db.pool); err != nil {
 		return err
 	}
