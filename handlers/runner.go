@@ -242,10 +242,6 @@ type Attempt struct {
 	// read them (sql.Claim.DayCap), which the first iteration boundary
 	// uses; nil: that boundary reads them.
 	DayCap *agentsql.DayCap
-	// Context is the task's context as the claim read it
-	// (sql.Claim.Context), which the load-context stage uses; nil: that
-	// stage reads it.
-	Context *agentsql.TaskContext
 }
 
 // fence is the attempt's hold on its task.
@@ -563,7 +559,7 @@ func (r *taskRun) loadTaskContext(ctx context.Context, spec typeSpec) (pctx prom
 		if err != nil {
 			return err
 		}
-		rows, deps, err := r.readTaskContext(ctx)
+		rows, deps, err := agentsql.ReadTaskContext(ctx, rn.deps.Pool, task.ProjectID, task.ID)
 		if err != nil {
 			return err
 		}
@@ -575,16 +571,6 @@ func (r *taskRun) loadTaskContext(ctx context.Context, spec typeSpec) (pctx prom
 		return nil
 	})
 	return pctx, err
-}
-
-// readTaskContext returns the task's documents rows and dependencies'
-// results: the claim's read the first time, read anew after.
-func (r *taskRun) readTaskContext(ctx context.Context) ([]agentsql.Document, []agentsql.DependencyResult, error) {
-	if c := r.at.Context; c != nil {
-		r.at.Context = nil
-		return c.Documents, c.Dependencies, nil
-	}
-	return agentsql.ReadTaskContext(ctx, r.runner.deps.Pool, r.task.ProjectID, r.task.ID)
 }
 
 // assemblePrompt is the assemble-prompt stage: the system prompt (the

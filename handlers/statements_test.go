@@ -29,17 +29,17 @@ import (
 )
 
 // The database work of one two-call build (write a file, finish): claim 1
-// (the claim writes its events, reads the pause request, the project's
-// daily cap and spend, which the first call goes by, and the task's
-// context: the project's documents rows and the task's dependencies'
-// results; it opens the change set; the documents index is written only
-// when a document changed), events 1, stage the write 1, checkpoint 2 (the iteration's
-// events with the second iteration's start unless a pause was requested,
-// and the checkpoint: one round trip), mark applying 1, finish 3 (the
-// events since, change set, task: one round trip). Statements sent
+// (the claim writes its events, reads the pause request and the project's
+// daily cap and spend, which the first call goes by, and opens the change
+// set), the context 1 (the project's documents rows and the task's
+// dependencies' results, in one statement; the index is written only when
+// a document changed), events 1, stage the write 1, checkpoint 2 (the
+// iteration's events with the second iteration's start unless a pause was
+// requested, and the checkpoint: one round trip), mark applying 1, finish 3
+// (the events since, change set, task: one round trip). Statements sent
 // together in one pipeline are one round trip. README quotes these
 // figures (go test -update rewrites its sentence).
-const buildStatements, buildRoundTrips = 9, 6
+const buildStatements, buildRoundTrips = 10, 7
 
 // statementLog records the statements a pool sends while on.
 type statementLog struct {

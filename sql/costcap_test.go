@@ -1,7 +1,6 @@
 package sql_test
 
 import (
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -237,37 +236,5 @@ func TestClaimReadsTheDayCap(t *testing.T) {
 	own.CapUSD = &low
 	if got := own.OrDefault(2); *got.CapUSD != low {
 		t.Errorf("the project's own cap %v gave way to the operator's: %v", low, *got.CapUSD)
-	}
-}
-
-// TestClaimReadsTheTaskContext: a claim returns what ReadTaskContext
-// reads, the project's documents and the succeeded dependencies' results,
-// so the load-context stage reads nothing more.
-func TestClaimReadsTheTaskContext(t *testing.T) {
-	t.Parallel()
-	pool := dbtest.New(t)
-	project := uuid.New()
-	dep := insertProjectTaskIn(t, pool, project, agentsql.StatusSucceeded)
-	task := insertProjectTaskIn(t, pool, project, agentsql.StatusQueued)
-	if _, err := pool.Exec(t.Context(), `INSERT INTO task_dependencies (task_id, depends_on_task_id) VALUES ($1, $2)`, task, dep); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(t.Context(), `INSERT INTO documents (project_id, path, title, etag, tags) VALUES
-		($1, 'docs/b.md', 'B', 'e2', '{x}'), ($1, 'docs/a.md', 'A', 'e1', '{}')`, project); err != nil {
-		t.Fatal(err)
-	}
-	docs, deps, err := agentsql.ReadTaskContext(t.Context(), pool, project, task)
-	if err != nil || len(docs) != 2 || len(deps) != 1 {
-		t.Fatalf("ReadTaskContext: %d documents, %d dependencies, %v; want 2, 1", len(docs), len(deps), err)
-	}
-	c, err := agentsql.ClaimAndStart(t.Context(), pool, task, 1, "test", time.Minute, true)
-	if err != nil || !c.Claimed {
-		t.Fatalf("claim: claimed %t, %v", c.Claimed, err)
-	}
-	if c.Context == nil || !reflect.DeepEqual(c.Context.Documents, docs) || !reflect.DeepEqual(c.Context.Dependencies, deps) {
-		t.Fatalf("the claim's context is %+v, ReadTaskContext's %+v and %+v", c.Context, docs, deps)
-	}
-	if c, err = agentsql.ClaimAndStart(t.Context(), pool, task, 2, "test", time.Minute, true); err != nil || c.Claimed || c.Context != nil {
-		t.Fatalf("a second claim: claimed %t, context %+v, %v; want neither", c.Claimed, c.Context, err)
 	}
 }

@@ -27,57 +27,41 @@ type ChangedFile struct {
 }
 
 // dependencyResults selects, as a jsonb array, the succeeded dependencies
-// of the task task (an expression) in the order they were added.
-func dependencyResults(task string) string {
-	return `SELECT coalesce(jsonb_agg(jsonb_build_object(
+// of the task $1 in the order they were added.
+const dependencyResults = `SELECT coalesce(jsonb_agg(jsonb_build_object(
 		'id', t.id, 'type', t.type, 'title', coalesce(t.input -> 'planned_task' ->> 'title', ''),
 		'prompt', left(coalesce(t.prompt, ''), 300), 'summary', coalesce(t.result ->> 'summary', ''),
 		'files', CASE WHEN jsonb_typeof(t.result -> 'filesChanged') = 'array' THEN t.result -> 'filesChanged' ELSE '[]' END)
 		ORDER BY d.created_at, t.id), '[]')
 	FROM task_dependencies d JOIN ai_tasks t ON t.id = d.depends_on_task_id
-	WHERE d.task_id = ` + task + ` AND t.status = 'succeeded'`
-}
+	WHERE d.task_id = $1 AND t.status = 'succeeded'`
 
-// documentRows selects, as a jsonb array, the documents of the project
-// project (an expression) by path.
-func documentRows(project string) string {
-	return `SELECT coalesce(jsonb_agg(jsonb_build_object(
+// documentRows selects, as a jsonb array, the documents of the project $2
+// by path.
+const documentRows = `SELECT coalesce(jsonb_agg(jsonb_build_object(
 		'project_id', project_id, 'path', path, 'title', title, 'doc_type', doc_type, 'mandatory', mandatory,
 		'tags', tags, 'etag', etag, 'problem', coalesce(problem, ''), 'updated_at', updated_at) ORDER BY path), '[]')
-	FROM documents WHERE project_id = ` + project
-}
-
-// TaskContext is what a task's context needs of the database: its
-// project's documents rows and its succeeded dependencies' results.
-type TaskContext struct {
-	Documents    []Document
-	Dependencies []DependencyResult
-}
+	FROM documents WHERE project_id = $2`
 
 // ReadTaskContext reads, in one statement, what a task's context needs of
 // the database: its project's documents rows and its succeeded
 // dependencies' results.
 func ReadTaskContext(ctx context.Context, db DBTX, projectID, taskID uuid.UUID) ([]Document, []DependencyResult, error) {
 	var docsJSON, depsJSON []byte
-	if err := db.QueryRow(ctx, `SELECT (`+documentRows("$2")+`), (`+dependencyResults("$1")+`)`, taskID, projectID).
+	if err := db.QueryRow(ctx, `SELECT (`+documentRows+`), (`+dependencyResults+`)`, taskID, projectID).
 		Scan(&docsJSON, &depsJSON); err != nil {
 		return nil, nil, fmt.Errorf("read the context of task %s: %w", taskID, err)
 	}
-	c, err := decodeTaskContext(projectID, docsJSON, depsJSON)
-	return c.Documents, c.Dependencies, err
-}
-
-// decodeTaskContext decodes the documents and dependencies read as JSON.
-func decodeTaskContext(projectID uuid.UUID, docsJSON, depsJSON []byte) (TaskContext, error) {
-	var c TaskContext
-	if err := json.Unmarshal(docsJSON, &c.Documents); err != nil {
-		return TaskContext{}, fmt.Errorf("read the documents of project %s: %w", projectID, err)
+	var docs []Document
+	var deps []DependencyResult
+	if err := json.Unmarshal(docsJSON, &docs); err != nil {
+		return nil, nil, fmt.Errorf("read the documents of project %s: %w", projectID, err)
 	}
 	// A result written by hand may hold anything: decode it leniently.
-	if err := json.Unmarshal(depsJSON, &c.Dependencies); err != nil {
-		c.Dependencies = decodeDependencies(depsJSON)
+	if err := json.Unmarshal(depsJSON, &deps); err != nil {
+		deps = decodeDependencies(depsJSON)
 	}
-	return c, nil
+	return docs, deps, nil
 }
 
 // decodeDependencies decodes the dependencies one by one, a result whose

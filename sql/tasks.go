@@ -302,10 +302,6 @@ type Claim struct {
 	// as the claim's statement read them: every spend committed before the
 	// claim. Nil when not claimed.
 	DayCap *DayCap
-	// Context is the task's context as ReadTaskContext reads it, read by
-	// the claim's statement. Nil when not claimed (or when it did not
-	// decode: ReadTaskContext says why).
-	Context *TaskContext
 }
 
 // OpenedChangeSet is what opening a build's change set found: its status
@@ -352,20 +348,17 @@ func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 		csCreated     *bool
 		since         *time.Time
 		capUSD, spent *float64
-		docs, deps    []byte
 	)
-	// What the first iteration reads comes with the claim, which commits
-	// on its own: the project's day cap and the spend committed before
-	// it, which the first model call goes by, and the task's context.
+	// The project's day cap and spend come with the claim, so that the
+	// first model call needs no read of its own: the statement commits on
+	// its own and sees every spend committed before it.
 	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, c.change_set_status, c.change_set_created, k.pause_requested,
 			CASE WHEN k.events_id_floor IS NOT NULL THEN nullif(agentworker_event_floor(NULL, k.events_id_floor + 1), '-infinity') END,
-			d.cap::float8, d.spent::float8, d.docs, d.deps, `+taskColumns+`
+			d.cap::float8, d.spent::float8, `+taskColumns+`
 		FROM agentworker_claim_task($1, $2, $3, $4, $5, $6) c CROSS JOIN LATERAL (SELECT (c.task).*) k
-		LEFT JOIN LATERAL (SELECT cap, spent, (`+documentRows("k.project_id")+`) AS docs, (`+dependencyResults("k.id")+`) AS deps
-			FROM agentworker_day_cap(k.project_id, 0) WHERE c.claimed) d ON true`,
+		LEFT JOIN LATERAL (SELECT cap, spent FROM agentworker_day_cap(k.project_id, 0) WHERE c.claimed) d ON true`,
 		id, jobID, workerID, lease, startEvents, startEvents != nil).
-		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested, &since, &capUSD, &spent, &docs, &deps},
-			taskDest(&c.Task)...)...)
+		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested, &since, &capUSD, &spent}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}
@@ -380,11 +373,6 @@ func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 	}
 	if c.Claimed && spent != nil {
 		c.DayCap = &DayCap{CapUSD: capUSD, SpentUSD: *spent}
-		// The claim committed: a context that does not decode is left to
-		// the handler's own read, which reports it.
-		if tc, err := decodeTaskContext(c.Task.ProjectID, docs, deps); err == nil {
-			c.Context = &tc
-		}
 	}
 	return c, nil
 }

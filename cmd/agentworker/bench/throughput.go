@@ -280,8 +280,8 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 
 // replayWrites makes the database statements of one of our two-call
 // builds, in the same round trips, without the LLM calls and the agent
-// loop: the claim (its events, the day cap, the task's context), the
-// first iteration's events, the staged write, the checkpoint with the
+// loop: the claim (its events, the day cap), the context read, the first
+// iteration's events, the staged write, the checkpoint with the
 // iteration's events, the change set marked applying, the project file
 // written, then the finish (events, change set, task) in one pipeline.
 // Event batches are the holder's, fenced and keyed, as the worker writes
@@ -301,6 +301,9 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 		}
 		return agentsql.EventBatch{TaskID: taskID, ProjectID: project, Fence: &fence.Epoch, Key: uuid.New(), Events: evs,
 			Since: c.EventsSince, AfterCommit: true}
+	}
+	if _, _, err := agentsql.ReadTaskContext(ctx, db.pool, project, taskID); err != nil {
+		return err
 	}
 	// The claim wrote the first group, the finish writes the last; the
 	// checkpoint's pipeline the one before it, each other one a statement.

@@ -13,7 +13,7 @@ import (
 
 // A two-call build's statements and round trips, as handlers'
 // TestStatementsPerBuildTask holds them: River's same writes send as many.
-const buildStatements, buildRoundTrips = 9, 6
+const buildStatements, buildRoundTrips = 10, 7
 
 // TestReplayWritesSendsABuildsStatements: a River job replaying our build
 // sends its statements in its round trips, leaves the task succeeded with
