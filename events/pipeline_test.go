@@ -63,14 +63,15 @@ func logged(msg string) events.Payload { return events.Log{Level: events.LevelIn
 func checkpointThen(t *testing.T, rec *events.Recorder, db events.Pipeliner, task agentsql.Task, msg, next string) (written, pause bool, err error) {
 	t.Helper()
 	var then events.Unpaused
+	var read agentsql.CheckpointRead
 	if next != "" {
-		then = events.Unpaused{Payloads: []events.Payload{logged(next)}, Paused: func() bool { return pause }}
+		then = events.Unpaused{Payloads: []events.Payload{logged(next)}, Paused: func() bool { return read.PauseRequested }}
 	}
 	written, _, err = rec.InPipelineUnpaused(t.Context(), db, func(p *agentsql.Pipeline) error {
-		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &pause)
+		agentsql.QueueSaveCheckpoint(p, agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}, checkpoint(task, 1), agentsql.Spend{}, &read)
 		return nil
 	}, then, logged(msg))
-	return written, pause, err
+	return written, read.PauseRequested, err
 }
 
 // failingFinish queues a finish of the task held by fence that Postgres
@@ -123,26 +124,31 @@ func TestRecorderInPipeline(t *testing.T) {
 		fence := agentsql.Fence{TaskID: task.ID, Epoch: task.Fence}
 		rec := events.NewRecorder(pool, task.ID, task.ProjectID, events.WithFence(task.Fence))
 		rec.Add(logged("queued"))
-		var pause bool
+		var read agentsql.CheckpointRead
 		evs, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
-			agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{TokensIn: 7}, &pause)
+			agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{TokensIn: 7}, &read)
 			return nil
 		}, logged("iteration 1"))
-		if err != nil || len(evs) != 2 || pause {
-			t.Fatalf("InPipeline = %d events, pause %v, %v; want 2, false, nil", len(evs), pause, err)
+		if err != nil || len(evs) != 2 || read.PauseRequested || read.ProjectCapped {
+			t.Fatalf("InPipeline = %d events, read %+v, %v; want 2, no pause, no cap, nil", len(evs), read, err)
 		}
 		if cp, ok, err := agentsql.LoadCheckpoint(ctx, pool, task.ID); err != nil || !ok || cp.Iteration != 1 {
 			t.Fatalf("checkpoint = %+v, %v, %v; want iteration 1", cp, ok, err)
 		}
-		// A pause request is read back by the pipeline's checkpoint.
+		// A pause request, and a cap the project now has, are read back
+		// by the pipeline's checkpoint.
 		if _, err := agentsql.ControlTask(ctx, pool, task.ID, agentsql.ActionPause, agentsql.ControlOpts{}); err != nil {
 			t.Fatal(err)
 		}
+		capUSD := 5.0
+		if err := agentsql.SetProjectSettings(ctx, pool, agentsql.ProjectSettings{ProjectID: task.ProjectID, MaxCostUSDPerDay: &capUSD}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := rec.InPipeline(ctx, pool, func(p *agentsql.Pipeline) error {
-			agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 2), agentsql.Spend{}, &pause)
+			agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 2), agentsql.Spend{}, &read)
 			return nil
-		}); err != nil || !pause {
-			t.Fatalf("checkpoint after a pause request: pause %v, %v; want true", pause, err)
+		}); err != nil || !read.PauseRequested || !read.ProjectCapped {
+			t.Fatalf("checkpoint after a pause request and a cap: read %+v, %v; want both", read, err)
 		}
 		if got, err := agentsql.GetTask(ctx, pool, task.ID); err != nil || got.TokensIn != 7 {
 			t.Fatalf("task tokens_in = %d, %v; want the spend, 7", got.TokensIn, err)
@@ -300,11 +306,11 @@ func TestRecorderInPipelineUnpaused(t *testing.T) {
 					t.Fatalf("InPipeline = %v, want the lost reply", err)
 				}
 			}
-			var pause bool
+			var read agentsql.CheckpointRead
 			written, _, err := rec.InPipelineUnpaused(ctx, pool, func(p *agentsql.Pipeline) error {
-				agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{}, &pause)
+				agentsql.QueueSaveCheckpoint(p, fence, checkpoint(task, 1), agentsql.Spend{}, &read)
 				return nil
-			}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return pause }})
+			}, events.Unpaused{Payloads: []events.Payload{logged("start 2")}, Paused: func() bool { return read.PauseRequested }})
 			if err != nil || !written {
 				t.Fatalf("InPipelineUnpaused = written %v, %v; want written", written, err)
 			}

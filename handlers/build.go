@@ -59,6 +59,13 @@ type taskRun struct {
 	// pauseRead is the pause request the last checkpoint read, for the
 	// iteration boundary right after it; nil: read it there.
 	pauseRead *bool
+	// dayCapRead is the project's own cap and day spend the claim read,
+	// for the first iteration boundary; nil: read them there.
+	dayCapRead *agentsql.DayCap
+	// cappedRead is whether the project had a cap of its own when the
+	// last checkpoint was saved, for the iteration boundary right after
+	// it; nil: not known.
+	cappedRead *bool
 }
 
 // check runs the static checks over the files the change set writes (and
@@ -174,7 +181,7 @@ func (r *taskRun) repairLoop(ctx context.Context, messages []llm.Message) (strin
 			return "", messages, err
 		}
 		messages = append(messages, llm.Message{Role: llm.RoleUser, Content: msg})
-		r.pauseRead = nil // checks may have run since the last checkpoint read it
+		r.pauseRead, r.dayCapRead, r.cappedRead = nil, nil, nil // checks may have run since the last checkpoint or the claim read them
 		r.lp.grant(r.runner.cfg.RepairBudget)
 		if r.lp.after != nil {
 			// The repair message belongs to the conversation a later attempt continues.

@@ -117,20 +117,20 @@ func (r *taskRun) checkpoint(ctx context.Context, messages []llm.Message) error 
 		return err
 	}
 	spend := r.lp.unrecorded()
-	var pause bool
+	var read agentsql.CheckpointRead
 	var next events.Unpaused
 	if r.lp.spent() == nil {
-		next = events.Unpaused{Payloads: r.lp.startEvents(r.lp.iterations + 1), Paused: func() bool { return pause }}
+		next = events.Unpaused{Payloads: r.lp.startEvents(r.lp.iterations + 1), Paused: func() bool { return read.PauseRequested }}
 	}
 	started, _, err := r.rec.InPipelineUnpaused(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
-		agentsql.QueueSaveCheckpoint(p, r.at.fence(r.task), cp, spend, &pause)
+		agentsql.QueueSaveCheckpoint(p, r.at.fence(r.task), cp, spend, &read)
 		return nil
 	}, next)
 	if err != nil {
 		return err
 	}
 	r.lp.markRecorded()
-	r.pauseRead = &pause
+	r.pauseRead, r.cappedRead = &read.PauseRequested, &read.ProjectCapped
 	if started {
 		r.lp.started = r.lp.iterations + 1
 	}

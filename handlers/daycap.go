@@ -65,17 +65,27 @@ func (u *uncapped) note(project uuid.UUID, capped bool, now time.Time) {
 // tasks' checkpoints are committing at the same moment, and each of them
 // would make one call more.
 //
-// Without an operator's cap, a project found without one of its own is
-// not read again for Config.DayCapRecheck.
+// Before the first call the claim's read serves (the claim committed on
+// its own, after every spend before it). Without an operator's cap, a
+// project that had no cap of its own when the last checkpoint was saved
+// (which reads that, not the spend) is not read, nor is a project found
+// without one for Config.DayCapRecheck.
 func (r *taskRun) underDayCap(ctx context.Context) error {
 	rn := r.runner
 	defaulted := rn.cfg.ProjectMaxCostUSDPerDay > 0
-	if !defaulted && rn.uncapped.known(r.task.ProjectID, time.Now()) {
+	claimed, capped := r.dayCapRead, r.cappedRead
+	r.dayCapRead, r.cappedRead = nil, nil
+	if !defaulted && claimed == nil && (capped != nil && !*capped || rn.uncapped.known(r.task.ProjectID, time.Now())) {
 		return nil
 	}
-	c, err := agentsql.ReadDayCap(ctx, rn.deps.Pool, r.task.ProjectID, rn.cfg.ProjectMaxCostUSDPerDay)
-	if err != nil {
-		return err
+	var c agentsql.DayCap
+	if claimed != nil {
+		c = claimed.OrDefault(rn.cfg.ProjectMaxCostUSDPerDay)
+	} else {
+		var err error
+		if c, err = agentsql.ReadDayCap(ctx, rn.deps.Pool, r.task.ProjectID, rn.cfg.ProjectMaxCostUSDPerDay); err != nil {
+			return err
+		}
 	}
 	if !defaulted {
 		rn.uncapped.note(r.task.ProjectID, c.CapUSD != nil, time.Now())

@@ -369,7 +369,7 @@ func (r *taskRun) runPlan(ctx context.Context, messages []llm.Message) (string, 
 	// FIX: the model gets the tools and the problems.
 	messages = append(messages, llm.Message{Role: llm.RoleUser, Content: "The plan's steps were executed; the files are staged. " +
 		"The static checks found problems (state: FIX):\n" + rep.String() + "Fix them with the tools, then call finish."})
-	r.pauseRead = nil // the steps and checks ran since the claim or a checkpoint read it
+	r.pauseRead, r.dayCapRead, r.cappedRead = nil, nil, nil // the steps and checks ran since the claim or a checkpoint read them
 	return r.repairLoop(ctx, messages)
 }
 

@@ -238,6 +238,10 @@ type Attempt struct {
 	// EventsSince is the claim's lower bound of the task's events
 	// (sql.Claim.EventsSince); zero: none.
 	EventsSince time.Time
+	// DayCap is the project's own daily cap and day spend as the claim
+	// read them (sql.Claim.DayCap), which the first iteration boundary
+	// uses; nil: that boundary reads them.
+	DayCap *agentsql.DayCap
 }
 
 // fence is the attempt's hold on its task.
@@ -420,6 +424,10 @@ func (r *Runner) newTaskRun(ctx context.Context, task agentsql.Task, at Attempt)
 	if p := at.PauseRequested; p != nil {
 		read := *p
 		tr.pauseRead = &read
+	}
+	if c := at.DayCap; c != nil {
+		read := *c
+		tr.dayCapRead = &read
 	}
 	return ctx, tr
 }

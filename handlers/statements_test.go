@@ -29,18 +29,17 @@ import (
 )
 
 // The database work of one two-call build (write a file, finish): claim 1
-// (the claim writes its events, reads the pause request and opens the
-// change set), the context 1 (the project's documents rows and the task's
+// (the claim writes its events, reads the pause request and the project's
+// daily cap and spend, which the first call goes by, and opens the change
+// set), the context 1 (the project's documents rows and the task's
 // dependencies' results, in one statement; the index is written only when
-// a document changed), the project's daily cap 1 (read before the first
-// call; a project found without one is not read again for a second),
-// events 1, stage the write 1, checkpoint 2 (the iteration's
-// events with the second iteration's start unless a pause was requested,
-// and the checkpoint: one round trip), mark applying 1, finish 3 (the
-// events since, change set, task: one round trip). Statements sent
+// a document changed), events 1, stage the write 1, checkpoint 2 (the
+// iteration's events with the second iteration's start unless a pause was
+// requested, and the checkpoint: one round trip), mark applying 1, finish 3
+// (the events since, change set, task: one round trip). Statements sent
 // together in one pipeline are one round trip. README quotes these
 // figures (go test -update rewrites its sentence).
-const buildStatements, buildRoundTrips = 11, 8
+const buildStatements, buildRoundTrips = 10, 7
 
 // statementLog records the statements a pool sends while on.
 type statementLog struct {
@@ -179,10 +178,26 @@ func (l *statementLog) ours() []statement {
 // and at hundreds of tasks a second they are what the worker and Postgres
 // spend their CPU on. A change that adds statements to a task's path, or
 // saves some, fails here and says so in the figure README quotes.
+//
+// The project has no daily cap: its second call reads none, whether the
+// memory of uncapped projects (DayCapRecheck) still holds or, as with a
+// model slower than it, the checkpoint before the call said so.
 func TestStatementsPerBuildTask(t *testing.T) {
 	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		recheck time.Duration
+	}{{"ModelFasterThanRecheck", 0}, {"ModelSlowerThanRecheck", time.Millisecond}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			countBuildStatements(t, tt.recheck)
+		})
+	}
+}
+
+func countBuildStatements(t *testing.T, dayCapRecheck time.Duration) {
 	log := &statementLog{}
-	p := startTraced(t, log, 0, 10, 50*time.Millisecond)
+	p := startTraced(t, log, 0, 10, 50*time.Millisecond, dayCapRecheck)
 	if err := p.svc.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -248,8 +263,9 @@ type tracedPipeline struct {
 // startTraced builds, unstarted, the worker over a fresh database with
 // tracer on its pool (nil: none), maxConns connections (0: pgx's default),
 // and a model that answers after delay: write_file on the first turn,
-// finish after any tool result.
-func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurrency int, delay time.Duration) *tracedPipeline {
+// finish after any tool result; dayCapRecheck is the runner's (0: its
+// default).
+func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurrency int, delay, dayCapRecheck time.Duration) *tracedPipeline {
 	t.Helper()
 	url := dbtest.NewURL(t)
 	cfg, err := pgxpool.ParseConfig(url)
@@ -290,7 +306,7 @@ func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurren
 	// A tool_start event is written only for a tool slower than
 	// ToolStartDelay: a long one keeps a slow machine's write from adding one.
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: p.pool, Store: store, LLM: client, Logger: logger, Announcer: ann},
-		handlers.Config{MaxIterations: 50, ToolStartDelay: 10 * time.Second})
+		handlers.Config{MaxIterations: 50, ToolStartDelay: 10 * time.Second, DayCapRecheck: dayCapRecheck})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +413,7 @@ func TestTaskStatementsKeepAGenericPlan(t *testing.T) {
 func checkGenericPlans(t *testing.T, analyzed bool) {
 	ctx := t.Context()
 	// Few connections, so each sees every statement many times.
-	p := startTraced(t, nil, 4, 2, 0)
+	p := startTraced(t, nil, 4, 2, 0, 0)
 	// Earlier builds, written with triggers off, as a restore does.
 	if _, err := p.app.Exec(ctx, `BEGIN;
 		SET LOCAL session_replication_role = replica;

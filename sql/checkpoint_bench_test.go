@@ -47,7 +47,7 @@ func BenchmarkCheckpointRoundTrip(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				var p agentsql.Pipeline
-				var pause bool
+				var read agentsql.CheckpointRead
 				batch := agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID, Fence: &f.Epoch, Key: uuid.New(),
 					Events: logEvents("tool done", "iteration end"), AfterCommit: true}
 				next := agentsql.NextBatch{Key: uuid.New(), Events: logEvents("iteration start", "thinking")}
@@ -55,7 +55,7 @@ func BenchmarkCheckpointRoundTrip(b *testing.B) {
 					batch.Next = &next
 				}
 				outcomes := []func(context.Context, agentsql.DBTX) ([]agentsql.EventRow, error){agentsql.QueueEventBatch(&p, batch)}
-				agentsql.QueueSaveCheckpoint(&p, f, cp, spend, &pause)
+				agentsql.QueueSaveCheckpoint(&p, f, cp, spend, &read)
 				if statements == 3 {
 					outcomes = append(outcomes, agentsql.QueueEventBatch(&p, agentsql.EventBatch{TaskID: task.ID, ProjectID: task.ProjectID,
 						Fence: &f.Epoch, Key: next.Key, Events: next.Events, AfterCommit: true, UnlessPaused: true}))

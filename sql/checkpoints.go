@@ -42,20 +42,31 @@ type Spend struct {
 // of the one that took over.
 func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend Spend) (pauseRequested bool, err error) {
 	query, args := saveCheckpointStatement(f, cp, spend)
-	var held bool
-	if err := db.QueryRow(ctx, query, args...).Scan(&held, &pauseRequested); err != nil {
+	var held, capped bool
+	if err := db.QueryRow(ctx, query, args...).Scan(&held, &pauseRequested, &capped); err != nil {
 		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
 	}
 	return pauseRequested, checkpointHeld(f, cp, held)
 }
 
+// CheckpointRead is what a checkpoint's statement read under its task row
+// lock.
+type CheckpointRead struct {
+	// PauseRequested: a pause was requested of the task.
+	PauseRequested bool
+	// ProjectCapped: the task's project has a daily cost cap of its own.
+	// Its spend is not read there: a read in the checkpoint's transaction
+	// misses what the other tasks are committing at that moment.
+	ProjectCapped bool
+}
+
 // QueueSaveCheckpoint queues SaveCheckpoint's statement in p; once p ran,
-// *pauseRequested holds its answer.
-func QueueSaveCheckpoint(p *Pipeline, f Fence, cp Checkpoint, spend Spend, pauseRequested *bool) {
+// *read holds what it read.
+func QueueSaveCheckpoint(p *Pipeline, f Fence, cp Checkpoint, spend Spend, read *CheckpointRead) {
 	query, args := saveCheckpointStatement(f, cp, spend)
 	p.batch.Queue(query, args...).QueryRow(func(row pgx.Row) error {
 		var held bool
-		if err := row.Scan(&held, pauseRequested); err != nil {
+		if err := row.Scan(&held, &read.PauseRequested, &read.ProjectCapped); err != nil {
 			return fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
 		}
 		return checkpointHeld(f, cp, held)
@@ -76,7 +87,7 @@ func saveCheckpointStatement(f Fence, cp Checkpoint, spend Spend) (string, []any
 	return `WITH fence AS (
 			UPDATE ai_tasks SET tokens_in = tokens_in + $7, tokens_out = tokens_out + $8, cost = cost + $9
 			WHERE id = $1 AND fence = $2 AND status = 'running'
-			RETURNING attempt, pause_requested),
+			RETURNING attempt, pause_requested, project_id),
 		w AS (INSERT INTO task_checkpoints (task_id, attempt, iteration, messages, state)
 			SELECT $1, $3, $4, $5, $6 FROM fence
 			ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, iteration = excluded.iteration,
@@ -90,7 +101,8 @@ func saveCheckpointStatement(f Fence, cp Checkpoint, spend Spend) (string, []any
 		r AS (UPDATE task_runs r SET tokens_in = r.tokens_in + $7, tokens_out = r.tokens_out + $8, cost = r.cost + $9,
 				rate_limit_wait_ms = r.rate_limit_wait_ms + $10
 			FROM fence WHERE r.task_id = $1 AND r.attempt = fence.attempt AND ($7 <> 0 OR $8 <> 0 OR $9 <> 0 OR $10 <> 0) RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false)`,
+		SELECT EXISTS (SELECT 1 FROM fence), coalesce((SELECT pause_requested FROM fence), false),
+			EXISTS (SELECT 1 FROM project_settings s JOIN fence ON s.project_id = fence.project_id WHERE s.max_cost_usd_per_day IS NOT NULL)`,
 		[]any{f.TaskID, f.Epoch, cp.Attempt, cp.Iteration, JSONB(cp.Messages), JSONB(cp.State),
 			spend.TokensIn, spend.TokensOut, spend.Cost, spend.RateWait.Milliseconds()}
 }

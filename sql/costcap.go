@@ -26,6 +26,15 @@ func (c DayCap) Reached(unrecorded float64) bool {
 	return c.CapUSD != nil && c.SpentUSD+unrecorded >= *c.CapUSD
 }
 
+// OrDefault is c with defaultUSD as its cap when it has none of its own
+// and defaultUSD is above 0, as ReadDayCap applies the operator's cap.
+func (c DayCap) OrDefault(defaultUSD float64) DayCap {
+	if c.CapUSD == nil && defaultUSD > 0 {
+		c.CapUSD = &defaultUSD
+	}
+	return c
+}
+
 // ReadDayCap returns project's cap (its own, else defaultUSD when above 0)
 // and its spend of the current UTC day.
 func ReadDayCap(ctx context.Context, db DBTX, projectID uuid.UUID, defaultUSD float64) (DayCap, error) {

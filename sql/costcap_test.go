@@ -195,3 +195,46 @@ func TestResumeUnderCap(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimReadsTheDayCap: a claim returns its project's own cap and the
+// day's spend committed before it, so the first model call reads nothing
+// more; an unclaimable task's claim returns none.
+func TestClaimReadsTheDayCap(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	project := uuid.New()
+	earlier := insertProjectTaskIn(t, pool, project, agentsql.StatusRunning)
+	spend(t, pool, earlier, 0.75)
+	task := insertProjectTaskIn(t, pool, project, agentsql.StatusQueued)
+	uncapped := insertTaskIn(t, pool, agentsql.StatusQueued)
+	low := 0.5
+	setCap(t, pool, project, &low)
+
+	c, err := agentsql.ClaimAndStart(t.Context(), pool, task, 1, "test", time.Minute, true)
+	if err != nil || !c.Claimed {
+		t.Fatalf("claim: claimed %t, %v", c.Claimed, err)
+	}
+	if c.DayCap == nil || c.DayCap.CapUSD == nil || *c.DayCap.CapUSD != 0.5 || c.DayCap.SpentUSD != 0.75 || !c.DayCap.Reached(0) {
+		t.Fatalf("the claim's day cap is %+v, want the project's own 0.5, 0.75 spent", c.DayCap)
+	}
+	// Not claimable again under another job: nothing changed, nothing read.
+	if c, err = agentsql.ClaimAndStart(t.Context(), pool, task, 2, "test", time.Minute, true); err != nil || c.Claimed || c.DayCap != nil {
+		t.Fatalf("a second claim: claimed %t, day cap %+v, %v; want neither", c.Claimed, c.DayCap, err)
+	}
+	// A project without a cap of its own: none, whatever the operator's
+	// default, which the handler applies as ReadDayCap does.
+	if c, err = agentsql.ClaimTask(t.Context(), pool, uncapped, 3, "test", time.Minute); err != nil || c.DayCap == nil || c.DayCap.CapUSD != nil || c.DayCap.SpentUSD != 0 {
+		t.Fatalf("claim of an uncapped project's task: day cap %+v, %v; want no cap, nothing spent", c.DayCap, err)
+	}
+	for _, def := range []float64{0, -1, 2} {
+		want := readCap(t, pool, projectOf(t, pool, uncapped), def)
+		if got := c.DayCap.OrDefault(def); (got.CapUSD == nil) != (want.CapUSD == nil) || got.CapUSD != nil && *got.CapUSD != *want.CapUSD {
+			t.Errorf("with the operator's cap %v the claim's read gives cap %v, ReadDayCap %v", def, got.CapUSD, want.CapUSD)
+		}
+	}
+	own := *c.DayCap
+	own.CapUSD = &low
+	if got := own.OrDefault(2); *got.CapUSD != low {
+		t.Errorf("the project's own cap %v gave way to the operator's: %v", low, *got.CapUSD)
+	}
+}

@@ -846,13 +846,15 @@ $$;
 
 -- FUNCTION: agentworker_day_cap(uuid, numeric)
 CREATE FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric) RETURNS record
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'public', 'pg_temp'
     AS $$
-    SELECT coalesce((SELECT max_cost_usd_per_day FROM project_settings WHERE project_id = p_project_id),
-                    nullif(greatest(p_default, 0), 0)),
-           coalesce((SELECT sum(cost) FROM project_day_spend
-                     WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0)
+BEGIN
+    cap := coalesce((SELECT max_cost_usd_per_day FROM project_settings WHERE project_id = p_project_id),
+                    nullif(greatest(p_default, 0), 0));
+    spent := coalesce((SELECT sum(cost) FROM project_day_spend
+                       WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+END
 $$;
 
 -- FUNCTION: agentworker_delete_finished_tasks(timestamp with time zone, integer)

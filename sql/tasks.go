@@ -303,6 +303,11 @@ type Claim struct {
 	// pass it on (EventBatch.Since) so that their key check reads only
 	// those days. Zero: no bound (a task older than the floor column).
 	EventsSince time.Time
+	// DayCap is the project's own daily cap (CapUSD nil: none of its own;
+	// the operator's default is not applied) and its spend of the UTC day,
+	// as the claim's statement read them: every spend committed before the
+	// claim. Nil when not claimed.
+	DayCap *DayCap
 }
 
 // OpenedChangeSet is what opening a build's change set found: its status
@@ -344,16 +349,22 @@ func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, work
 // ClaimAndStart).
 func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, startEvents *string) (Claim, error) {
 	var (
-		c         Claim
-		csStatus  *string
-		csCreated *bool
+		c             Claim
+		csStatus      *string
+		csCreated     *bool
+		since         *time.Time
+		capUSD, spent *float64
 	)
-	var since *time.Time
+	// The project's day cap and spend come with the claim, so that the
+	// first model call needs no read of its own: the statement commits on
+	// its own and sees every spend committed before it.
 	err := db.QueryRow(ctx, `SELECT c.claimed, c.checkpointed, c.change_set_status, c.change_set_created, k.pause_requested,
-			CASE WHEN k.events_id_floor IS NOT NULL THEN nullif(agentworker_event_floor(NULL, k.events_id_floor + 1), '-infinity') END, `+taskColumns+`
-		FROM agentworker_claim_task($1, $2, $3, $4, $5, $6) c CROSS JOIN LATERAL (SELECT (c.task).*) k`,
+			CASE WHEN k.events_id_floor IS NOT NULL THEN nullif(agentworker_event_floor(NULL, k.events_id_floor + 1), '-infinity') END,
+			d.cap::float8, d.spent::float8, `+taskColumns+`
+		FROM agentworker_claim_task($1, $2, $3, $4, $5, $6) c CROSS JOIN LATERAL (SELECT (c.task).*) k
+		LEFT JOIN LATERAL (SELECT cap, spent FROM agentworker_day_cap(k.project_id, 0) WHERE c.claimed) d ON true`,
 		id, jobID, workerID, lease, startEvents, startEvents != nil).
-		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested, &since}, taskDest(&c.Task)...)...)
+		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested, &since, &capUSD, &spent}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)
 	}
@@ -365,6 +376,9 @@ func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 	}
 	if since != nil {
 		c.EventsSince = *since
+	}
+	if c.Claimed && spent != nil {
+		c.DayCap = &DayCap{CapUSD: capUSD, SpentUSD: *spent}
 	}
 	return c, nil
 }

@@ -73,8 +73,10 @@ func TestStatusTriggersCalledOnlyWhenTheyAct(t *testing.T) {
 		fence = agentsql.Fence{TaskID: task.ID, Epoch: c.Task.Fence}
 		return err
 	})
-	// The claim reads its event floor once (plpgsql, so counted here).
-	want := map[string]int{"agentworker_claim_task": 1, "agentworker_event_floor": 1, "ai_tasks_guard_status": 1, "task_runs_guard_status": 1}
+	// The claim reads its event floor and its project's day cap once each
+	// (plpgsql, so counted here).
+	want := map[string]int{"agentworker_claim_task": 1, "agentworker_event_floor": 1, "agentworker_day_cap": 1,
+		"ai_tasks_guard_status": 1, "task_runs_guard_status": 1}
 	if !maps.Equal(got, want) {
 		t.Errorf("a claim called %v, want %v", got, want)
 	}

@@ -436,7 +436,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	// retry waits with its job snoozed, not as a River retry.
 	err = h.Handle(hctx, task, handlers.Attempt{JobID: job.ID, Fence: task.Fence, Number: task.Retries + 1,
 		MaxAttempts: taskMaxAttempts, WorkerID: s.cfg.ID, NoCheckpoint: !c.Checkpointed,
-		PauseRequested: &c.PauseRequested, ChangeSet: c.ChangeSet, EventsSince: c.EventsSince})
+		PauseRequested: &c.PauseRequested, ChangeSet: c.ChangeSet, EventsSince: c.EventsSince, DayCap: c.DayCap})
 	attempt.End(err)
 	if s.cfg.Runs != nil {
 		s.cfg.Runs.ObserveRun(string(task.Type), time.Since(started), err)

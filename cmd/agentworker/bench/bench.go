@@ -90,6 +90,9 @@ type Report struct {
 	RiverJobsPerS       float64 `json:"river_jobs_per_s"`
 	RiverSameWritesPerS float64 `json:"river_same_writes_per_s"`
 	EventsPerTask       int     `json:"events_per_task"`
+	// ThroughputCPU is the CPU per task of our run and of River's same
+	// writes.
+	ThroughputCPU ThroughputCPU `json:"throughput_cpu"`
 
 	EventsWrittenPerS float64     `json:"events_written_per_s"`
 	EventReceiptMS    Percentiles `json:"event_receipt_ms"`

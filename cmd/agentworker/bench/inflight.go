@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,64 @@ type InFlight struct {
 	// commit → announcement arrived (the announcer, NOTIFY, the listener).
 	EventWriteMS       Percentiles `json:"event_write_ms"`
 	EventAfterCommitMS Percentiles `json:"event_after_commit_ms"`
+	// Where the time goes: seconds from the insert to each task's handler
+	// start, to the model's receipt of each first and second call, and to
+	// each task's finish (each its own distribution: calls do not name
+	// their task). With nothing waiting, the first call follows the start
+	// at once, the second the first by one model delay, the finish the
+	// second by another.
+	Phases InFlightPhases `json:"phases_s"`
+	// CPU is the CPU time per task from the insert to the last finish:
+	// this process's (the worker, the scripted model, the scenario's
+	// listener) and the database's backends'. The tasks' work is CPU
+	// bound: n tasks take at least n × CPU ÷ CPUs of the machine.
+	CPU CPUPerTask `json:"cpu_per_task"`
+}
+
+// InFlightPhases are distributions of seconds from the insert.
+type InFlightPhases struct {
+	Start      Percentiles `json:"start"`
+	FirstCall  Percentiles `json:"first_call"`
+	SecondCall Percentiles `json:"second_call"`
+	Done       Percentiles `json:"done"`
+}
+
+// callTimes records when a model received each first and second call of
+// a two-call build.
+type callTimes struct {
+	mu            sync.Mutex
+	first, second []time.Time
+}
+
+// wrap returns r recording each call's arrival.
+func (c *callTimes) wrap(r scripted.Responder) scripted.Responder {
+	return scripted.Func(func(req *scripted.Request) scripted.Reply {
+		now := time.Now()
+		c.mu.Lock()
+		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
+			c.second = append(c.second, now)
+		} else {
+			c.first = append(c.first, now)
+		}
+		c.mu.Unlock()
+		return r.Respond(req)
+	})
+}
+
+// since returns the calls' arrivals after t0, as durations from it.
+func since(t0 time.Time, at []time.Time) []time.Duration {
+	var out []time.Duration
+	for _, t := range at {
+		if t.After(t0) {
+			out = append(out, t.Sub(t0))
+		}
+	}
+	return out
+}
+
+// seconds turns percentiles in milliseconds into seconds.
+func seconds(p Percentiles) Percentiles {
+	return Percentiles{P50: p.P50 / 1000, P95: p.P95 / 1000, P99: p.P99 / 1000}
 }
 
 // fixedDelayModel answers every call after delay: write_file first, then
@@ -103,7 +162,8 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	defer db.drop()
 	o := opts
 	o.Concurrency = n
-	p, err := startWarm(ctx, o, db, fixedDelayModel(delay))
+	calls := &callTimes{}
+	p, err := startWarm(ctx, o, db, calls.wrap(fixedDelayModel(delay)))
 	if err != nil {
 		return err
 	}
@@ -119,18 +179,20 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	}
 	stmts0, trips0 := stmts.n.Load(), stmts.trips.Load()
 
+	cpu := startCPU(ctx, db)
 	t0 := time.Now()
 	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
 		SELECT gen_random_uuid(), 'build', 'in flight' FROM generate_series(1, $1)`, n); err != nil {
 		stopSampling()
 		return fmt.Errorf("queue %d tasks: %w", n, err)
 	}
-	var took []time.Duration
+	var took, started []time.Duration
 	deadline := time.After(max(20*delay, time.Minute))
 	for len(took) < n {
 		select {
-		case <-p.timed.done:
+		case id := <-p.timed.done:
 			took = append(took, time.Since(t0))
+			started = append(started, p.timed.startedAt(id).Sub(t0))
 		case <-deadline:
 			stopSampling()
 			return fmt.Errorf("only %d of %d in-flight tasks done", len(took), n)
@@ -140,6 +202,8 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 		}
 	}
 	elapsed := time.Since(t0)
+	f := &r.InFlight
+	f.CPU = cpu.perTask(n)
 	stmtsRun, tripsRun := stmts.n.Load()-stmts0, stmts.trips.Load()-trips0
 	stopSampling()
 	lk, rc := <-locks, <-receipts
@@ -156,7 +220,6 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	}
 	ideal := 2 * delay
 	slices.Sort(took)
-	f := &r.InFlight
 	f.Tasks, f.ModelDelayMS, f.IdealS = n, float64(delay.Milliseconds()), ideal.Seconds()
 	f.MedianRatio = ratio(took[len(took)/2].Seconds(), ideal.Seconds())
 	f.P99Ratio = ratio(took[min(len(took)-1, len(took)*99/100)].Seconds(), ideal.Seconds())
@@ -167,6 +230,10 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	f.EventReceiptMS = percentiles(rc.lat)
 	f.EventWriteMS, f.EventAfterCommitMS = percentiles(rc.write), percentiles(rc.afterCommit)
 	f.EventsPerS = float64(len(rc.lat)) / elapsed.Seconds()
+	calls.mu.Lock()
+	f.Phases = InFlightPhases{Start: seconds(percentiles(started)), FirstCall: seconds(percentiles(since(t0, calls.first))),
+		SecondCall: seconds(percentiles(since(t0, calls.second))), Done: seconds(percentiles(took))}
+	calls.mu.Unlock()
 	r.note("in flight: %d build tasks inserted in one statement, WORKER_CONCURRENCY=%d, pool %d; model delay %s per call, 2 calls (ideal %s); statements are those the process sent (River's included), commits are the transactions that wrote (transaction ids taken; trigger work is inside them)",
 		n, n, worker.PoolSize(n), delay, ideal)
 	return nil

@@ -18,6 +18,13 @@ func (r Report) Markdown() string {
 	row(fmt.Sprintf("throughput, %d tasks (per s)", r.Tasks), fmt.Sprintf("%.0f", r.TasksPerS),
 		fmt.Sprintf("no-op %.0f; same writes %.0f", r.RiverJobsPerS, r.RiverSameWritesPerS),
 		fmt.Sprintf("≥ 0.8× same writes (now %.2f×), ≥ 1,000/s", ratio(r.TasksPerS, r.RiverSameWritesPerS)))
+	if c := r.ThroughputCPU; c.Ours != (CPUPerTask{}) {
+		cpu := func(c CPUPerTask) string {
+			return fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
+		}
+		row("CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours),
+			"same writes "+cpu(c.RiverSameWrites), "worker + Postgres ≤ 3")
+	}
 	row("events written (per s)", fmt.Sprintf("%.0f", r.EventsWrittenPerS), "", "")
 	row("write → LISTEN receipt (ms)", pc(r.EventReceiptMS), "", "p99 < 20")
 	row("write → SSE receipt (ms)", pc(r.SSEReceiptMS), "", "p99 < 20")
@@ -39,6 +46,14 @@ func (r Report) Markdown() string {
 	f := r.InFlight
 	row(fmt.Sprintf("%d tasks in flight, %.0f ms model: insert → done ÷ ideal", f.Tasks, f.ModelDelayMS),
 		fmt.Sprintf("median %.2f× / p99 %.2f×", f.MedianRatio, f.P99Ratio), "", "median ≤ 1.5× (goal 1.2×)")
+	if ph := f.Phases; ph.Done.P50 > 0 {
+		row("where the time goes: insert → handler start / first call / second call / done (s, p50; p99)",
+			fmt.Sprintf("%.2f / %.2f / %.2f / %.2f; %.2f / %.2f / %.2f / %.2f", ph.Start.P50, ph.FirstCall.P50, ph.SecondCall.P50, ph.Done.P50,
+				ph.Start.P99, ph.FirstCall.P99, ph.SecondCall.P99, ph.Done.P99), "", fmt.Sprintf("0 / 0 / %.2f / %.2f", f.IdealS/2, f.IdealS))
+	}
+	if c := f.CPU; c != (CPUPerTask{}) {
+		row("CPU per task in flight, process (worker, model, listener) + Postgres (ms)", fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS), "", "")
+	}
 	row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
 	row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
 	row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -9,57 +10,124 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"golang.org/x/sys/unix"
 
+	"github.com/agentworker/agentworker/internal/devenv/proccpu"
+	"github.com/agentworker/agentworker/llm"
+	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
+	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/worker"
 )
 
 // runThroughput measures tasks completed per second from a queue of N
 // (instant model, one write_file per task), raw River no-op jobs per second,
-// and raw River jobs that make the same database writes as one of our
-// tasks: their ratio is the framework's own overhead.
+// and raw River jobs that make the same database statements as one of our
+// tasks: their ratio is the framework's own overhead. It measures the CPU
+// per task of our tasks and of River's same statements alike.
 func runThroughput(ctx context.Context, opts Options, r *Report) error {
 	n := 10000
 	if opts.Quick {
 		n = 1000
 	}
 	r.Tasks = n
-	ours, groups, err := oursThroughput(ctx, opts, n)
+	ours, err := oursThroughput(ctx, opts, n)
 	if err != nil {
 		return err
 	}
-	r.TasksPerS = ours
-	for _, g := range groups {
+	r.TasksPerS, r.ThroughputCPU.Ours = ours.perS, ours.cpu
+	for _, g := range ours.groups {
 		r.EventsPerTask += g
 	}
-	if r.RiverJobsPerS, err = riverThroughput(ctx, opts, n, nil); err != nil {
+	noop, err := riverThroughput(ctx, opts, n, nil, nil)
+	if err != nil {
 		return err
 	}
-	if r.RiverSameWritesPerS, err = riverThroughput(ctx, opts, n, groups); err != nil {
+	r.RiverJobsPerS = noop.perS
+	same, err := riverThroughput(ctx, opts, n, ours.groups, ours.conversation)
+	if err != nil {
 		return err
 	}
-	r.note("throughput: %d tasks; a task is 2 LLM calls (HTTP to a loopback scripted model), 1 file write, %d events in %d statements",
-		n, r.EventsPerTask, len(groups))
+	r.RiverSameWritesPerS, r.ThroughputCPU.RiverSameWrites = same.perS, same.cpu
+	r.note("throughput: %d tasks; a task is 2 LLM calls (HTTP to a loopback scripted model), 1 file write, %d events in %d statements; "+
+		"River's same writes: each job sends our build's statements in the same round trips and writes the file, without the model and the loop; "+
+		"CPU per task: this process (the worker, or River's client, and for ours the scripted model it hosts) and the database's backends, from getrusage and /proc",
+		n, r.EventsPerTask, len(ours.groups))
 	return nil
 }
 
-func oursThroughput(ctx context.Context, opts Options, n int) (float64, []int, error) {
+// ThroughputCPU is the CPU time per task of the throughput scenario's runs.
+type ThroughputCPU struct {
+	Ours            CPUPerTask `json:"ours"`
+	RiverSameWrites CPUPerTask `json:"river_same_writes"`
+}
+
+// CPUPerTask is CPU time per task in milliseconds (user + system): this
+// process's (the worker and, in our run, the scripted model it hosts) and
+// the database's backends'.
+type CPUPerTask struct {
+	ProcessMS  float64 `json:"process_ms"`
+	PostgresMS float64 `json:"postgres_ms"`
+}
+
+// cpuMeter measures the CPU time of this process and of a database's
+// backends since it started.
+type cpuMeter struct {
+	self0    time.Duration
+	backends *backendCPU
+}
+
+func startCPU(ctx context.Context, db *database) *cpuMeter {
+	return &cpuMeter{self0: selfCPU(), backends: newBackendCPU(ctx, db)}
+}
+
+// perTask is the CPU time since the start, per task of n.
+func (m *cpuMeter) perTask(n int) CPUPerTask {
+	m.backends.sample()
+	self := selfCPU() - m.self0
+	pg := time.Duration(m.backends.total()) * proccpu.Tick
+	return CPUPerTask{ProcessMS: ratio(float64(self.Microseconds())/1000, float64(n)),
+		PostgresMS: ratio(float64(pg.Microseconds())/1000, float64(n))}
+}
+
+// selfCPU is this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// throughputRun is one throughput run's result: tasks per second, CPU per
+// task, and for ours how a task's events were written and its conversation.
+type throughputRun struct {
+	perS         float64
+	cpu          CPUPerTask
+	groups       []int
+	conversation []byte
+}
+
+func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, error) {
+	var run throughputRun
 	db, err := newWorkerDatabase(ctx, opts.AdminURL, opts.Concurrency, nil)
 	if err != nil {
-		return 0, nil, err
+		return run, err
 	}
 	defer db.drop()
 	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
 		SELECT gen_random_uuid(), 'build', 'throughput' FROM generate_series(1, $1)`, n); err != nil {
-		return 0, nil, fmt.Errorf("queue %d tasks: %w", n, err)
+		return run, fmt.Errorf("queue %d tasks: %w", n, err)
 	}
-	p, err := startPipeline(ctx, opts, db, instantModel(), false)
+	model, conversation := recordConversation(instantModel())
+	p, err := startPipeline(ctx, opts, db, model, false)
 	if err != nil {
-		return 0, nil, err
+		return run, err
 	}
+	cpu := startCPU(ctx, db)
 	t0 := time.Now()
 	if err := p.svc.Start(ctx); err != nil {
-		return 0, nil, err
+		return run, err
 	}
 	deadline := time.After(20 * time.Minute)
 	for i := 0; i < n; i++ {
@@ -67,26 +135,51 @@ func oursThroughput(ctx context.Context, opts Options, n int) (float64, []int, e
 		case <-p.timed.done:
 		case <-deadline:
 			p.stop(ctx)
-			return 0, nil, fmt.Errorf("only %d of %d tasks done after 20 minutes", i, n)
+			return run, fmt.Errorf("only %d of %d tasks done after 20 minutes", i, n)
 		case <-ctx.Done():
 			p.stop(ctx)
-			return 0, nil, ctx.Err()
+			return run, ctx.Err()
 		}
 	}
 	elapsed := time.Since(t0)
+	run.cpu = cpu.perTask(n)
 	p.stop(ctx)
 	var ok int
 	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM ai_tasks WHERE status = 'succeeded'").Scan(&ok); err != nil {
-		return 0, nil, err
+		return run, err
 	}
 	if ok != n {
-		return 0, nil, fmt.Errorf("%d of %d tasks succeeded", ok, n)
+		return run, fmt.Errorf("%d of %d tasks succeeded", ok, n)
 	}
-	groups, err := statementGroups(ctx, db)
-	if err != nil {
-		return 0, nil, err
+	if run.groups, err = statementGroups(ctx, db); err != nil {
+		return run, err
 	}
-	return float64(n) / elapsed.Seconds(), groups, nil
+	run.perS, run.conversation = float64(n)/elapsed.Seconds(), conversation()
+	return run, nil
+}
+
+// recordConversation wraps r to keep the messages of the last call that
+// answered a tool result, as the checkpoint after the first iteration
+// records them; conversation returns them as JSON.
+func recordConversation(r scripted.Responder) (scripted.Responder, func() []byte) {
+	var last atomic.Pointer[[]llm.Message]
+	wrapped := scripted.Func(func(req *scripted.Request) scripted.Reply {
+		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
+			last.Store(&req.Messages)
+		}
+		return r.Respond(req)
+	})
+	return wrapped, func() []byte {
+		m := last.Load()
+		if m == nil {
+			return []byte(`[]`)
+		}
+		b, err := json.Marshal(*m)
+		if err != nil {
+			return []byte(`[]`)
+		}
+		return b
+	}
 }
 
 // statementGroups returns how one task's events were written: the number
@@ -107,12 +200,12 @@ type sameWritesArgs struct {
 func (sameWritesArgs) Kind() string { return "bench_same_writes" }
 
 // riverThroughput works n raw River jobs: no-ops when groups is nil, else
-// jobs replaying our writes: the claim transaction, each event statement,
-// and the finishing transaction.
-func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (float64, error) {
+// jobs replaying our build's statements (replayWrites).
+func riverThroughput(ctx context.Context, opts Options, n int, groups []int, conversation []byte) (throughputRun, error) {
+	var run throughputRun
 	db, err := newWorkerDatabase(ctx, opts.AdminURL, opts.Concurrency, nil)
 	if err != nil {
-		return 0, err
+		return run, err
 	}
 	defer db.drop()
 	var done atomic.Int64
@@ -128,7 +221,7 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (fl
 		return nil
 	}))
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[sameWritesArgs]) error {
-		if err := replayWrites(ctx, db, job.Args.TaskID, job.ID, groups); err != nil {
+		if err := replayWrites(ctx, db, opts.Store, job.Args.TaskID, job.ID, groups, conversation); err != nil {
 			return err
 		}
 		count()
@@ -136,7 +229,7 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (fl
 	}))
 	client, err := newRiverClient(db, opts, workers)
 	if err != nil {
-		return 0, err
+		return run, err
 	}
 	var params []river.InsertManyParams
 	if groups == nil {
@@ -160,63 +253,96 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int) (fl
 			return err
 		})
 		if err != nil {
-			return 0, fmt.Errorf("queue same-writes tasks: %w", err)
+			return run, fmt.Errorf("queue same-writes tasks: %w", err)
 		}
 	}
 	for start := 0; start < len(params); start += 1000 {
 		if _, err := client.InsertMany(ctx, params[start:min(start+1000, len(params))]); err != nil {
-			return 0, fmt.Errorf("insert river jobs: %w", err)
+			return run, fmt.Errorf("insert river jobs: %w", err)
 		}
 	}
+	cpu := startCPU(ctx, db)
 	t0 := time.Now()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return run, err
 	}
 	defer stopRiver(ctx, client)
 	select {
 	case <-finished:
 	case <-time.After(20 * time.Minute):
-		return 0, fmt.Errorf("only %d of %d river jobs done after 20 minutes", done.Load(), n)
+		return run, fmt.Errorf("only %d of %d river jobs done after 20 minutes", done.Load(), n)
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return run, ctx.Err()
 	}
-	return float64(n) / time.Since(t0).Seconds(), nil
+	run.perS, run.cpu = float64(n)/time.Since(t0).Seconds(), cpu.perTask(n)
+	return run, nil
 }
 
-// replayWrites makes the database writes of one of our tasks, without the
-// LLM calls, tools or storage: claim (row lock, status, run row, its
-// events, one statement), each event statement, then finish (status, run, last events).
-func replayWrites(ctx context.Context, db *database, taskID uuid.UUID, jobID int64, groups []int) error {
+// replayWrites makes the database statements of one of our two-call
+// builds, in the same round trips, without the LLM calls and the agent
+// loop: the claim (its events, the day cap), the context read, the first
+// iteration's events, the staged write, the checkpoint with the
+// iteration's events, the change set marked applying, the project file
+// written, then the finish (events, change set, task) in one pipeline.
+// Event batches are the holder's, fenced and keyed, as the worker writes
+// them, with groups' sizes; conversation is the checkpoint's messages.
+func replayWrites(ctx context.Context, db *database, store storage.Store, taskID uuid.UUID, jobID int64, groups []int, conversation []byte) error {
 	payload := []byte(`{"kind":"stage_enter","stage":"bench","timestamp":"2026-01-01T00:00:00Z"}`)
-	batch := func(k int) []agentsql.NewEvent {
-		evs := make([]agentsql.NewEvent, k)
-		for i := range evs {
-			evs[i] = agentsql.NewEvent{Type: "progress", Payload: payload}
-		}
-		return evs
-	}
-	var projectID uuid.UUID
-	fence := agentsql.Fence{TaskID: taskID}
-	// As the worker writes: without notifying (its Announcer notifies after commit).
-	insert := func(db agentsql.DBTX, evs []agentsql.NewEvent) ([]agentsql.EventRow, error) {
-		return agentsql.InsertEventBatch(ctx, db, agentsql.EventBatch{TaskID: taskID, ProjectID: projectID, Events: evs, AfterCommit: true})
-	}
-	// The claim writes its own events (the first group), as the worker's does.
 	c, err := agentsql.ClaimAndStart(ctx, db.pool, taskID, jobID, "bench", time.Minute, true)
 	if err != nil || !c.Claimed {
 		return fmt.Errorf("claim %s (claimed %t): %w", taskID, c.Claimed, err)
 	}
-	projectID, fence.Epoch = c.Task.ProjectID, c.Task.Fence
-	for _, k := range groups[1 : len(groups)-1] {
-		if _, err := insert(db.pool, batch(k)); err != nil {
+	fence := agentsql.Fence{TaskID: taskID, Epoch: c.Task.Fence}
+	project := c.Task.ProjectID
+	batch := func(k int) agentsql.EventBatch {
+		evs := make([]agentsql.NewEvent, k)
+		for i := range evs {
+			evs[i] = agentsql.NewEvent{Type: "progress", Payload: payload}
+		}
+		return agentsql.EventBatch{TaskID: taskID, ProjectID: project, Fence: &fence.Epoch, Key: uuid.New(), Events: evs,
+			Since: c.EventsSince, AfterCommit: true}
+	}
+	if _, _, err := agentsql.ReadTaskContext(ctx, db.pool, project, taskID); err != nil {
+		return err
+	}
+	// The claim wrote the first group, the finish writes the last; the
+	// checkpoint's pipeline the one before it, each other one a statement.
+	middle := groups[1 : len(groups)-1]
+	withCheckpoint := 0
+	if len(middle) > 0 {
+		middle, withCheckpoint = middle[:len(middle)-1], middle[len(middle)-1]
+	}
+	for _, k := range middle {
+		if _, err := agentsql.InsertEventBatch(ctx, db.pool, batch(k)); err != nil {
 			return err
 		}
 	}
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := agentsql.FinishTask(ctx, tx, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: []byte(`{}`)}); err != nil {
-			return err
-		}
-		_, err := insert(tx, batch(groups[len(groups)-1]))
+	content := []byte("x\n")
+	if err := agentsql.PutChangeEntry(ctx, db.pool, fence, agentsql.ChangeEntry{Path: "out.txt", Op: agentsql.ChangeWrite, Content: content}); err != nil {
 		return err
-	})
+	}
+	var p agentsql.Pipeline
+	agentsql.QueueEventBatch(&p, batch(withCheckpoint))
+	var read agentsql.CheckpointRead
+	agentsql.QueueSaveCheckpoint(&p, fence, agentsql.Checkpoint{TaskID: taskID, Attempt: c.Task.Attempt, Iteration: 1,
+		Messages: conversation, State: []byte(`{}`)}, agentsql.Spend{}, &read)
+	if err := p.Run(ctx, db.pool); err != nil {
+		return err
+	}
+	result := []byte(`{"summary":"wrote out.txt","filesChanged":["out.txt"]}`)
+	if err := agentsql.MarkChangeSetApplying(ctx, db.pool, fence, result, []agentsql.Prior{{Path: "out.txt"}}); err != nil {
+		return err
+	}
+	if _, err := store.Write(ctx, project.String(), "out.txt", content); err != nil {
+		return err
+	}
+	p = agentsql.Pipeline{}
+	agentsql.QueueEventBatch(&p, batch(groups[len(groups)-1]))
+	if err := agentsql.QueueFinishChangeSet(&p, fence, agentsql.ChangeSetApplied, false); err != nil {
+		return err
+	}
+	if err := agentsql.QueueFinishTask(&p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: result}); err != nil {
+		return err
+	}
+	return p.Run(ctx, db.pool)
 }

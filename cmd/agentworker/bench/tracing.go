@@ -65,10 +65,11 @@ func runTracing(ctx context.Context, opts Options, r *Report) error {
 			if err != nil {
 				return err
 			}
-			tps, _, err := oursThroughput(ctx, o, tasks)
+			run, err := oursThroughput(ctx, o, tasks)
 			if err != nil {
 				return err
 			}
+			tps := run.perS
 			if on {
 				c.LoopOnRounds, c.TPSOnRounds = append(c.LoopOnRounds, loop), append(c.TPSOnRounds, tps)
 			} else {

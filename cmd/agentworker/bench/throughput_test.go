@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/dbtest"
+)
+
+// A two-call build's statements and round trips, as handlers'
+// TestStatementsPerBuildTask holds them: River's same writes send as many.
+const buildStatements, buildRoundTrips = 10, 7
+
+// TestReplayWritesSendsABuildsStatements: a River job replaying our build
+// sends its statements in its round trips, leaves the task succeeded with
+// its events, its change set applied and its file written.
+func TestReplayWritesSendsABuildsStatements(t *testing.T) {
+	t.Parallel()
+	var stmts statementCounter
+	url := dbtest.NewURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = &stmts
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id, project uuid.UUID
+	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
+			return err
+		}
+		return tx.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt) VALUES (gen_random_uuid(), 'build', 'replay')
+			RETURNING id, project_id`).Scan(&id, &project)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []int{3, 2, 4, 3}
+	n0, trips0 := stmts.n.Load(), stmts.trips.Load()
+	if err := replayWrites(t.Context(), &database{url: url, pool: pool}, store, id, 1, groups, []byte(`[{"role":"user","content":"x"}]`)); err != nil {
+		t.Fatal(err)
+	}
+	if n, trips := stmts.n.Load()-n0, stmts.trips.Load()-trips0; n != buildStatements || trips != buildRoundTrips {
+		t.Errorf("the replay sent %d statements in %d round trips, a build %d in %d", n, trips, buildStatements, buildRoundTrips)
+	}
+	var status, cs string
+	var events int
+	if err := pool.QueryRow(t.Context(), `SELECT t.status, s.status, (SELECT count(*) FROM agent_events e WHERE e.task_id = t.id)
+		FROM ai_tasks t JOIN change_sets s ON s.task_id = t.id WHERE t.id = $1`, id).Scan(&status, &cs, &events); err != nil {
+		t.Fatal(err)
+	}
+	if status != "succeeded" || cs != "applied" || events != 12 {
+		t.Errorf("task %s, change set %s, %d events; want succeeded, applied, 12", status, cs, events)
+	}
+	if got, _, err := store.Read(t.Context(), project.String(), "out.txt"); err != nil || string(got) != "x\n" {
+		t.Errorf("out.txt = %q, %v; want x", got, err)
+	}
+}
