@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -26,8 +27,20 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a markdown table")
 	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, tracing, inflight, steady, replicas, provider-limit, storm, fairness, graph, retention, memory); all by default")
 	guard := fs.Bool("guard", false, "run the scenarios CI guards (latency, events, inflight) and fail on a regression a user would feel: event receipt p99 over 50 ms, pickup over 2× tuned River's, tasks in flight (1 s model) over 2× the ideal; a run past a limit is tried again, up to 3 runs")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile over the whole run to the file (go tool pprof reads it): where the worker's CPU per task goes")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: create the CPU profile %q: %w", *cpuProfile, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: start the CPU profile %q: %w", *cpuProfile, err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if _, set := os.LookupEnv("LOG_LEVEL"); !set {
 		cfg.LogLevel = "warn"
