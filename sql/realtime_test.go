@@ -155,7 +155,9 @@ func TestProjectEventsCommitOrder(t *testing.T) {
 		// Sequential: they share the reader's cursor.
 		got = nil
 		want := tt.run()
-		deadline := time.Now().Add(10 * time.Second)
+		// Held until every transaction older than the events ends, other
+		// tests' too: at load 30 that once took longer than 10 s.
+		deadline := time.Now().Add(60 * time.Second)
 		for read() && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond) // polling: xmin advances without a signal
 		}
