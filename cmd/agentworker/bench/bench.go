@@ -80,6 +80,8 @@ type Report struct {
 	Machine   string `json:"machine"`
 	Quick     bool   `json:"quick"`
 	StoreName string `json:"store"`
+	// Scenarios names those that ran, in order.
+	Scenarios []string `json:"scenarios"`
 
 	LatencyMS      Percentiles `json:"latency_ms"`
 	RiverLatencyMS Percentiles `json:"river_latency_ms"`
@@ -202,6 +204,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		if err := s.run(ctx, opts, &r); err != nil {
 			return r, fmt.Errorf("bench %s: %w", s.name, err)
 		}
+		r.Scenarios = append(r.Scenarios, s.name)
 		opts.Logger.InfoContext(ctx, "bench: "+s.name+" done", slog.Duration("took", time.Since(start)))
 	}
 	return r, nil

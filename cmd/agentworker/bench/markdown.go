@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -14,55 +15,71 @@ func (r Report) Markdown() string {
 	row := func(name, ours, river, target string) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ours, river, target)
 	}
-	row("insert → handler start (ms)", pc(r.LatencyMS), pc(r.RiverLatencyMS), fmt.Sprintf("p50 ≤ 1.2× tuned River (now %.2f×)", r.LatencyRatio))
-	row(fmt.Sprintf("throughput, %d tasks (per s)", r.Tasks), fmt.Sprintf("%.0f", r.TasksPerS),
-		fmt.Sprintf("no-op %.0f; same writes %.0f", r.RiverJobsPerS, r.RiverSameWritesPerS),
-		fmt.Sprintf("≥ 0.8× same writes (now %.2f×), ≥ 1,000/s", ratio(r.TasksPerS, r.RiverSameWritesPerS)))
-	if c := r.ThroughputCPU; c.Ours != (CPUPerTask{}) {
-		cpu := func(c CPUPerTask) string {
-			return fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
-		}
-		row("CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours),
-			"same writes "+cpu(c.RiverSameWrites), "worker + Postgres ≤ 3")
+	// Only the scenarios that ran (a report from before Scenarios: all).
+	ran := func(name string) bool { return len(r.Scenarios) == 0 || slices.Contains(r.Scenarios, name) }
+	if ran("latency") {
+		row("insert → handler start (ms)", pc(r.LatencyMS), pc(r.RiverLatencyMS), fmt.Sprintf("p50 ≤ 1.2× tuned River (now %.2f×)", r.LatencyRatio))
 	}
-	row("events written (per s)", fmt.Sprintf("%.0f", r.EventsWrittenPerS), "", "")
-	row("write → LISTEN receipt (ms)", pc(r.EventReceiptMS), "", "p99 < 20")
-	row("write → SSE receipt (ms)", pc(r.SSEReceiptMS), "", "p99 < 20")
-	row("of which the write itself (ms)", pc(r.EventWriteMS), "", "")
-	row("context build, 200 / 2,000 files (ms)", fmt.Sprintf("%.1f / %.1f", r.ContextBuildMS.Files200, r.ContextBuildMS.Files2000), "", "2,000 files < 500")
-	row("read_file (ms)", pc(r.ToolCallMS.Read), "", "p99 < 50")
-	row("search_files warm (ms)", pc(r.ToolCallMS.Search), "", "p99 < 50")
-	row("search_files cold, the first (ms)", fmt.Sprintf("%.1f", r.ToolCallMS.SearchCold), "", "")
-	row("search_files 10 s after the last, the listing refreshed behind (ms)", pc(r.ToolCallMS.SearchStale), "", "p99 < 50")
-	row("search_files past the listing's max age (ms)", pc(r.ToolCallMS.SearchRelisted), "", "")
-	row("edit_file (ms)", pc(r.ToolCallMS.Edit), "", "p99 < 50")
-	row("agent loop overhead per iteration (ms)", fmt.Sprintf("%.2f", r.LoopOverheadMS), "", "< 2")
+	if ran("throughput") {
+		row(fmt.Sprintf("throughput, %d tasks (per s)", r.Tasks), fmt.Sprintf("%.0f", r.TasksPerS),
+			fmt.Sprintf("no-op %.0f; same writes %.0f", r.RiverJobsPerS, r.RiverSameWritesPerS),
+			fmt.Sprintf("≥ 0.8× same writes (now %.2f×), ≥ 1,000/s", ratio(r.TasksPerS, r.RiverSameWritesPerS)))
+		if c := r.ThroughputCPU; c.Ours != (CPUPerTask{}) {
+			cpu := func(c CPUPerTask) string {
+				return fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
+			}
+			row("CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours),
+				"same writes "+cpu(c.RiverSameWrites), "worker + Postgres ≤ 3")
+		}
+	}
+	if ran("events") {
+		row("events written (per s)", fmt.Sprintf("%.0f", r.EventsWrittenPerS), "", "")
+		row("write → LISTEN receipt (ms)", pc(r.EventReceiptMS), "", "p99 < 20")
+		row("write → SSE receipt (ms)", pc(r.SSEReceiptMS), "", "p99 < 20")
+		row("of which the write itself (ms)", pc(r.EventWriteMS), "", "")
+	}
+	if ran("storage") {
+		row("context build, 200 / 2,000 files (ms)", fmt.Sprintf("%.1f / %.1f", r.ContextBuildMS.Files200, r.ContextBuildMS.Files2000), "", "2,000 files < 500")
+		row("read_file (ms)", pc(r.ToolCallMS.Read), "", "p99 < 50")
+		row("search_files warm (ms)", pc(r.ToolCallMS.Search), "", "p99 < 50")
+		row("search_files cold, the first (ms)", fmt.Sprintf("%.1f", r.ToolCallMS.SearchCold), "", "")
+		row("search_files 10 s after the last, the listing refreshed behind (ms)", pc(r.ToolCallMS.SearchStale), "", "p99 < 50")
+		row("search_files past the listing's max age (ms)", pc(r.ToolCallMS.SearchRelisted), "", "")
+		row("edit_file (ms)", pc(r.ToolCallMS.Edit), "", "p99 < 50")
+	}
+	if ran("loop") {
+		row("agent loop overhead per iteration (ms)", fmt.Sprintf("%.2f", r.LoopOverheadMS), "", "< 2")
+	}
 	if tc := r.Tracing; tc.Receiver != "" {
 		row("tracing off → on: loop overhead per iteration (ms); tasks per s",
 			fmt.Sprintf("%.2f → %.2f (%.2f×); %.0f → %.0f (%.2f×)", tc.LoopOffMS, tc.LoopOnMS, tc.LoopRatio, tc.TasksPerSOff, tc.TasksPerSOn, tc.TasksPerSRatio),
 			"", "loop ≤ 1.05×")
 	}
-	row("RSS with 1 / 10 / 100 tasks (MB)", fmt.Sprintf("%.0f / %.0f / %.0f", r.RSSMB.Tasks1, r.RSSMB.Tasks10, r.RSSMB.Tasks100), "", "")
-	f := r.InFlight
-	row(fmt.Sprintf("%d tasks in flight, %.0f ms model: insert → done ÷ ideal", f.Tasks, f.ModelDelayMS),
-		fmt.Sprintf("median %.2f× / p99 %.2f×", f.MedianRatio, f.P99Ratio), "", "median ≤ 1.5× (goal 1.2×)")
-	if ph := f.Phases; ph.Done.P50 > 0 {
-		row("where the time goes: insert → handler start / first call / second call / done (s, p50; p99)",
-			fmt.Sprintf("%.2f / %.2f / %.2f / %.2f; %.2f / %.2f / %.2f / %.2f", ph.Start.P50, ph.FirstCall.P50, ph.SecondCall.P50, ph.Done.P50,
-				ph.Start.P99, ph.FirstCall.P99, ph.SecondCall.P99, ph.Done.P99), "", fmt.Sprintf("0 / 0 / %.2f / %.2f", f.IdealS/2, f.IdealS))
+	if ran("memory") {
+		row("RSS with 1 / 10 / 100 tasks (MB)", fmt.Sprintf("%.0f / %.0f / %.0f", r.RSSMB.Tasks1, r.RSSMB.Tasks10, r.RSSMB.Tasks100), "", "")
 	}
-	if c := f.CPU; c != (CPUPerTask{}) {
-		row("CPU per task in flight, process (worker, model, listener) + Postgres (ms)", fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS), "", "")
+	if f := r.InFlight; ran("inflight") {
+		row(fmt.Sprintf("%d tasks in flight, %.0f ms model: insert → done ÷ ideal", f.Tasks, f.ModelDelayMS),
+			fmt.Sprintf("median %.2f× / p99 %.2f×", f.MedianRatio, f.P99Ratio), "", "median ≤ 1.25×")
+		if ph := f.Phases; ph.Done.P50 > 0 {
+			row("where the time goes: insert → handler start / first call / second call / done (s, p50; p99)",
+				fmt.Sprintf("%.2f / %.2f / %.2f / %.2f; %.2f / %.2f / %.2f / %.2f", ph.Start.P50, ph.FirstCall.P50, ph.SecondCall.P50, ph.Done.P50,
+					ph.Start.P99, ph.FirstCall.P99, ph.SecondCall.P99, ph.Done.P99), "", fmt.Sprintf("0 / 0 / %.2f / %.2f", f.IdealS/2, f.IdealS))
+		}
+		if c := f.CPU; c != (CPUPerTask{}) {
+			row("CPU per task in flight, process (worker, model, listener) + Postgres (ms)", fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS), "", "")
+		}
+		row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
+		row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
+		row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")
+		if f.EventAfterCommitMS != (Percentiles{}) {
+			row("of which the write / commit → receipt (ms)", pc(f.EventWriteMS)+"; "+pc(f.EventAfterCommitMS), "", "")
+		}
 	}
-	row("lock waiters (sampled, max / mean); on NOTIFY (max)", fmt.Sprintf("%d / %.1f; %d", f.LockWaitersMax, f.LockWaitersMean, f.NotifyLockWaitersMax), "", "none on NOTIFY")
-	row("statements / round trips / commits per task (in flight)", fmt.Sprintf("%.1f / %.1f / %.1f", f.StatementsPerTask, f.RoundTripsPerTask, f.CommitsPerTask), "", "")
-	row(fmt.Sprintf("event receipt while in flight, %.0f events/s (ms)", f.EventsPerS), pc(f.EventReceiptMS), "", "p99 < 20")
-	if f.EventAfterCommitMS != (Percentiles{}) {
-		row("of which the write / commit → receipt (ms)", pc(f.EventWriteMS)+"; "+pc(f.EventAfterCommitMS), "", "")
+	if st := r.Steady; ran("steady") {
+		row(fmt.Sprintf("event receipt at a steady %.0f events/s, %d tasks in flight (median; CPUs %.0f %% busy) (ms)", st.EventsPerS, st.InFlightMedian, 100*st.CPUBusy),
+			pc(st.EventReceiptMS), "", "p99 < 20")
 	}
-	st := r.Steady
-	row(fmt.Sprintf("event receipt at a steady %.0f events/s, %d tasks in flight (median; CPUs %.0f %% busy) (ms)", st.EventsPerS, st.InFlightMedian, 100*st.CPUBusy),
-		pc(st.EventReceiptMS), "", "p99 < 20")
 	round := func(x ReplicaRound) string {
 		return fmt.Sprintf("%.0f/s; %.1f / %.1f / %.1f ms; %.1f", x.TasksPerS, x.WorkerCPUMSPerTask, x.PostgresCPUMSPerTask, x.BenchCPUMSPerTask, x.CommitsPerTask)
 	}
@@ -126,7 +143,9 @@ func (r Report) Markdown() string {
 				run.AlonePerS, run.BesidePerS, 100*(ratio(run.BesidePerS, run.AlonePerS)-1)),
 			"", "p99 ≤ 5 s; ≥ −10 %")
 	}
-	r.Retention.rows(row)
+	if ran("retention") {
+		r.Retention.rows(row)
+	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range r.Notes {
