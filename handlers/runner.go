@@ -30,6 +30,7 @@ import (
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/traceid"
+	"github.com/agentworker/agentworker/tracing"
 )
 
 // Runner stages, in the order a run passes them; each writes stage_enter and
@@ -825,7 +826,7 @@ func (r *taskRun) finishSucceeded(ctx context.Context, body []byte, spend agents
 	)
 	_, err := r.rec.InPipeline(ctx, r.runner.deps.Pool, func(p *agentsql.Pipeline) error {
 		if len(r.children) > 0 {
-			if err := agentsql.QueueExpandPlan(p, r.at.fence(r.task), r.children); err != nil {
+			if err := agentsql.QueueExpandPlan(p, r.at.fence(r.task), r.children, tracing.SpanID(ctx)); err != nil {
 				return err
 			}
 		}

@@ -425,7 +425,7 @@ func TestExpandPlanOnceUnderItsFence(t *testing.T) {
 	t.Parallel()
 	g := newGraph(t)
 	ctx := t.Context()
-	plan, err := agentsql.InsertTask(ctx, g.pool, agentsql.NewTask{ProjectID: g.project, Type: "plan", Prompt: "plan"})
+	plan, err := agentsql.InsertTask(ctx, g.pool, agentsql.NewTask{ProjectID: g.project, Type: "plan", Prompt: "plan", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,9 +442,11 @@ func TestExpandPlanOnceUnderItsFence(t *testing.T) {
 		{Key: "a", Title: "A", Prompt: "do a", Type: "build", Priority: 1, DependsOn: []string{}},
 		{Key: "b", Title: "B", Prompt: "do b", Type: "chat", Priority: 2, DependsOn: []string{"a"}},
 	}
+	// The span of the plan's attempt: the children's attempts go under it.
+	const planSpan = "00f067aa0ba902b7"
 	expand := func(f agentsql.Fence) error {
 		var p agentsql.Pipeline
-		if err := agentsql.QueueExpandPlan(&p, f, tasks); err != nil {
+		if err := agentsql.QueueExpandPlan(&p, f, tasks, planSpan); err != nil {
 			return err
 		}
 		return p.Run(ctx, g.pool)
@@ -466,6 +468,14 @@ func TestExpandPlanOnceUnderItsFence(t *testing.T) {
 	}
 	if n := children(); n != 2 {
 		t.Fatalf("two expansions made %d children, want one set of 2", n)
+	}
+	var joined int
+	if err := g.pool.QueryRow(ctx, `SELECT count(*) FROM ai_tasks c JOIN ai_tasks p ON p.id = c.parent_task_id
+		WHERE c.parent_task_id = $1 AND c.trace_parent = $2 AND c.trace_id = p.trace_id`, plan.ID, planSpan).Scan(&joined); err != nil {
+		t.Fatal(err)
+	}
+	if joined != 2 {
+		t.Errorf("%d of the 2 children carry the plan's trace id and its attempt's span as their trace parent", joined)
 	}
 }
 

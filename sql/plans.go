@@ -30,13 +30,14 @@ const fencedCode = "AWFEN"
 // planned tasks as its children with their dependencies. Under the
 // holder's fence f: a stale holder gets ErrFenced and, the pipeline being
 // one transaction, creates nothing; a plan that has its children already
-// gets no second set.
-func QueueExpandPlan(p *Pipeline, f Fence, tasks []PlannedTask) error {
+// gets no second set. traceParent, the span id of the plan's attempt ("":
+// none), becomes each child's trace_parent.
+func QueueExpandPlan(p *Pipeline, f Fence, tasks []PlannedTask, traceParent string) error {
 	body, err := json.Marshal(tasks)
 	if err != nil {
 		return fmt.Errorf("expand the plan of task %s: %w", f.TaskID, err)
 	}
-	p.batch.Queue(`SELECT agentworker_expand_plan($1, $2, $3)`, f.TaskID, f.Epoch, body).QueryRow(func(row pgx.Row) error {
+	p.batch.Queue(`SELECT agentworker_expand_plan($1, $2, $3, $4)`, f.TaskID, f.Epoch, body, traceParent).QueryRow(func(row pgx.Row) error {
 		var n int
 		err := row.Scan(&n)
 		var pgErr *pgconn.PgError

@@ -996,8 +996,8 @@ BEGIN
 END
 $_$;
 
--- FUNCTION: agentworker_expand_plan(uuid, bigint, jsonb)
-CREATE FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb) RETURNS integer
+-- FUNCTION: agentworker_expand_plan(uuid, bigint, jsonb, text)
+CREATE FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb, p_trace_parent text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -1019,10 +1019,10 @@ BEGIN
     END IF;
     FOR v IN SELECT * FROM jsonb_to_recordset(p_tasks) AS x(key text, title text, prompt text, type text, agent_id uuid, priority integer)
     LOOP
-        INSERT INTO ai_tasks (project_id, type, prompt, input, priority, agent_id, parent_task_id)
+        INSERT INTO ai_tasks (project_id, type, prompt, input, priority, agent_id, parent_task_id, trace_parent)
         VALUES (v_parent.project_id, v.type, v.prompt,
                 jsonb_build_object('planned_task', jsonb_build_object('plan_task_id', p_parent, 'key', v.key, 'title', v.title)),
-                coalesce(v.priority, 2), v.agent_id, p_parent)
+                coalesce(v.priority, 2), v.agent_id, p_parent, nullif(p_trace_parent, ''))
         RETURNING id INTO v_id;
         v_ids := v_ids || jsonb_build_object(v.key, v_id);
         v_n := v_n + 1;
@@ -3392,8 +3392,8 @@ REVOKE ALL ON FUNCTION public.agentworker_event_partitions() FROM PUBLIC;
 -- ACL: FUNCTION agentworker_events_since(p_after bigint)
 REVOKE ALL ON FUNCTION public.agentworker_events_since(p_after bigint) FROM PUBLIC;
 
--- ACL: FUNCTION agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb)
-REVOKE ALL ON FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb) FROM PUBLIC;
+-- ACL: FUNCTION agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb, p_trace_parent text)
+REVOKE ALL ON FUNCTION public.agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb, p_trace_parent text) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_flag_idle(p_idle interval)
 REVOKE ALL ON FUNCTION public.agentworker_flag_idle(p_idle interval) FROM PUBLIC;

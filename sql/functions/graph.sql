@@ -314,8 +314,12 @@ CREATE OR REPLACE TRIGGER ai_tasks_cancel_children AFTER UPDATE OF status ON ai_
 -- once (a plan that has its children already gets no second set).
 -- p_tasks: [{"key", "title", "prompt", "type", "agent_id", "priority",
 -- "depends_on": [key]}], keys unique, dependencies among them acyclic (the
--- dependency trigger refuses a cycle anyway). Returns the children made.
-CREATE OR REPLACE FUNCTION agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb) RETURNS integer
+-- dependency trigger refuses a cycle anyway). p_trace_parent, the span of
+-- the plan's attempt, is each child's trace_parent (their trace id is the
+-- plan's), so a trace shows the children's attempts under the plan's.
+-- Returns the children made.
+DROP FUNCTION IF EXISTS agentworker_expand_plan(uuid, bigint, jsonb);
+CREATE OR REPLACE FUNCTION agentworker_expand_plan(p_parent uuid, p_fence bigint, p_tasks jsonb, p_trace_parent text DEFAULT NULL) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_parent ai_tasks;
@@ -335,10 +339,10 @@ BEGIN
     END IF;
     FOR v IN SELECT * FROM jsonb_to_recordset(p_tasks) AS x(key text, title text, prompt text, type text, agent_id uuid, priority integer)
     LOOP
-        INSERT INTO ai_tasks (project_id, type, prompt, input, priority, agent_id, parent_task_id)
+        INSERT INTO ai_tasks (project_id, type, prompt, input, priority, agent_id, parent_task_id, trace_parent)
         VALUES (v_parent.project_id, v.type, v.prompt,
                 jsonb_build_object('planned_task', jsonb_build_object('plan_task_id', p_parent, 'key', v.key, 'title', v.title)),
-                coalesce(v.priority, 2), v.agent_id, p_parent)
+                coalesce(v.priority, 2), v.agent_id, p_parent, nullif(p_trace_parent, ''))
         RETURNING id INTO v_id;
         v_ids := v_ids || jsonb_build_object(v.key, v_id);
         v_n := v_n + 1;
@@ -398,5 +402,5 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'ai_tasks_hold_for_dependencies()',
     'ai_tasks_delete_dependencies()',
     'ai_tasks_cancel_children()',
-    'agentworker_expand_plan(uuid, bigint, jsonb)',
+    'agentworker_expand_plan(uuid, bigint, jsonb, text)',
     'agentworker_release_stranded(interval, integer)']::regprocedure[]);
