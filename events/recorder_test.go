@@ -3,7 +3,6 @@ package events_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,38 +11,21 @@ import (
 	"github.com/agentworker/agentworker/events"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
+	"github.com/agentworker/agentworker/testing/testclock"
 )
 
 func TestMain(m *testing.M) {
 	dbtest.Main(m)
 }
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func TestStreamDeltasCoalesced(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 
-	setup := func(t *testing.T, interval time.Duration) (*events.Recorder, *fakeClock, uuid.UUID) {
+	setup := func(t *testing.T, interval time.Duration) (*events.Recorder, *testclock.Clock, uuid.UUID) {
 		t.Helper()
 		task := newTask(t, pool, "chat")
-		clock := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+		clock := testclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 		opts := []events.RecorderOption{events.WithClock(clock.Now)}
 		if interval > 0 {
 			opts = append(opts, events.WithStreamInterval(interval))

@@ -18,17 +18,7 @@ import (
 // reads, and looked up on every read.
 func BenchmarkTasksEventsAfter(b *testing.B) {
 	ctx := b.Context()
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	agentsql.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
+	pool := onePooled(b)
 	if _, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) SELECT gen_random_uuid(), 'chat', 'x' FROM generate_series(1, 100)`); err != nil {
 		b.Fatal(err)
 	}
@@ -81,19 +71,10 @@ func BenchmarkTasksEventsAfter(b *testing.B) {
 // announcement, its floor carried (as the SSE stream keeps it) or looked up.
 func BenchmarkProjectEventsAfter(b *testing.B) {
 	ctx := b.Context()
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	agentsql.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
+	pool := onePooled(b)
 	project := uuid.New()
-	if _, err := pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) SELECT $1, 'chat', 'x' FROM generate_series(1, 20)`, project); err != nil {
+	var err error
+	if _, err = pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt) SELECT $1, 'chat', 'x' FROM generate_series(1, 20)`, project); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO agent_events (task_id, project_id, seq, type)
@@ -129,4 +110,22 @@ func BenchmarkProjectEventsAfter(b *testing.B) {
 			}
 		})
 	}
+}
+
+// onePooled is a new database's pool of one connection: a read's cost
+// without the pool's spread.
+func onePooled(b *testing.B) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	agentsql.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
 }

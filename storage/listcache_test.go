@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/s3test"
+	"github.com/agentworker/agentworker/testing/testclock"
 )
 
 // recentOnly is a ListCache whose List is its ListRecent, with a clock
@@ -45,24 +45,6 @@ func TestListCacheConformance(t *testing.T) {
 	}
 }
 
-// clock is a test clock moved by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func paths(files []storage.FileInfo) []string {
 	var out []string
 	for _, f := range files {
@@ -89,7 +71,7 @@ func TestListCacheFreshness(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s3, requests := countedS3(t)
-	clk := &clock{now: time.Now()}
+	clk := testclock.New(time.Now())
 	c := storage.NewListCache(s3, storage.ListCacheConfig{MaxAge: 5 * time.Second, Now: clk.Now})
 	const project = "p"
 	storagetest.Write(t, c, project, "src/a.ts", "a")
@@ -104,7 +86,7 @@ func TestListCacheFreshness(t *testing.T) {
 	if sent := requests.take(); len(sent) != 1 {
 		t.Fatalf("List sent %v, want one request", sent)
 	}
-	clk.add(time.Second)
+	clk.Advance(time.Second)
 	checkRecent(t, c, project, "src", time.Second, whole[1:])
 	checkRecent(t, c, project, "", time.Second, whole)
 	if sent := requests.take(); len(sent) != 0 {
@@ -126,7 +108,7 @@ func TestListCacheFreshness(t *testing.T) {
 	// Straight to the bucket: seen once the listing is MaxAge old.
 	outside := storagetest.Write(t, s3, project, "src/d.ts", "d")
 	checkRecent(t, c, project, "src", time.Second, []storage.FileInfo{b2, added})
-	clk.add(4*time.Second + time.Millisecond)
+	clk.Advance(4*time.Second + time.Millisecond)
 	checkRecent(t, c, project, "src", 0, []storage.FileInfo{b2, added, outside})
 
 	// A move drops the kept listing: the target's version is not known.
@@ -162,7 +144,7 @@ func TestListCacheRefreshInBackground(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s3, requests := countedS3(t)
-	clk := &clock{now: time.Now()}
+	clk := testclock.New(time.Now())
 	c := storage.NewListCache(s3, storage.ListCacheConfig{RefreshAfter: 5 * time.Second, MaxAge: 30 * time.Second, Now: clk.Now})
 	t.Cleanup(c.Close)
 	const project = "p"
@@ -172,7 +154,7 @@ func TestListCacheRefreshInBackground(t *testing.T) {
 
 	outside := storagetest.Write(t, s3, project, "b.ts", "b")
 	requests.take()
-	clk.add(6 * time.Second)
+	clk.Advance(6 * time.Second)
 	for range 3 { // one background listing, however many ask
 		checkRecent(t, c, project, "", 6*time.Second, []storage.FileInfo{a})
 	}
@@ -192,7 +174,7 @@ func TestListCacheRefreshInBackground(t *testing.T) {
 	}
 	changed := storagetest.Write(t, s3, project, "a.ts", "a2")
 	requests.take()
-	clk.add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	checkRecent(t, c, project, "", 0, []storage.FileInfo{changed, outside})
 	if sent := requests.take(); len(sent) != 1 {
 		t.Errorf("ListRecent past MaxAge sent %v, want one listing", sent)
@@ -200,7 +182,7 @@ func TestListCacheRefreshInBackground(t *testing.T) {
 
 	// Closed: no background listing, the foreground one still answers.
 	c.Close()
-	clk.add(6 * time.Second)
+	clk.Advance(6 * time.Second)
 	checkRecent(t, c, project, "", 6*time.Second, []storage.FileInfo{changed, outside})
 	c.WaitRefreshes()
 	if sent := requests.take(); len(sent) != 0 {
@@ -214,7 +196,7 @@ func TestListCacheBounds(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s3, requests := countedS3(t)
-	clk := &clock{now: time.Now()}
+	clk := testclock.New(time.Now())
 	c := storage.NewListCache(s3, storage.ListCacheConfig{MaxProjects: 2, MaxFiles: 2, Now: clk.Now})
 	a1 := storagetest.Write(t, s3, "a", "x.ts", "a")
 	b1 := storagetest.Write(t, s3, "b", "x.ts", "b")

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/agentworker/agentworker/storage/changeset"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/s3test"
+	"github.com/agentworker/agentworker/testing/testclock"
 )
 
 type searchOutput struct {
@@ -165,28 +165,16 @@ type indexed struct {
 	reg     *tools.Registry
 	store   *storage.S3
 	counted *countingStore
-	clock   *testClock
+	clock   *testclock.Clock
 	env     tools.Env // with the index
 	bare    tools.Env // without
-}
-
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 const listingMaxAge = 5 * time.Second
 
 func setupIndexed(t *testing.T, files map[string]string) *indexed {
 	t.Helper()
-	ix := &indexed{store: s3test.NewStore(t), clock: &testClock{now: time.Now()}}
+	ix := &indexed{store: s3test.NewStore(t), clock: testclock.New(time.Now())}
 	project := uuid.NewString()
 	for p, c := range files {
 		if _, err := ix.store.Write(t.Context(), project, p, []byte(c)); err != nil {
@@ -367,7 +355,7 @@ func TestSearchFilesSeesChanges(t *testing.T) {
 	if err := ix.store.Delete(ctx, project, "src/e.ts"); err != nil {
 		t.Fatal(err)
 	}
-	ix.clock.add(2 * time.Second)
+	ix.clock.Advance(2 * time.Second)
 	out := search(t, ix.reg, ix.env, map[string]any{"query": "needle"})
 	if out.FilesListedSecondsAgo != 2 {
 		t.Errorf("a search from a 2 s old listing says filesListedSecondsAgo %d, want 2", out.FilesListedSecondsAgo)
@@ -375,7 +363,7 @@ func TestSearchFilesSeesChanges(t *testing.T) {
 	if ix.counted.lists.Load() != lists {
 		t.Errorf("a search within the max age listed the store")
 	}
-	ix.clock.add(listingMaxAge)
+	ix.clock.Advance(listingMaxAge)
 	check("changed outside", "src/a.ts: changed needle", "src/c.ts: gamma needle")
 	if out := search(t, ix.reg, ix.env, map[string]any{"query": "needle"}); out.FilesListedSecondsAgo != 0 {
 		t.Errorf("a search from a new listing says filesListedSecondsAgo %d", out.FilesListedSecondsAgo)
