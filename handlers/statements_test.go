@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,6 +219,24 @@ func countBuildStatements(t *testing.T, dayCapRecheck time.Duration) {
 	}
 }
 
+// TestBuildListsTheProjectOnce: a two-call build lists its project once,
+// for its context; the static checks before its finish take that listing
+// (kept by the runner's list cache) with the build's changes over it.
+func TestBuildListsTheProjectOnce(t *testing.T) {
+	t.Parallel()
+	p := startTraced(t, nil, 0, 2, 0, 0)
+	if err := p.svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		before := p.store.lists.Load()
+		p.run(t, fmt.Sprintf("build %d", i))
+		if n := p.store.lists.Load() - before; n != 1 {
+			t.Errorf("build %d listed its project %d times, want 1", i, n)
+		}
+	}
+}
+
 // readmeStatements is README's sentence quoting the statement figure.
 var readmeStatements = regexp.MustCompile(`A two-call build sends (\d+) statements in (\d+) round trips`)
 
@@ -257,7 +276,21 @@ func TestReadmeQuotesTheStatementFigure(t *testing.T) {
 type tracedPipeline struct {
 	pool, app *pgxpool.Pool
 	svc       *worker.Service
+	store     *listCounter
 	stopOnce  sync.Once
+}
+
+// listCounter counts the whole-project listings asked of its store.
+type listCounter struct {
+	storage.Store
+	lists atomic.Int64
+}
+
+func (c *listCounter) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
+	if dir == "" {
+		c.lists.Add(1)
+	}
+	return c.Store.List(ctx, projectID, dir)
 }
 
 // startTraced builds, unstarted, the worker over a fresh database with
@@ -285,10 +318,11 @@ func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurren
 		t.Fatal(err)
 	}
 	t.Cleanup(p.app.Close)
-	store, err := storage.NewLocal(t.TempDir())
+	local, err := storage.NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.store = &listCounter{Store: local}
 	model := llmtest.NewWith(t, scripted.Func(func(req *scripted.Request) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
 			return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"wrote out.txt"}`}}}
@@ -305,7 +339,7 @@ func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurren
 	ann := events.NewAnnouncer(p.pool, logger)
 	// A tool_start event is written only for a tool slower than
 	// ToolStartDelay: a long one keeps a slow machine's write from adding one.
-	runner, err := handlers.NewRunner(handlers.Deps{Pool: p.pool, Store: store, LLM: client, Logger: logger, Announcer: ann},
+	runner, err := handlers.NewRunner(handlers.Deps{Pool: p.pool, Store: p.store, LLM: client, Logger: logger, Announcer: ann},
 		handlers.Config{MaxIterations: 50, ToolStartDelay: 10 * time.Second, DayCapRecheck: dayCapRecheck})
 	if err != nil {
 		t.Fatal(err)

@@ -67,10 +67,9 @@ type ListCache struct {
 	Store
 	cfg ListCacheConfig
 
-	mu        sync.Mutex
-	projects  map[string]*keptListing
-	seq       uint64 // numbers writes: a listing that overlapped one is not kept
-	evictions uint64
+	mu       sync.Mutex
+	projects map[string]*keptListing
+	seq      uint64 // numbers writes: a listing that overlapped one is not kept
 
 	// Background listings: bounded by refreshTimeout, stopped by Close.
 	bg         context.Context
@@ -87,6 +86,9 @@ type keptListing struct {
 	gen   uint64     // seq of the project's last write through the cache
 	// refreshing: a background listing of the project is under way.
 	refreshing bool
+	// listings under way: the entry is not evicted meanwhile, so that gen
+	// tells each of them whether a write overlapped it.
+	listings int
 }
 
 // NewListCache returns s with its listings kept as cfg says.
@@ -153,22 +155,21 @@ func (c *ListCache) List(ctx context.Context, projectID, dir string) ([]FileInfo
 // through the cache overlapped it (the listing may predate the write).
 func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo, time.Time, error) {
 	c.mu.Lock()
-	gen, evictions := c.genOf(projectID), c.evictions
+	k := c.keep(projectID)
+	k.listings++
+	gen := k.gen
 	c.mu.Unlock()
 	at := c.cfg.Now()
 	files, err := c.Store.List(ctx, projectID, "")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k.listings--
 	if err != nil {
 		return nil, at, err
 	}
-	if len(files) > c.cfg.MaxFiles {
+	if len(files) > c.cfg.MaxFiles || k.gen != gen {
 		return files, at, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.genOf(projectID) != gen || c.evictions != evictions {
-		return files, at, nil
-	}
-	k := c.keep(projectID)
 	// The caller owns what List returns: the kept listing is a copy.
 	k.files, k.at = slices.Clone(files), at
 	return files, at, nil
@@ -222,16 +223,10 @@ func under(files []FileInfo, dir string) []FileInfo {
 	return slices.Clone(files[lo:hi])
 }
 
-// genOf is the project's write generation; the caller holds c.mu.
-func (c *ListCache) genOf(projectID string) uint64 {
-	if k := c.projects[projectID]; k != nil {
-		return k.gen
-	}
-	return 0
-}
-
 // keep returns the project's entry, making room for a new one by dropping
-// the oldest listing; the caller holds c.mu.
+// the oldest listing of a project none is listing now (with every entry
+// being listed, the entries outnumber MaxProjects until listings end);
+// the caller holds c.mu.
 func (c *ListCache) keep(projectID string) *keptListing {
 	if k := c.projects[projectID]; k != nil {
 		return k
@@ -239,12 +234,13 @@ func (c *ListCache) keep(projectID string) *keptListing {
 	if len(c.projects) >= c.cfg.MaxProjects {
 		oldest := ""
 		for p, k := range c.projects {
-			if oldest == "" || k.at.Before(c.projects[oldest].at) {
+			if k.listings == 0 && (oldest == "" || k.at.Before(c.projects[oldest].at)) {
 				oldest = p
 			}
 		}
-		delete(c.projects, oldest)
-		c.evictions++
+		if oldest != "" {
+			delete(c.projects, oldest)
+		}
 	}
 	k := &keptListing{}
 	c.projects[projectID] = k

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,17 +231,22 @@ func TestListCacheBounds(t *testing.T) {
 	}
 }
 
-// blockingList holds the store's listings until release is closed.
+// blockingList holds the store's first listing (of project, or of any
+// project when it is "") until release is closed; the others pass.
 type blockingList struct {
 	storage.Store
+	project string
 	started chan struct{}
 	release chan struct{}
+	held    atomic.Bool
 }
 
 func (b *blockingList) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
 	files, err := b.Store.List(ctx, projectID, dir)
-	close(b.started)
-	<-b.release
+	if (b.project == "" || projectID == b.project) && b.held.CompareAndSwap(false, true) {
+		close(b.started)
+		<-b.release
+	}
 	return files, err
 }
 
@@ -264,13 +270,56 @@ func TestListCacheWriteDuringListing(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	slow.started, slow.release = make(chan struct{}), make(chan struct{})
-	close(slow.release)
 	got, _, err := c.ListRecent(ctx, "p", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || paths(got)[1] != written.Path+"@"+written.ETag {
 		t.Errorf("ListRecent after a write during a listing = %v, want a.ts and b.ts", paths(got))
+	}
+}
+
+// TestListCacheListingOutlastsEvictions: other projects' listings that
+// make room while a project's listing is under way neither drop that
+// listing nor let it hide a write that overlapped it. (Every listing that
+// overlapped any eviction was dropped, so a worker building one new
+// project after another kept none and listed each twice.)
+func TestListCacheListingOutlastsEvictions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, write := range []bool{false, true} {
+		s3, requests := countedS3(t)
+		clk := testclock.New(time.Now())
+		slow := &blockingList{Store: s3, project: "p", started: make(chan struct{}), release: make(chan struct{})}
+		c := storage.NewListCache(slow, storage.ListCacheConfig{MaxProjects: 2, Now: clk.Now})
+		a := storagetest.Write(t, s3, "p", "a.ts", "a")
+		for _, q := range []string{"q", "r", "s"} {
+			storagetest.Write(t, s3, q, "x.ts", q)
+		}
+		done := make(chan error)
+		go func() {
+			_, err := c.List(ctx, "p", "")
+			done <- err
+		}()
+		<-slow.started
+		for _, q := range []string{"q", "r", "s"} {
+			if _, err := c.List(ctx, q, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []storage.FileInfo{a}
+		if write {
+			want = append(want, storagetest.Write(t, c, "p", "b.ts", "b"))
+		}
+		close(slow.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		requests.take()
+		checkRecent(t, c, "p", "", 0, want)
+		// Without the write the listing is kept; with it, listed again.
+		if sent := requests.take(); write != (len(sent) == 1) || len(sent) > 1 {
+			t.Errorf("write %t: ListRecent after the listing sent %v", write, sent)
+		}
 	}
 }

@@ -28,8 +28,12 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 	only := fs.String("only", "", "comma-separated scenarios to run (latency, throughput, events, storage, loop, tracing, inflight, steady, replicas, provider-limit, storm, fairness, graph, retention, memory); all by default")
 	guard := fs.Bool("guard", false, "run the scenarios CI guards (latency, events, inflight) and fail on a regression a user would feel: event receipt p99 over 50 ms, pickup over 2× tuned River's, tasks in flight (1 s model) over 2× the ideal; a run past a limit is tried again, up to 3 runs")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile over the whole run to the file (go tool pprof reads it): where the worker's CPU per task goes")
+	serveModel := fs.Bool("serve-instant-model", false, "serve the throughput scenario's instant model on a loopback port until standard input closes, and nothing else: the scenario runs its model in such a child process, so that the model's CPU is not counted as the worker's")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *serveModel {
+		return bench.ServeInstantModel(ctx, os.Stdin, out)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

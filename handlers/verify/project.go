@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/agentworker/agentworker/storage"
 )
 
 // project is one state of a project (before or after a change) as the
@@ -27,8 +29,20 @@ type project struct {
 	bundlers   []string             // bundler and framework config files
 }
 
+// newProject lists the project from a recent listing where files keeps
+// one (storage.RecentLister, at most its MaxAge old; a build's change set
+// lays its own changes over it, always current): the build's context
+// listed the project when it started, and listing it again before the
+// finish cost every build a second listing. The checks judge the files the
+// change writes; the rest of the project may change after any check.
 func newProject(ctx context.Context, files Files, id string) (*project, error) {
-	all, err := files.List(ctx, id, "")
+	var all []storage.FileInfo
+	var err error
+	if r, ok := files.(storage.RecentLister); ok {
+		all, _, err = r.ListRecent(ctx, id, "")
+	} else {
+		all, err = files.List(ctx, id, "")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("verify: list project: %w", err)
 	}

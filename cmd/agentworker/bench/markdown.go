@@ -28,8 +28,12 @@ func (r Report) Markdown() string {
 			cpu := func(c CPUPerTask) string {
 				return fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
 			}
-			row("CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours),
-				"same writes "+cpu(c.RiverSameWrites), "worker + Postgres ≤ 3")
+			name, ours := "CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours)
+			if c.Ours.ModelApart {
+				name = "CPU per two-call build, process + Postgres (ms; ours: the worker, the model in a process of its own)"
+				ours += fmt.Sprintf(" (model %.2f)", c.Ours.ModelMS)
+			}
+			row(name, ours, "same writes "+cpu(c.RiverSameWrites), "worker + Postgres ≤ 3")
 		}
 	}
 	if ran("events") {

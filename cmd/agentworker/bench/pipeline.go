@@ -99,11 +99,12 @@ func (t *timedHandlers) finishedAt(id uuid.UUID) time.Time {
 
 // pipeline is our worker over one scenario database.
 type pipeline struct {
-	db    *database
-	model *scripted.Loopback
-	svc   *worker.Service
-	timed *timedHandlers
-	llm   *llm.Client
+	db *database
+	// closeModel stops the pipeline's model.
+	closeModel func() error
+	svc        *worker.Service
+	timed      *timedHandlers
+	llm        *llm.Client
 }
 
 func startPipeline(ctx context.Context, opts Options, db *database, responder scripted.Responder, start bool) (*pipeline, error) {
@@ -111,29 +112,35 @@ func startPipeline(ctx context.Context, opts Options, db *database, responder sc
 	if err != nil {
 		return nil, err
 	}
-	client, err := llm.New(llm.Config{BaseURL: model.URL, Model: "bench-instant", MaxRetries: -1, MaxIdleConns: opts.Concurrency})
+	return startPipelineAt(ctx, opts, db, model.URL, model.Close, start)
+}
+
+// startPipelineAt is startPipeline against the model at modelURL;
+// closeModel stops that model, with the pipeline or when it fails to start.
+func startPipelineAt(ctx context.Context, opts Options, db *database, modelURL string, closeModel func() error, start bool) (*pipeline, error) {
+	client, err := llm.New(llm.Config{BaseURL: modelURL, Model: "bench-instant", MaxRetries: -1, MaxIdleConns: opts.Concurrency})
 	if err != nil {
-		_ = model.Close()
+		_ = closeModel()
 		return nil, err
 	}
 	ann := events.NewAnnouncer(db.pool, opts.Logger)
 	runner, err := handlers.NewRunner(handlers.Deps{Pool: db.pool, Store: opts.Store, LLM: client, Logger: opts.Logger, Announcer: ann},
 		handlers.Config{MaxIterations: 50, ToolStartDelay: opts.toolStartDelay})
 	if err != nil {
-		_ = model.Close()
+		_ = closeModel()
 		return nil, err
 	}
 	timed := newTimedHandlers()
 	svc, err := worker.New(db.pool, timed.wrap(runner.Handlers()), worker.Config{Concurrency: opts.Concurrency, ActiveLimit: opts.ActiveLimit,
 		ProjectMaxRunning: opts.projectMaxRunning, Logger: opts.Logger, Announcer: ann, Tracing: opts.tracing})
 	if err != nil {
-		_ = model.Close()
+		_ = closeModel()
 		return nil, err
 	}
-	p := &pipeline{db: db, model: model, svc: svc, timed: timed, llm: client}
+	p := &pipeline{db: db, closeModel: closeModel, svc: svc, timed: timed, llm: client}
 	if start {
 		if err := svc.Start(ctx); err != nil {
-			_ = model.Close()
+			_ = closeModel()
 			return nil, err
 		}
 	}
@@ -144,7 +151,7 @@ func (p *pipeline) stop(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = p.svc.Stop(sctx)
-	_ = p.model.Close()
+	_ = p.closeModel()
 }
 
 // startWarm starts the pipeline and runs one task through it, so that River

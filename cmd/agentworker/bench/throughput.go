@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -51,9 +52,17 @@ func runThroughput(ctx context.Context, opts Options, r *Report) error {
 	r.RiverSameWritesPerS, r.ThroughputCPU.RiverSameWrites = same.perS, same.cpu
 	r.note("throughput: %d tasks; a task is 2 LLM calls (HTTP to a loopback scripted model), 1 file write, %d events in %d statements; "+
 		"River's same writes: each job sends our build's statements in the same round trips and writes the file, without the model and the loop; "+
-		"CPU per task: this process (the worker, or River's client, and for ours the scripted model it hosts) and the database's backends, from getrusage and /proc",
-		n, r.EventsPerTask, len(ours.groups))
+		"CPU per task: this process (the worker, or River's client) and the database's backends, from getrusage and /proc; %s",
+		n, r.EventsPerTask, len(ours.groups), modelWhere(ours.cpu))
 	return nil
+}
+
+// modelWhere says where the throughput run's model ran.
+func modelWhere(c CPUPerTask) string {
+	if c.ModelApart {
+		return "the scripted model runs in a child process, its CPU given apart"
+	}
+	return "the scripted model runs in this process, its CPU counted as the worker's"
 }
 
 // ThroughputCPU is the CPU time per task of the throughput scenario's runs.
@@ -68,6 +77,10 @@ type ThroughputCPU struct {
 type CPUPerTask struct {
 	ProcessMS  float64 `json:"process_ms"`
 	PostgresMS float64 `json:"postgres_ms"`
+	// ModelMS is the scripted model's, when it ran in a process of its
+	// own (ModelApart); else it is part of ProcessMS.
+	ModelMS    float64 `json:"model_ms,omitempty"`
+	ModelApart bool    `json:"model_apart,omitempty"`
 }
 
 // cpuMeter measures the CPU time of this process and of a database's
@@ -119,14 +132,44 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 		SELECT gen_random_uuid(), 'build', 'throughput' FROM generate_series(1, $1)`, n); err != nil {
 		return run, fmt.Errorf("queue %d tasks: %w", n, err)
 	}
-	model, conversation := recordConversation(instantModel())
-	p, err := startPipeline(ctx, opts, db, model, false)
+	// The model answers from a child process where the bench has its
+	// executable: its CPU is the provider's, measured apart from the
+	// worker's. Without one (tests) this process hosts it.
+	var (
+		p            *pipeline
+		child        *modelProcess
+		conversation func() []byte
+	)
+	if opts.Binary != "" {
+		if child, err = startModelProcess(ctx, opts.Binary); err != nil {
+			return run, err
+		}
+		var recorded []byte
+		stop := func() error {
+			var err error
+			if recorded == nil {
+				recorded, err = child.stop()
+			}
+			return err
+		}
+		conversation = func() []byte { return recorded }
+		p, err = startPipelineAt(ctx, opts, db, child.url, stop, false)
+	} else {
+		var model scripted.Responder
+		model, conversation = recordConversation(instantModel())
+		p, err = startPipeline(ctx, opts, db, model, false)
+	}
 	if err != nil {
 		return run, err
 	}
 	cpu := startCPU(ctx, db)
+	var model0 time.Duration
+	if child != nil {
+		model0 = child.cpu()
+	}
 	t0 := time.Now()
 	if err := p.svc.Start(ctx); err != nil {
+		p.stop(ctx)
 		return run, err
 	}
 	deadline := time.After(20 * time.Minute)
@@ -143,6 +186,10 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 	}
 	elapsed := time.Since(t0)
 	run.cpu = cpu.perTask(n)
+	if child != nil {
+		run.cpu.ModelMS = ratio(float64((child.cpu()-model0).Microseconds())/1000, float64(n))
+		run.cpu.ModelApart = true
+	}
 	p.stop(ctx)
 	var ok int
 	if err := db.pool.QueryRow(ctx, "SELECT count(*) FROM ai_tasks WHERE status = 'succeeded'").Scan(&ok); err != nil {
@@ -155,6 +202,9 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 		return run, err
 	}
 	run.perS, run.conversation = float64(n)/elapsed.Seconds(), conversation()
+	if len(run.conversation) == 0 {
+		return run, errors.New("the model recorded no conversation")
+	}
 	return run, nil
 }
 
