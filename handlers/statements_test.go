@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/agentworker/agentworker/llm/scripted"
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/dbtest"
 	"github.com/agentworker/agentworker/testing/llmtest"
 	"github.com/agentworker/agentworker/testing/poll"
@@ -219,20 +219,28 @@ func countBuildStatements(t *testing.T, dayCapRecheck time.Duration) {
 	}
 }
 
-// TestBuildListsTheProjectOnce: a two-call build lists its project once,
-// for its context; the static checks before its finish take that listing
-// (kept by the runner's list cache) with the build's changes over it.
-func TestBuildListsTheProjectOnce(t *testing.T) {
+// buildStoreRequests are the requests a two-call build of a new project
+// makes of the project store: the listing of its context, the lookup of
+// out.txt's base version when it is first written, the read of what it
+// holds before the apply (for a rollback), and the conditional write. The
+// static checks before the finish take the context's listing, kept by the
+// runner's list cache, with the build's changes over it. bench's River
+// same writes make these requests too.
+const buildStoreRequests = "List 1, Read 1, Stat 1, WriteIf 1"
+
+// TestStoreRequestsPerBuildTask: a two-call build makes buildStoreRequests
+// (a second listing, for the checks, was every build's).
+func TestStoreRequestsPerBuildTask(t *testing.T) {
 	t.Parallel()
 	p := startTraced(t, nil, 0, 2, 0, 0)
 	if err := p.svc.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		before := p.store.lists.Load()
+		p.store.Take()
 		p.run(t, fmt.Sprintf("build %d", i))
-		if n := p.store.lists.Load() - before; n != 1 {
-			t.Errorf("build %d listed its project %d times, want 1", i, n)
+		if got := p.store.Take(); got != buildStoreRequests {
+			t.Errorf("build %d asked the store for %s, want %s", i, got, buildStoreRequests)
 		}
 	}
 }
@@ -276,21 +284,8 @@ func TestReadmeQuotesTheStatementFigure(t *testing.T) {
 type tracedPipeline struct {
 	pool, app *pgxpool.Pool
 	svc       *worker.Service
-	store     *listCounter
+	store     *storagetest.Counting
 	stopOnce  sync.Once
-}
-
-// listCounter counts the whole-project listings asked of its store.
-type listCounter struct {
-	storage.Store
-	lists atomic.Int64
-}
-
-func (c *listCounter) List(ctx context.Context, projectID, dir string) ([]storage.FileInfo, error) {
-	if dir == "" {
-		c.lists.Add(1)
-	}
-	return c.Store.List(ctx, projectID, dir)
 }
 
 // startTraced builds, unstarted, the worker over a fresh database with
@@ -322,7 +317,7 @@ func startTraced(t *testing.T, tracer pgx.QueryTracer, maxConns int32, concurren
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.store = &listCounter{Store: local}
+	p.store = storagetest.NewCounting(local)
 	model := llmtest.NewWith(t, scripted.Func(func(req *scripted.Request) scripted.Reply {
 		if req.Messages[len(req.Messages)-1].Role == llm.RoleTool {
 			return scripted.Reply{Delay: delay, ToolCalls: []llm.ToolCall{{Name: "finish", Arguments: `{"summary":"wrote out.txt"}`}}}

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/internal/devenv/proccpu"
 	"github.com/agentworker/agentworker/llm"
 	"github.com/agentworker/agentworker/llm/scripted"
@@ -51,7 +52,7 @@ func runThroughput(ctx context.Context, opts Options, r *Report) error {
 	}
 	r.RiverSameWritesPerS, r.ThroughputCPU.RiverSameWrites = same.perS, same.cpu
 	r.note("throughput: %d tasks; a task is 2 LLM calls (HTTP to a loopback scripted model), 1 file write, %d events in %d statements; "+
-		"River's same writes: each job sends our build's statements in the same round trips and writes the file, without the model and the loop; "+
+		"River's same writes: each job sends our build's statements in the same round trips and makes its requests of the project store (a listing, a lookup, a read, a conditional write) and announces its events through an Announcer, without the model and the loop; "+
 		"CPU per task: this process (the worker, or River's client) and the database's backends, from getrusage and /proc; %s",
 		n, r.EventsPerTask, len(ours.groups), modelWhere(ours.cpu))
 	return nil
@@ -258,6 +259,19 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 		return run, err
 	}
 	defer db.drop()
+	// River's same writes announce their events as our worker does: each
+	// committed write hands the task to this process's one Announcer.
+	ann := events.NewAnnouncer(db.pool, opts.Logger)
+	annCtx, stopAnn := context.WithCancel(ctx)
+	announced := make(chan struct{})
+	go func() {
+		_ = ann.Run(annCtx)
+		close(announced)
+	}()
+	defer func() {
+		stopAnn()
+		<-announced
+	}()
 	var done atomic.Int64
 	finished := make(chan struct{})
 	count := func() {
@@ -271,7 +285,7 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 		return nil
 	}))
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[sameWritesArgs]) error {
-		if err := replayWrites(ctx, db, opts.Store, job.Args.TaskID, job.ID, groups, conversation); err != nil {
+		if err := replayWrites(ctx, db, opts.Store, ann, job.Args.TaskID, job.ID, groups, conversation); err != nil {
 			return err
 		}
 		count()
@@ -329,14 +343,16 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 }
 
 // replayWrites makes the database statements of one of our two-call
-// builds, in the same round trips, without the LLM calls and the agent
-// loop: the claim (its events, the day cap), the context read, the first
-// iteration's events, the staged write, the checkpoint with the
-// iteration's events, the change set marked applying, the project file
-// written, then the finish (events, change set, task) in one pipeline.
+// builds, in the same round trips, and its requests of the project store,
+// without the LLM calls and the agent loop: the claim (its events, the day
+// cap), the context read and listing, the first iteration's events, the
+// lookup of the file's base version and the staged write, the checkpoint
+// with the iteration's events, the read of what the file holds before the
+// apply, the change set marked applying, the file written if still absent,
+// then the finish (events, change set, task) in one pipeline.
 // Event batches are the holder's, fenced and keyed, as the worker writes
 // them, with groups' sizes; conversation is the checkpoint's messages.
-func replayWrites(ctx context.Context, db *database, store storage.Store, taskID uuid.UUID, jobID int64, groups []int, conversation []byte) error {
+func replayWrites(ctx context.Context, db *database, store storage.Store, ann *events.Announcer, taskID uuid.UUID, jobID int64, groups []int, conversation []byte) error {
 	payload := []byte(`{"kind":"stage_enter","stage":"bench","timestamp":"2026-01-01T00:00:00Z"}`)
 	c, err := agentsql.ClaimAndStart(ctx, db.pool, taskID, jobID, "bench", time.Minute, true)
 	if err != nil || !c.Claimed {
@@ -344,6 +360,9 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 	}
 	fence := agentsql.Fence{TaskID: taskID, Epoch: c.Task.Fence}
 	project := c.Task.ProjectID
+	// Each write of events is announced once committed, as a task's
+	// Recorder hands it to the process's Announcer.
+	ann.Announce(taskID, project)
 	batch := func(k int) agentsql.EventBatch {
 		evs := make([]agentsql.NewEvent, k)
 		for i := range evs {
@@ -353,6 +372,9 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 			Since: c.EventsSince, AfterCommit: true}
 	}
 	if _, _, err := agentsql.ReadTaskContext(ctx, db.pool, project, taskID); err != nil {
+		return err
+	}
+	if _, err := store.List(ctx, project.String(), ""); err != nil {
 		return err
 	}
 	// The claim wrote the first group, the finish writes the last; the
@@ -366,8 +388,12 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 		if _, err := agentsql.InsertEventBatch(ctx, db.pool, batch(k)); err != nil {
 			return err
 		}
+		ann.Announce(taskID, project)
 	}
 	content := []byte("x\n")
+	if _, err := store.Stat(ctx, project.String(), "out.txt"); !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("stat out.txt before its first write: %w", err)
+	}
 	if err := agentsql.PutChangeEntry(ctx, db.pool, fence, agentsql.ChangeEntry{Path: "out.txt", Op: agentsql.ChangeWrite, Content: content}); err != nil {
 		return err
 	}
@@ -379,11 +405,15 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 	if err := p.Run(ctx, db.pool); err != nil {
 		return err
 	}
+	ann.Announce(taskID, project)
 	result := []byte(`{"summary":"wrote out.txt","filesChanged":["out.txt"]}`)
+	if _, _, err := store.Read(ctx, project.String(), "out.txt"); !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("read out.txt before the apply: %w", err)
+	}
 	if err := agentsql.MarkChangeSetApplying(ctx, db.pool, fence, result, []agentsql.Prior{{Path: "out.txt"}}); err != nil {
 		return err
 	}
-	if _, err := store.Write(ctx, project.String(), "out.txt", content); err != nil {
+	if _, err := store.WriteIf(ctx, project.String(), "out.txt", content, ""); err != nil {
 		return err
 	}
 	p = agentsql.Pipeline{}
@@ -394,5 +424,9 @@ func replayWrites(ctx context.Context, db *database, store storage.Store, taskID
 	if err := agentsql.QueueFinishTask(&p, fence, agentsql.Outcome{Status: agentsql.StatusSucceeded, RunStatus: "succeeded", Result: result}); err != nil {
 		return err
 	}
-	return p.Run(ctx, db.pool)
+	if err := p.Run(ctx, db.pool); err != nil {
+		return err
+	}
+	ann.Announce(taskID, project)
+	return nil
 }

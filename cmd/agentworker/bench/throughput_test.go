@@ -7,13 +7,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentworker/agentworker/events"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
 // A two-call build's statements and round trips, as handlers'
 // TestStatementsPerBuildTask holds them: River's same writes send as many.
 const buildStatements, buildRoundTrips = 10, 7
+
+// A two-call build's requests of the project store, as handlers'
+// TestStoreRequestsPerBuildTask holds them: River's same writes make them.
+const buildStoreRequests = "List 1, Read 1, Stat 1, WriteIf 1"
 
 // TestReplayWritesSendsABuildsStatements: a River job replaying our build
 // sends its statements in its round trips, leaves the task succeeded with
@@ -32,10 +38,11 @@ func TestReplayWritesSendsABuildsStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store, err := storage.NewLocal(t.TempDir())
+	local, err := storage.NewLocal(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := storagetest.NewCounting(local)
 	var id, project uuid.UUID
 	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(t.Context(), "SELECT set_config('agentworker.skip_enqueue', 'on', true)"); err != nil {
@@ -49,11 +56,14 @@ func TestReplayWritesSendsABuildsStatements(t *testing.T) {
 	}
 	groups := []int{3, 2, 4, 3}
 	n0, trips0 := stmts.n.Load(), stmts.trips.Load()
-	if err := replayWrites(t.Context(), &database{url: url, pool: pool}, store, id, 1, groups, []byte(`[{"role":"user","content":"x"}]`)); err != nil {
+	if err := replayWrites(t.Context(), &database{url: url, pool: pool}, store, events.NewAnnouncer(pool, nil), id, 1, groups, []byte(`[{"role":"user","content":"x"}]`)); err != nil {
 		t.Fatal(err)
 	}
 	if n, trips := stmts.n.Load()-n0, stmts.trips.Load()-trips0; n != buildStatements || trips != buildRoundTrips {
 		t.Errorf("the replay sent %d statements in %d round trips, a build %d in %d", n, trips, buildStatements, buildRoundTrips)
+	}
+	if got := store.Take(); got != buildStoreRequests {
+		t.Errorf("the replay asked the store for %s, a build for %s", got, buildStoreRequests)
 	}
 	var status, cs string
 	var events int
