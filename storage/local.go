@@ -92,10 +92,20 @@ func (l *Local) Read(ctx context.Context, projectID, p string) ([]byte, FileInfo
 	defer r.Close()
 	var content []byte
 	info, err := readFile(r, projectID, clean, func(f *os.File, h io.Writer) error {
-		var err error
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if err := checkReadLimit(ctx, clean, fi.Size()); err != nil {
+			return err
+		}
 		content, err = io.ReadAll(io.TeeReader(f, h))
 		return err
 	})
+	var tooLarge *TooLargeError
+	if errors.As(err, &tooLarge) {
+		return nil, FileInfo{}, tooLarge
+	}
 	if err != nil {
 		return nil, FileInfo{}, fmt.Errorf("read %q in project %q: %w", p, projectID, err)
 	}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -172,10 +173,45 @@ func matchSegs(pat, segs []string) bool {
 	return len(segs) == 0
 }
 
-// CheckSize returns an error wrapping ErrTooLarge when n bytes exceed max.
+// CheckSize returns a *TooLargeError when n bytes exceed max.
 func CheckSize(p string, n, max int64) error {
 	if n > max {
-		return fmt.Errorf("%s: %d bytes, over the %d-byte cap: %w", p, n, max, ErrTooLarge)
+		return &TooLargeError{Path: p, Size: n, Max: max}
+	}
+	return nil
+}
+
+// TooLargeError is content over a size cap; it is ErrTooLarge.
+type TooLargeError struct {
+	Path      string
+	Size, Max int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s: %d bytes, over the %d-byte cap: %v", e.Path, e.Size, e.Max, ErrTooLarge)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) hold.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+type readLimitKey struct{}
+
+// WithReadLimit returns ctx bounding what a Read through it returns to max
+// bytes: the S3 and local stores refuse a larger file with a
+// *TooLargeError from the size they learn before its content, in the same
+// request, without transferring it; the wrappers of a store (ListCache, a
+// build's change set) pass ctx on. A bound carried by the context, not a
+// parameter, so that every layer between a tool and the store need not
+// know it.
+func WithReadLimit(ctx context.Context, max int64) context.Context {
+	return context.WithValue(ctx, readLimitKey{}, max)
+}
+
+// checkReadLimit refuses a file of size bytes at p when ctx bounds reads
+// below that (WithReadLimit).
+func checkReadLimit(ctx context.Context, p string, size int64) error {
+	if max, ok := ctx.Value(readLimitKey{}).(int64); ok {
+		return CheckSize(p, size, max)
 	}
 	return nil
 }

@@ -184,6 +184,11 @@ func (s *S3) Read(ctx context.Context, projectID, p string) ([]byte, FileInfo, e
 		return nil, FileInfo{}, fmt.Errorf("read %q in project %q: %w", p, projectID, err)
 	}
 	content, oi, err := s.get(ctx, key)
+	var tooLarge *TooLargeError
+	if errors.As(err, &tooLarge) {
+		tooLarge.Path = clean
+		return nil, FileInfo{}, tooLarge
+	}
 	if err != nil {
 		return nil, FileInfo{}, fmt.Errorf("read %q in project %q: %w", p, projectID, err)
 	}
@@ -206,6 +211,12 @@ func (s *S3) getOnce(ctx context.Context, key string) ([]byte, minio.ObjectInfo,
 		return nil, minio.ObjectInfo{}, err
 	}
 	defer body.Close()
+	// The answer's headers tell the size: a file over the read's bound is
+	// refused before its body is read (closing it unread drops the
+	// connection, a price paid only for refused files).
+	if err := checkReadLimit(ctx, key, oi.Size); err != nil {
+		return nil, minio.ObjectInfo{}, err
+	}
 	content, err := io.ReadAll(body)
 	if err != nil {
 		return nil, minio.ObjectInfo{}, err

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/s3test"
 )
 
@@ -104,5 +106,44 @@ func TestS3WriteIsOneRequest(t *testing.T) {
 	}
 	if sent := log.take(); len(sent) != 1 || sent[0] != http.MethodPut {
 		t.Errorf("WriteIf over a version sent %v, want one PUT", sent)
+	}
+}
+
+// TestReadLimit: a Read bounded by WithReadLimit returns a file at the
+// bound and refuses a larger one with a *TooLargeError naming its size, in
+// the one request of a read (S3: one GET, its body left unread), in the S3
+// and the local store alike; an unbounded Read is unchanged.
+func TestReadLimit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s3, log := countedS3(t)
+	local, err := storage.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]storage.Store{"s3": s3, "local": local} {
+		storagetest.Write(t, s, "p", "at.txt", "12345")
+		storagetest.Write(t, s, "p", "over.txt", "123456")
+		log.take()
+		bounded := storage.WithReadLimit(ctx, 5)
+		if c, _, err := s.Read(bounded, "p", "at.txt"); err != nil || string(c) != "12345" {
+			t.Errorf("%s: read of a file at the bound = %q, %v", name, c, err)
+		}
+		c, _, err := s.Read(bounded, "p", "over.txt")
+		var tl *storage.TooLargeError
+		if !errors.As(err, &tl) || !errors.Is(err, storage.ErrTooLarge) || tl.Size != 6 || tl.Max != 5 || tl.Path != "over.txt" || c != nil {
+			t.Errorf("%s: read of a file over the bound = %q, %v; want a *TooLargeError of over.txt, 6 bytes, cap 5", name, c, err)
+		}
+		if err == nil || err.Error() != "over.txt: 6 bytes, over the 5-byte cap: file too large" {
+			t.Errorf("%s: the refusal says %v", name, err)
+		}
+		if c, _, err := s.Read(ctx, "p", "over.txt"); err != nil || string(c) != "123456" {
+			t.Errorf("%s: unbounded read = %q, %v", name, c, err)
+		}
+		if name == "s3" {
+			if sent := log.take(); len(sent) != 3 || sent[0] != http.MethodGet || sent[1] != http.MethodGet || sent[2] != http.MethodGet {
+				t.Errorf("three reads sent %v, want a GET each", sent)
+			}
+		}
 	}
 }

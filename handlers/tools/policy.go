@@ -185,12 +185,10 @@ func (g guarded) Read(ctx context.Context, projectID, p string) ([]byte, storage
 	if err != nil {
 		return nil, storage.FileInfo{}, err
 	}
-	if info, err := g.Store.Stat(ctx, projectID, clean); err == nil {
-		if err := storage.CheckSize(clean, info.Size, g.maxRead); err != nil {
-			return nil, storage.FileInfo{}, err
-		}
-	}
-	content, info, err := g.Store.Read(ctx, projectID, clean)
+	// One request: the store refuses a file over the cap from its size,
+	// before the content (storage.WithReadLimit); the check after the read
+	// holds for a store that does not.
+	content, info, err := g.Store.Read(storage.WithReadLimit(ctx, g.maxRead), projectID, clean)
 	if err != nil {
 		return nil, info, err
 	}

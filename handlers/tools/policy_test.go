@@ -8,6 +8,8 @@ import (
 
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/storage/storagetest"
+	"github.com/agentworker/agentworker/testing/s3test"
 )
 
 // policyFiles are in the project, secrets among them, written around the
@@ -216,5 +218,44 @@ func TestReservedPathsReadOnly(t *testing.T) {
 	}
 	if c, _, _ := env.Store.Read(t.Context(), "p", "tasks.md"); string(c) != "# Tasks\n" {
 		t.Errorf("tasks.md changed: %q", c)
+	}
+}
+
+// TestReadIsOneRequest: read_file asks the store once, and a file over the
+// read cap is refused by that one request, its content not returned (it
+// was a lookup of the size, then the read).
+func TestReadIsOneRequest(t *testing.T) {
+	t.Parallel()
+	for _, s3 := range []bool{false, true} {
+		var base storage.Store = s3test.NewStore(t)
+		if !s3 {
+			local, err := storage.NewLocal(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			base = local
+		}
+		store := storagetest.NewCounting(base)
+		for p, c := range map[string]string{"small.txt": "hello\n", "big.txt": strings.Repeat("z", 2048)} {
+			storagetest.Write(t, base, "p", p, c)
+		}
+		reg, err := tools.ForTaskType("build")
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := tools.Env{Store: store, ProjectID: "p", MaxReadBytes: 1024}
+		if r := reg.Call(t.Context(), env, "read_file", `{"path":"small.txt"}`); !r.Success || !strings.Contains(r.Output, "hello") {
+			t.Fatalf("s3 %t: read_file small.txt = %+v", s3, r)
+		}
+		if got := store.Take(); got != "Read 1" {
+			t.Errorf("s3 %t: read_file asked the store for %s, want Read 1", s3, got)
+		}
+		r := reg.Call(t.Context(), env, "read_file", `{"path":"big.txt"}`)
+		if r.Success || !strings.Contains(r.Output, "big.txt: 2048 bytes, over the 1024-byte cap") || strings.Contains(r.Output, "zzz") {
+			t.Fatalf("s3 %t: read_file big.txt = %+v, want the cap's refusal", s3, r)
+		}
+		if got := store.Take(); got != "Read 1" {
+			t.Errorf("s3 %t: read_file of a file over the cap asked the store for %s, want Read 1", s3, got)
+		}
 	}
 }
