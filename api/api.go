@@ -258,10 +258,9 @@ func (a *API) edge(span string, h handler) http.Handler {
 		// its trace id; the client reads it back in the answer. A W3C
 		// traceparent names the trace (and the caller's span, the parent
 		// of the tasks' spans), whatever X-Trace-ID says.
-		trace := traceid.FromRequest(r)
-		ctx, parent, ok := tracing.Incoming(r.Context(), r.Header)
-		if ok {
-			trace = parent
+		ctx, trace, ok := tracing.Incoming(r.Context(), r.Header)
+		if !ok {
+			trace = traceid.FromRequest(r)
 		}
 		w.Header().Set(traceid.Header, trace)
 		ctx = traceid.With(ctx, trace)

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -573,7 +574,7 @@ func (s *Sandbox) args(sp spec, resultFD, blockFD int) []string {
 	a = append(a, "--size", strconv.FormatInt(s.cfg.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.FormatInt(s.cfg.Limits.ShmBytes, 10), "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev")
-	a = append(a, maskHostState()...)
+	a = append(a, hostMasks()...)
 	if sp.workBytes > 0 {
 		a = append(a, "--size", strconv.FormatInt(sp.workBytes, 10), "--tmpfs", "/work", "--ro-bind", sp.workspace, workspaceSource)
 	} else {
@@ -874,6 +875,10 @@ var (
 		"/proc/sched_debug", "/proc/timer_list", "/proc/timer_stats"}
 	maskedHostDirs = []string{"/proc/acpi", "/proc/asound", "/proc/scsi"}
 )
+
+// hostMasks is maskHostState, worked out once: the paths the kernel has do
+// not change while the process runs.
+var hostMasks = sync.OnceValue(maskHostState)
 
 // maskHostState is the bwrap arguments that mask those of the host's
 // kernel state the sandbox would see: a file by /dev/null, a directory by

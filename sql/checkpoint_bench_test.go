@@ -7,11 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/internal/devenv/proccpu"
 	agentsql "github.com/agentworker/agentworker/sql"
-	"github.com/agentworker/agentworker/testing/dbtest"
 )
 
 // BenchmarkCheckpointRoundTrip is an iteration's end as a worker writes it,
@@ -24,17 +22,7 @@ func BenchmarkCheckpointRoundTrip(b *testing.B) {
 	for _, statements := range []int{3, 2} {
 		b.Run(map[int]string{3: "ThreeStatements", 2: "TwoStatements"}[statements], func(b *testing.B) {
 			ctx := b.Context()
-			cfg, err := pgxpool.ParseConfig(dbtest.NewURL(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cfg.MaxConns = 1 // one backend does all the work
-			agentsql.ConfigurePool(cfg)
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(pool.Close)
+			pool := onePooled(b) // one backend does all the work
 			task, f := claimed(b, pool)
 			var backend int
 			if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {

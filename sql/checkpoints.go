@@ -42,8 +42,8 @@ type Spend struct {
 // of the one that took over.
 func SaveCheckpoint(ctx context.Context, db DBTX, f Fence, cp Checkpoint, spend Spend) (pauseRequested bool, err error) {
 	query, args := saveCheckpointStatement(f, cp, spend)
-	var held, capped bool
-	if err := db.QueryRow(ctx, query, args...).Scan(&held, &pauseRequested, &capped); err != nil {
+	var held bool
+	if err := db.QueryRow(ctx, query, args...).Scan(&held, &pauseRequested, nil); err != nil {
 		return false, fmt.Errorf("checkpoint task %s at iteration %d: %w", f.TaskID, cp.Iteration, err)
 	}
 	return pauseRequested, checkpointHeld(f, cp, held)

@@ -1,11 +1,13 @@
 package sql_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	agentsql "github.com/agentworker/agentworker/sql"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -14,7 +16,7 @@ import (
 // fetchOrder is the order River's fetch takes the task queue's jobs in
 // (JobGetAvailable: available, due, by priority, scheduled_at, id), as the
 // jobs' task prompts. No job waits scheduled, or available but not yet due.
-func fetchOrder(t *testing.T, db agentsql.DBTX) []string {
+func fetchOrder(t *testing.T, db *pgxpool.Pool) []string {
 	t.Helper()
 	var notDue int
 	if err := db.QueryRow(t.Context(), `SELECT count(*) FROM river_job
@@ -24,28 +26,15 @@ func fetchOrder(t *testing.T, db agentsql.DBTX) []string {
 	if notDue > 0 {
 		t.Errorf("%d jobs not available at once (scheduled, or due later)", notDue)
 	}
-	rows, err := db.Query(t.Context(), `SELECT t.prompt FROM river_job j JOIN ai_tasks t ON t.id::text = j.args ->> 'task_id'
+	return queryStrings(t, db, `SELECT t.prompt FROM river_job j JOIN ai_tasks t ON t.id::text = j.args ->> 'task_id'
 		WHERE j.state = 'available' AND j.queue = 'ai_tasks' AND j.scheduled_at <= now()
 		ORDER BY j.priority, j.scheduled_at, j.id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	order, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return order
 }
 
 func equalOrder(t *testing.T, got, want []string) {
 	t.Helper()
-	if len(got) != len(want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("River takes %v, want %v", got, want)
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("River takes %v, want %v", got, want)
-		}
 	}
 }
 

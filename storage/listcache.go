@@ -19,9 +19,14 @@ type RecentLister interface {
 	ListRecent(ctx context.Context, projectID, dir string) (files []FileInfo, age time.Duration, err error)
 }
 
+// Lister is the part of a Store that lists.
+type Lister interface {
+	List(ctx context.Context, projectID, dir string) ([]FileInfo, error)
+}
+
 // ListRecent lists dir with s's ListRecent when s is a RecentLister, else
 // with List (age 0).
-func ListRecent(ctx context.Context, s Store, projectID, dir string) ([]FileInfo, time.Duration, error) {
+func ListRecent(ctx context.Context, s Lister, projectID, dir string) ([]FileInfo, time.Duration, error) {
 	if r, ok := s.(RecentLister); ok {
 		return r.ListRecent(ctx, projectID, dir)
 	}
@@ -132,7 +137,7 @@ func (c *ListCache) refresh(projectID string) {
 	defer c.refreshing.Done()
 	ctx, cancel := context.WithTimeout(c.bg, refreshTimeout)
 	defer cancel()
-	_, _, _ = c.listWhole(ctx, projectID)
+	_, _ = c.listWhole(ctx, projectID)
 	c.mu.Lock()
 	if k := c.projects[projectID]; k != nil {
 		k.refreshing = false
@@ -147,13 +152,13 @@ func (c *ListCache) List(ctx context.Context, projectID, dir string) ([]FileInfo
 	if err != nil || clean != "" {
 		return c.Store.List(ctx, projectID, dir)
 	}
-	files, _, err := c.listWhole(ctx, projectID)
+	files, err := c.listWhole(ctx, projectID)
 	return files, err
 }
 
 // listWhole lists the whole project and keeps the listing unless a write
 // through the cache overlapped it (the listing may predate the write).
-func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo, time.Time, error) {
+func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo, error) {
 	c.mu.Lock()
 	k := c.keep(projectID)
 	k.listings++
@@ -165,14 +170,14 @@ func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo
 	defer c.mu.Unlock()
 	k.listings--
 	if err != nil {
-		return nil, at, err
+		return nil, err
 	}
 	if len(files) > c.cfg.MaxFiles || k.gen != gen {
-		return files, at, nil
+		return files, nil
 	}
 	// The caller owns what List returns: the kept listing is a copy.
 	k.files, k.at = slices.Clone(files), at
-	return files, at, nil
+	return files, nil
 }
 
 // ListRecent implements RecentLister from the project's kept listing when
@@ -201,7 +206,7 @@ func (c *ListCache) ListRecent(ctx context.Context, projectID, dir string) ([]Fi
 	}
 	c.mu.Unlock()
 	if age < 0 {
-		if files, _, err = c.listWhole(ctx, projectID); err != nil {
+		if files, err = c.listWhole(ctx, projectID); err != nil {
 			return nil, 0, err
 		}
 		age = 0
@@ -253,7 +258,13 @@ func (c *ListCache) wrote(projectID string, set *FileInfo, remove string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	k := c.keep(projectID)
+	// A project with no entry is being listed by no one (a listing keeps
+	// its entry): there is nothing to update, and making an entry would
+	// evict another project's listing.
+	k := c.projects[projectID]
+	if k == nil {
+		return
+	}
 	k.gen = c.seq
 	if k.at.IsZero() {
 		return

@@ -15,8 +15,7 @@ type Chat struct {
 	t     *Telemetry
 	span  trace.Span
 	start time.Time
-	// base are the metrics' attributes known at the start.
-	provider, model string
+	model string // the requested model, an attribute of the metrics
 }
 
 // Provider is the gen_ai.provider.name of an OpenAI-compatible endpoint:
@@ -30,7 +29,7 @@ func StartChat(ctx context.Context, model, server string) (context.Context, Chat
 	if t == nil {
 		return ctx, Chat{}
 	}
-	c := Chat{t: t, start: time.Now(), provider: Provider, model: model}
+	c := Chat{t: t, start: time.Now(), model: model}
 	if t.tracer != nil {
 		ctx, c.span = t.tracer.Start(ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 			attribute.String("gen_ai.operation.name", "chat"),
@@ -60,7 +59,7 @@ func (c Chat) End(res ChatResult, err error) {
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "chat"),
-		attribute.String("gen_ai.provider.name", c.provider),
+		attribute.String("gen_ai.provider.name", Provider),
 		attribute.String("gen_ai.request.model", c.model),
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestOneProjectCannotStarveAnother(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		// The backlog left is not worked: its jobs go, so the worker stops at once.
-		_, _ = h.pool.Exec(t.Context(), `DELETE FROM river_job WHERE state = 'available'`)
+		_, _ = h.pool.Exec(context.WithoutCancel(t.Context()), `DELETE FROM river_job WHERE state = 'available'`)
 	})
 	viaSQL := h.insertTask(t, b, "chat", "other")
 	viaGo, err := h.svc.Submit(t.Context(), agentsql.NewTask{ProjectID: c, Type: "chat", Prompt: "other"})

@@ -49,11 +49,6 @@ type TaskArgs struct {
 // Kind implements river.JobArgs.
 func (TaskArgs) Kind() string { return TaskKind }
 
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (TaskArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: TaskQueue, MaxAttempts: taskMaxAttempts}
-}
-
 // Config tunes the worker.
 type Config struct {
 	// Concurrency is how many tasks this process runs at once. Defaults to
@@ -408,7 +403,8 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 		return err
 	}
 	task := c.Task
-	log = log.With(slog.String(traceid.Key, handlers.TraceID(task)))
+	trace := handlers.TraceID(task)
+	log = log.With(slog.String(traceid.Key, trace))
 	if !c.Claimed {
 		log.DebugContext(ctx, "task not claimable; nothing to do", slog.String("status", string(task.Status)))
 		return nil
@@ -419,7 +415,7 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[TaskArgs]) error {
 	}
 	var attempt tracing.Span // off: does nothing
 	if s.cfg.Tracing != nil {
-		ctx, attempt = s.cfg.Tracing.StartAttempt(ctx, tracing.Attempt{TraceID: handlers.TraceID(task), TraceParent: task.TraceParent,
+		ctx, attempt = s.cfg.Tracing.StartAttempt(ctx, tracing.Attempt{TraceID: trace, TraceParent: task.TraceParent,
 			TaskID: task.ID.String(), TaskType: string(task.Type), Agent: string(task.Type), Number: task.Retries + 1, Start: claimStart})
 		tracing.Claimed(ctx, claimStart, time.Now())
 	}

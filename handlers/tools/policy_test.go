@@ -227,8 +227,10 @@ func TestReservedPathsReadOnly(t *testing.T) {
 func TestReadIsOneRequest(t *testing.T) {
 	t.Parallel()
 	for _, s3 := range []bool{false, true} {
-		var base storage.Store = s3test.NewStore(t)
-		if !s3 {
+		var base storage.Store
+		if s3 {
+			base = s3test.NewStore(t)
+		} else {
 			local, err := storage.NewLocal(t.TempDir())
 			if err != nil {
 				t.Fatal(err)

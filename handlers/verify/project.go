@@ -36,13 +36,7 @@ type project struct {
 // finish cost every build a second listing. The checks judge the files the
 // change writes; the rest of the project may change after any check.
 func newProject(ctx context.Context, files Files, id string) (*project, error) {
-	var all []storage.FileInfo
-	var err error
-	if r, ok := files.(storage.RecentLister); ok {
-		all, _, err = r.ListRecent(ctx, id, "")
-	} else {
-		all, err = files.List(ctx, id, "")
-	}
+	all, _, err := storage.ListRecent(ctx, files, id, "")
 	if err != nil {
 		return nil, fmt.Errorf("verify: list project: %w", err)
 	}

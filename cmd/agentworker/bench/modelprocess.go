@@ -73,22 +73,27 @@ func startModelProcess(ctx context.Context, binary string) (*modelProcess, error
 		return nil, fmt.Errorf("start %s bench -serve-instant-model: %w", binary, err)
 	}
 	m := &modelProcess{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	urls := make(chan error, 1)
-	go func() {
-		line, err := m.out.ReadString('\n')
-		m.url = strings.TrimSpace(line)
-		urls <- err
-	}()
-	select {
-	case err = <-urls:
-	case <-time.After(30 * time.Second):
-		err = errors.New("no URL within 30 s")
+	type line struct {
+		text string
+		err  error
 	}
-	if err != nil || !strings.HasPrefix(m.url, "http://127.0.0.1:") {
+	lines := make(chan line, 1)
+	go func() {
+		text, err := m.out.ReadString('\n')
+		lines <- line{strings.TrimSpace(text), err}
+	}()
+	var got line
+	select {
+	case got = <-lines:
+	case <-time.After(30 * time.Second):
+		got.err = errors.New("no URL within 30 s")
+	}
+	if got.err != nil || !strings.HasPrefix(got.text, "http://127.0.0.1:") {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, fmt.Errorf("model process: read its URL (%q): %w", m.url, err)
+		return nil, fmt.Errorf("model process: read its URL (%q): %w", got.text, got.err)
 	}
+	m.url = got.text
 	return m, nil
 }
 

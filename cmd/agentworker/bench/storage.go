@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +13,7 @@ import (
 	"github.com/agentworker/agentworker/handlers/projectctx"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/storage"
+	"github.com/agentworker/agentworker/testing/testclock"
 )
 
 // runStorage measures building a task's context on projects of 200 and
@@ -49,9 +49,8 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	// changed files. The listing cache runs on the bench's clock, so that
 	// warm searches are measured within its max age and re-listed ones
 	// past it, whatever the first search cost on a busy machine.
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	listings := storage.NewListCache(opts.Store, storage.ListCacheConfig{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	clock := testclock.New(time.Now())
+	listings := storage.NewListCache(opts.Store, storage.ListCacheConfig{Now: clock.Now})
 	defer listings.Close()
 	env := tools.Env{Store: listings, ProjectID: large, Cache: tools.NewCache(64 << 20)}
 	n := 200
@@ -97,14 +96,14 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 		// A model turn between searches: the last background listing has
 		// finished, and the kept one is past RefreshAfter again.
 		listings.WaitRefreshes()
-		clock.Add(int64(10 * time.Second))
+		clock.Advance(10 * time.Second)
 		return searchArgs(i)
 	}); err != nil {
 		return err
 	}
 	listings.WaitRefreshes()
 	if r.ToolCallMS.SearchRelisted, err = call("search_files", func(i int) any {
-		clock.Add(int64(time.Minute)) // past the max age: listed again
+		clock.Advance(time.Minute) // past the max age: listed again
 		return searchArgs(i)
 	}); err != nil {
 		return err

@@ -140,6 +140,7 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 		p            *pipeline
 		child        *modelProcess
 		conversation func() []byte
+		stopErr      error
 	)
 	if opts.Binary != "" {
 		if child, err = startModelProcess(ctx, opts.Binary); err != nil {
@@ -147,11 +148,8 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 		}
 		var recorded []byte
 		stop := func() error {
-			var err error
-			if recorded == nil {
-				recorded, err = child.stop()
-			}
-			return err
+			recorded, stopErr = child.stop()
+			return stopErr
 		}
 		conversation = func() []byte { return recorded }
 		p, err = startPipelineAt(ctx, opts, db, child.url, stop, false)
@@ -202,10 +200,10 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 	if run.groups, err = statementGroups(ctx, db); err != nil {
 		return run, err
 	}
-	run.perS, run.conversation = float64(n)/elapsed.Seconds(), conversation()
-	if len(run.conversation) == 0 {
-		return run, errors.New("the model recorded no conversation")
+	if stopErr != nil {
+		return run, stopErr
 	}
+	run.perS, run.conversation = float64(n)/elapsed.Seconds(), conversation()
 	return run, nil
 }
 
@@ -261,17 +259,20 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 	defer db.drop()
 	// River's same writes announce their events as our worker does: each
 	// committed write hands the task to this process's one Announcer.
-	ann := events.NewAnnouncer(db.pool, opts.Logger)
-	annCtx, stopAnn := context.WithCancel(ctx)
-	announced := make(chan struct{})
-	go func() {
-		_ = ann.Run(annCtx)
-		close(announced)
-	}()
-	defer func() {
-		stopAnn()
-		<-announced
-	}()
+	var ann *events.Announcer
+	if groups != nil {
+		ann = events.NewAnnouncer(db.pool, opts.Logger)
+		annCtx, stopAnn := context.WithCancel(ctx)
+		announced := make(chan struct{})
+		go func() {
+			_ = ann.Run(annCtx)
+			close(announced)
+		}()
+		defer func() {
+			stopAnn()
+			<-announced
+		}()
+	}
 	var done atomic.Int64
 	finished := make(chan struct{})
 	count := func() {

@@ -38,10 +38,10 @@ type TracingCost struct {
 // installed, else a loopback endpoint that accepts every OTLP/HTTP export
 // and drops it).
 func runTracing(ctx context.Context, opts Options, r *Report) error {
-	const iterations = 10
-	rounds, loopTasks, tasks := 3, 20, 2000
+	const iterations, rounds = 10, 3
+	loopTasks, tasks := 20, 2000
 	if opts.Quick {
-		rounds, loopTasks, tasks = 3, 10, 300
+		loopTasks, tasks = 10, 300
 	}
 	url, name, stop, err := startReceiver(ctx)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 	"github.com/agentworker/agentworker/internal/devenv/toolbin"
 )
 
-// ErrNotInstalled is returned, wrapped, by FindBinary and Start when no
+// ErrNotInstalled is returned, wrapped, by FindBinary when no
 // jaeger binary can be found.
 var ErrNotInstalled = errors.New("jaeger binary not found")
 
@@ -107,16 +107,10 @@ exporters:
     endpoint: 127.0.0.1:%[6]d
 `
 
-// Start starts Jaeger from bin ("" : FindBinary) and returns once its
+// Start starts Jaeger from bin (see FindBinary) and returns once its
 // receivers and query service answer (at most 60 s). ctx bounds the start;
 // call Stop to end the server. Its output goes to dir/jaeger.log.
 func Start(ctx context.Context, bin, dir string) (*Server, error) {
-	if bin == "" {
-		var err error
-		if bin, err = FindBinary(); err != nil {
-			return nil, err
-		}
-	}
 	var ports [6]any
 	for i := range ports {
 		p, err := loopback.FreePort()
