@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,7 +14,6 @@ import (
 	"github.com/agentworker/agentworker/handlers/projectctx"
 	"github.com/agentworker/agentworker/handlers/tools"
 	"github.com/agentworker/agentworker/storage"
-	"github.com/agentworker/agentworker/testing/testclock"
 )
 
 // runStorage measures building a task's context on projects of 200 and
@@ -49,8 +49,9 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 	// changed files. The listing cache runs on the bench's clock, so that
 	// warm searches are measured within its max age and re-listed ones
 	// past it, whatever the first search cost on a busy machine.
-	clock := testclock.New(time.Now())
-	listings := storage.NewListCache(opts.Store, storage.ListCacheConfig{Now: clock.Now})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	listings := storage.NewListCache(opts.Store, storage.ListCacheConfig{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	defer listings.Close()
 	env := tools.Env{Store: listings, ProjectID: large, Cache: tools.NewCache(64 << 20)}
 	n := 200
@@ -96,14 +97,14 @@ func runStorage(ctx context.Context, opts Options, r *Report) error {
 		// A model turn between searches: the last background listing has
 		// finished, and the kept one is past RefreshAfter again.
 		listings.WaitRefreshes()
-		clock.Advance(10 * time.Second)
+		clock.Add(int64(10 * time.Second))
 		return searchArgs(i)
 	}); err != nil {
 		return err
 	}
 	listings.WaitRefreshes()
 	if r.ToolCallMS.SearchRelisted, err = call("search_files", func(i int) any {
-		clock.Advance(time.Minute) // past the max age: listed again
+		clock.Add(int64(time.Minute)) // past the max age: listed again
 		return searchArgs(i)
 	}); err != nil {
 		return err
