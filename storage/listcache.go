@@ -1,6 +1,7 @@
 package storage
 
 import (
+	lru "container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -45,11 +46,17 @@ type ListCacheConfig struct {
 	// task's searches are. Defaults to 5 seconds, at most MaxAge.
 	RefreshAfter time.Duration
 	// MaxProjects is how many projects' listings are kept; the oldest
-	// listing makes room. Defaults to 64.
+	// listing makes room. Defaults to 4,096: a worker running hundreds of
+	// tasks on as many projects keeps each task's listing from its start
+	// to its finish (at 64, each build listed its project twice).
 	MaxProjects int
 	// MaxFiles is the most files a kept listing holds: a larger project is
 	// listed every time. Defaults to 50,000 (about 10 MiB).
 	MaxFiles int
+	// MaxKeptFiles is the most files all kept listings hold together; the
+	// oldest listings make room. Defaults to 250,000 (about 50 MiB), at
+	// least MaxFiles.
+	MaxKeptFiles int
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -74,7 +81,11 @@ type ListCache struct {
 
 	mu       sync.Mutex
 	projects map[string]*keptListing
-	seq      uint64 // numbers writes: a listing that overlapped one is not kept
+	// order holds the entries, those without a listing first, then by
+	// when their listing was kept, oldest first: eviction's order.
+	order *lru.List
+	files int    // files of all kept listings
+	seq   uint64 // numbers writes: a listing that overlapped one is not kept
 
 	// Background listings: bounded by refreshTimeout, stopped by Close.
 	bg         context.Context
@@ -86,9 +97,11 @@ type ListCache struct {
 const refreshTimeout = 30 * time.Second
 
 type keptListing struct {
-	files []FileInfo // sorted by path; replaced, never changed in place
-	at    time.Time  // zero: no listing kept, only the generation
-	gen   uint64     // seq of the project's last write through the cache
+	project string
+	elem    *lru.Element // in ListCache.order
+	files   []FileInfo   // sorted by path; replaced, never changed in place
+	at      time.Time    // zero: no listing kept, only the generation
+	gen     uint64       // seq of the project's last write through the cache
 	// refreshing: a background listing of the project is under way.
 	refreshing bool
 	// listings under way: the entry is not evicted meanwhile, so that gen
@@ -105,16 +118,20 @@ func NewListCache(s Store, cfg ListCacheConfig) *ListCache {
 		cfg.RefreshAfter = min(5*time.Second, cfg.MaxAge)
 	}
 	if cfg.MaxProjects <= 0 {
-		cfg.MaxProjects = 64
+		cfg.MaxProjects = 4096
 	}
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles = 50_000
 	}
+	if cfg.MaxKeptFiles <= 0 {
+		cfg.MaxKeptFiles = 250_000
+	}
+	cfg.MaxKeptFiles = max(cfg.MaxKeptFiles, cfg.MaxFiles)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	bg, stop := context.WithCancel(context.Background())
-	return &ListCache{Store: s, cfg: cfg, projects: map[string]*keptListing{}, bg: bg, stop: stop}
+	return &ListCache{Store: s, cfg: cfg, projects: map[string]*keptListing{}, order: lru.New(), bg: bg, stop: stop}
 }
 
 // Close stops the background listings and waits for them; the cache still
@@ -176,8 +193,21 @@ func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo
 		return files, nil
 	}
 	// The caller owns what List returns: the kept listing is a copy.
-	k.files, k.at = slices.Clone(files), at
+	c.setFiles(k, slices.Clone(files), at)
+	c.evict(k)
 	return files, nil
+}
+
+// setFiles replaces k's listing; the caller holds c.mu.
+func (c *ListCache) setFiles(k *keptListing, files []FileInfo, at time.Time) {
+	c.files += len(files) - len(k.files)
+	switch {
+	case at.IsZero():
+		c.order.MoveToFront(k.elem)
+	case !at.Equal(k.at):
+		c.order.MoveToBack(k.elem) // kept now, so the newest
+	}
+	k.files, k.at = files, at
 }
 
 // ListRecent implements RecentLister from the project's kept listing when
@@ -228,28 +258,34 @@ func under(files []FileInfo, dir string) []FileInfo {
 	return slices.Clone(files[lo:hi])
 }
 
-// keep returns the project's entry, making room for a new one by dropping
-// the oldest listing of a project none is listing now (with every entry
-// being listed, the entries outnumber MaxProjects until listings end);
+// keep returns the project's entry, making room for a new one (evict);
 // the caller holds c.mu.
 func (c *ListCache) keep(projectID string) *keptListing {
 	if k := c.projects[projectID]; k != nil {
 		return k
 	}
-	if len(c.projects) >= c.cfg.MaxProjects {
-		oldest := ""
-		for p, k := range c.projects {
-			if k.listings == 0 && (oldest == "" || k.at.Before(c.projects[oldest].at)) {
-				oldest = p
-			}
-		}
-		if oldest != "" {
-			delete(c.projects, oldest)
-		}
-	}
-	k := &keptListing{}
+	k := &keptListing{project: projectID}
+	k.elem = c.order.PushFront(k)
 	c.projects[projectID] = k
+	c.evict(k)
 	return k
+}
+
+// evict drops the oldest listings of projects none is listing now, other
+// than keep's, until at most MaxProjects entries and MaxKeptFiles files
+// are kept (with every entry being listed, the entries outnumber
+// MaxProjects until listings end); the caller holds c.mu.
+func (c *ListCache) evict(keep *keptListing) {
+	e := c.order.Front()
+	for e != nil && (len(c.projects) > c.cfg.MaxProjects || c.files > c.cfg.MaxKeptFiles) {
+		k, next := e.Value.(*keptListing), e.Next()
+		if k != keep && k.listings == 0 {
+			c.files -= len(k.files)
+			c.order.Remove(e)
+			delete(c.projects, k.project)
+		}
+		e = next
+	}
 }
 
 // wrote records a write through the cache: set puts info in the kept
@@ -278,11 +314,12 @@ func (c *ListCache) wrote(projectID string, set *FileInfo, remove string) {
 		} else {
 			files = slices.Insert(files, i, *set)
 		}
-		k.files = files
+		c.setFiles(k, files, k.at)
+		c.evict(k)
 	case set == nil && remove != "":
-		k.files = slices.DeleteFunc(slices.Clone(k.files), func(f FileInfo) bool { return f.Path == remove })
+		c.setFiles(k, slices.DeleteFunc(slices.Clone(k.files), func(f FileInfo) bool { return f.Path == remove }), k.at)
 	default:
-		k.files, k.at = nil, time.Time{}
+		c.setFiles(k, nil, time.Time{})
 	}
 }
 

@@ -231,6 +231,86 @@ func TestListCacheBounds(t *testing.T) {
 	}
 }
 
+// TestListCacheKeepsAWorkersProjects: a worker running 200 tasks, each on
+// a project of its own, keeps each task's listing from its start (the
+// context's listing) to its checks (ListRecent). The default bound was 64
+// projects: every build listed its project twice.
+func TestListCacheKeepsAWorkersProjects(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s3, requests := countedS3(t)
+	c := storage.NewListCache(s3, storage.ListCacheConfig{})
+	projects := make([]string, 200)
+	for i := range projects {
+		projects[i] = fmt.Sprintf("p%03d", i)
+		storagetest.Write(t, s3, projects[i], "x.ts", projects[i])
+	}
+	requests.take()
+	for _, p := range projects {
+		if _, err := c.List(ctx, p, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent := requests.take(); len(sent) != len(projects) {
+		t.Fatalf("listing %d projects sent %d requests", len(projects), len(sent))
+	}
+	for _, p := range projects {
+		if _, _, err := c.ListRecent(ctx, p, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent := requests.take(); len(sent) != 0 {
+		t.Errorf("ListRecent of %d projects just listed sent %d listings, want none", len(projects), len(sent))
+	}
+}
+
+// TestListCacheMaxKeptFiles: the kept listings together hold at most
+// MaxKeptFiles files; the oldest make room, a write that grows a listing
+// included.
+func TestListCacheMaxKeptFiles(t *testing.T) {
+	t.Parallel()
+	s3, requests := countedS3(t)
+	clk := testclock.New(time.Now())
+	c := storage.NewListCache(s3, storage.ListCacheConfig{MaxFiles: 2, MaxKeptFiles: 3, Now: clk.Now})
+	a := storagetest.Write(t, s3, "a", "x.ts", "a")
+	b1 := storagetest.Write(t, s3, "b", "1.ts", "1")
+	b2 := storagetest.Write(t, s3, "b", "2.ts", "2")
+	d := storagetest.Write(t, s3, "d", "x.ts", "d")
+	requests.take()
+	checkRecent(t, c, "a", "", 0, []storage.FileInfo{a})
+	clk.Advance(time.Millisecond)
+	checkRecent(t, c, "b", "", 0, []storage.FileInfo{b1, b2})
+	if sent := requests.take(); len(sent) != 2 {
+		t.Fatalf("listing a and b sent %v, want a listing each", sent)
+	}
+	// 3 files kept: d's makes room by dropping a's, the oldest.
+	clk.Advance(time.Millisecond)
+	checkRecent(t, c, "d", "", 0, []storage.FileInfo{d})
+	checkRecent(t, c, "b", "", time.Millisecond, []storage.FileInfo{b1, b2})
+	if sent := requests.take(); len(sent) != 1 {
+		t.Errorf("d then b sent %v, want d's listing only", sent)
+	}
+	// a listed again drops b's (now the oldest), b's drops d's.
+	checkRecent(t, c, "a", "", 0, []storage.FileInfo{a})
+	clk.Advance(time.Millisecond)
+	checkRecent(t, c, "b", "", 0, []storage.FileInfo{b1, b2})
+	if sent := requests.take(); len(sent) != 2 {
+		t.Errorf("a then b after d sent %v, want a listing each", sent)
+	}
+	// A write through the cache grows a's listing past the bound: the
+	// oldest other listing (b's) makes room, a's stays.
+	a2 := storagetest.Write(t, c, "a", "y.ts", "y")
+	requests.take()
+	checkRecent(t, c, "a", "", time.Millisecond, []storage.FileInfo{a, a2})
+	if sent := requests.take(); len(sent) != 0 {
+		t.Errorf("a after its write sent %v, want nothing", sent)
+	}
+	checkRecent(t, c, "b", "", 0, []storage.FileInfo{b1, b2})
+	if sent := requests.take(); len(sent) != 1 {
+		t.Errorf("b after a's write sent %v, want b's listing again", sent)
+	}
+}
+
 // blockingList holds the store's first listing (of project, or of any
 // project when it is "") until release is closed; the others pass.
 type blockingList struct {

@@ -74,12 +74,12 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 		}()
 		opts.AdminURL = cluster.URL("postgres")
 	}
-	store, name, stop, err := benchStore(ctx, cfg, log)
+	store, err := benchStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer stop()
-	opts.Store, opts.StoreName = store, name
+	defer store.stop()
+	opts.Store, opts.StoreName, opts.StorePID = store.Store, store.name, store.pid
 
 	report, err := bench.Run(ctx, opts)
 	if err != nil {
@@ -109,20 +109,29 @@ func runBench(ctx context.Context, cfg config, args []string, out io.Writer) err
 // guardRuns is how many runs --guard makes before it calls a limit passed.
 const guardRuns = 3
 
+// openedStore is the bench's project store: its name in the report, the
+// process serving it when private (0: elsewhere) and how to stop it.
+type openedStore struct {
+	storage.Store
+	name string
+	pid  int
+	stop func()
+}
+
 // benchStore is the configured S3 store, else a private MinIO from the
 // local minio binary, else (said in the report) a local directory.
-func benchStore(ctx context.Context, cfg config, log *slog.Logger) (storage.Store, string, func(), error) {
+func benchStore(ctx context.Context, cfg config, log *slog.Logger) (openedStore, error) {
 	if cfg.S3Endpoint != "" {
 		s, err := openStore(ctx, cfg, log)
-		return s, "s3 " + cfg.S3Endpoint, func() {}, err
+		return openedStore{Store: s, name: "s3 " + cfg.S3Endpoint, stop: func() {}}, err
 	}
 	srv, err := localminio.Start(ctx, localminio.Config{Logger: log})
 	if errors.Is(err, localminio.ErrNotInstalled) {
 		log.Warn("bench: no S3_ENDPOINT and no minio binary; storage figures use a local directory")
-		return nil, "", func() {}, nil
+		return openedStore{stop: func() {}}, nil
 	}
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("bench: start minio: %w", err)
+		return openedStore{}, fmt.Errorf("bench: start minio: %w", err)
 	}
 	stop := func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -134,7 +143,7 @@ func benchStore(ctx context.Context, cfg config, log *slog.Logger) (storage.Stor
 	s, err := storage.NewS3(ctx, s3cfg)
 	if err != nil {
 		stop()
-		return nil, "", nil, err
+		return openedStore{}, err
 	}
-	return s, "minio (private, loopback)", func() { _ = s.Close(); stop() }, nil
+	return openedStore{Store: s, name: "minio (private, loopback)", pid: srv.Pid(), stop: func() { _ = s.Close(); stop() }}, nil
 }

@@ -45,6 +45,7 @@ func TestBenchQuickSmoke(t *testing.T) {
 		"latency_ms.p50": r.LatencyMS.P50, "river_latency_ms.p50": r.RiverLatencyMS.P50,
 		"tasks_per_s": r.TasksPerS, "river_jobs_per_s": r.RiverJobsPerS, "river_same_writes_per_s": r.RiverSameWritesPerS,
 		"throughput_cpu.ours.process_ms": r.ThroughputCPU.Ours.ProcessMS, "throughput_cpu.ours.model_ms": r.ThroughputCPU.Ours.ModelMS,
+		"throughput_cpu.ours.machine_ms": r.ThroughputCPU.Ours.MachineMS, "throughput_cpu.river_same_writes.machine_ms": r.ThroughputCPU.RiverSameWrites.MachineMS,
 		"event_receipt_ms.p99": r.EventReceiptMS.P99, "sse_receipt_ms.p99": r.SSEReceiptMS.P99, "event_write_ms.p99": r.EventWriteMS.P99,
 		"context_build_ms.files_200": r.ContextBuildMS.Files200, "context_build_ms.files_2000": r.ContextBuildMS.Files2000,
 		"tool_call_ms.read.p50": r.ToolCallMS.Read.P50, "tool_call_ms.search.p50": r.ToolCallMS.Search.P50, "tool_call_ms.search_cold": r.ToolCallMS.SearchCold, "tool_call_ms.search_stale.p50": r.ToolCallMS.SearchStale.P50,

@@ -37,6 +37,9 @@ type Options struct {
 	Store storage.Store
 	// StoreName describes Store in the report ("minio", "local").
 	StoreName string
+	// StorePID is the process serving Store when it runs on this machine
+	// (the private MinIO), so that its CPU per task is measured; 0: none.
+	StorePID int
 	// Binary is the agentworker executable, for the memory scenario, which
 	// runs `agentworker serve` as a child process. Empty skips it.
 	Binary string

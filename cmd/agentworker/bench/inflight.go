@@ -179,7 +179,7 @@ func runInFlight(ctx context.Context, opts Options, r *Report) error {
 	}
 	stmts0, trips0 := stmts.n.Load(), stmts.trips.Load()
 
-	cpu := startCPU(ctx, db)
+	cpu := startCPU(ctx, db, opts.StorePID)
 	t0 := time.Now()
 	if _, err := db.pool.Exec(ctx, `INSERT INTO ai_tasks (project_id, type, prompt)
 		SELECT gen_random_uuid(), 'build', 'in flight' FROM generate_series(1, $1)`, n); err != nil {

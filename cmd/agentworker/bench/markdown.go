@@ -26,7 +26,14 @@ func (r Report) Markdown() string {
 			fmt.Sprintf("≥ 0.8× same writes (now %.2f×), ≥ 1,000/s", ratio(r.TasksPerS, r.RiverSameWritesPerS)))
 		if c := r.ThroughputCPU; c.Ours != (CPUPerTask{}) {
 			cpu := func(c CPUPerTask) string {
-				return fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
+				s := fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)
+				if c.StoreMS > 0 {
+					s += fmt.Sprintf("; store %.2f", c.StoreMS)
+				}
+				if c.MachineMS > 0 {
+					s += fmt.Sprintf("; machine %.2f", c.MachineMS)
+				}
+				return s
 			}
 			name, ours := "CPU per two-call build, process + Postgres (ms; ours: the worker and the scripted model it hosts)", cpu(c.Ours)
 			if c.Ours.ModelApart {

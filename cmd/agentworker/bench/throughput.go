@@ -82,17 +82,30 @@ type CPUPerTask struct {
 	// own (ModelApart); else it is part of ProcessMS.
 	ModelMS    float64 `json:"model_ms,omitempty"`
 	ModelApart bool    `json:"model_apart,omitempty"`
+	// StoreMS is the project store's, when it runs on this machine.
+	StoreMS float64 `json:"store_ms,omitempty"`
+	// MachineMS is the whole machine's busy CPU time per task: what the
+	// run cost, whoever spent it.
+	MachineMS float64 `json:"machine_ms,omitempty"`
 }
 
-// cpuMeter measures the CPU time of this process and of a database's
-// backends since it started.
+// cpuMeter measures the CPU time of this process, of a database's
+// backends, of the store's process and of the machine since it started.
 type cpuMeter struct {
 	self0    time.Duration
 	backends *backendCPU
+	storePID int
+	store0   int64
+	machine0 float64
 }
 
-func startCPU(ctx context.Context, db *database) *cpuMeter {
-	return &cpuMeter{self0: selfCPU(), backends: newBackendCPU(ctx, db)}
+func startCPU(ctx context.Context, db *database, storePID int) *cpuMeter {
+	m := &cpuMeter{self0: selfCPU(), backends: newBackendCPU(ctx, db), storePID: storePID}
+	if storePID != 0 {
+		m.store0, _ = proccpu.Ticks(storePID)
+	}
+	m.machine0, _, _ = proccpu.Machine()
+	return m
 }
 
 // perTask is the CPU time since the start, per task of n.
@@ -100,8 +113,17 @@ func (m *cpuMeter) perTask(n int) CPUPerTask {
 	m.backends.sample()
 	self := selfCPU() - m.self0
 	pg := time.Duration(m.backends.total()) * proccpu.Tick
-	return CPUPerTask{ProcessMS: ratio(float64(self.Microseconds())/1000, float64(n)),
-		PostgresMS: ratio(float64(pg.Microseconds())/1000, float64(n))}
+	perTask := func(d time.Duration) float64 { return ratio(float64(d.Microseconds())/1000, float64(n)) }
+	c := CPUPerTask{ProcessMS: perTask(self), PostgresMS: perTask(pg)}
+	if m.storePID != 0 {
+		if t, ok := proccpu.Ticks(m.storePID); ok {
+			c.StoreMS = perTask(time.Duration(t-m.store0) * proccpu.Tick)
+		}
+	}
+	if busy, _, ok := proccpu.Machine(); ok {
+		c.MachineMS = ratio((busy-m.machine0)*1000, float64(n))
+	}
+	return c
 }
 
 // selfCPU is this process's user and system CPU time.
@@ -161,7 +183,7 @@ func oursThroughput(ctx context.Context, opts Options, n int) (throughputRun, er
 	if err != nil {
 		return run, err
 	}
-	cpu := startCPU(ctx, db)
+	cpu := startCPU(ctx, db, opts.StorePID)
 	var model0 time.Duration
 	if child != nil {
 		model0 = child.cpu()
@@ -326,7 +348,7 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 			return run, fmt.Errorf("insert river jobs: %w", err)
 		}
 	}
-	cpu := startCPU(ctx, db)
+	cpu := startCPU(ctx, db, opts.StorePID)
 	t0 := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return run, err

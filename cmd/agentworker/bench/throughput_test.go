@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -76,5 +78,35 @@ func TestReplayWritesSendsABuildsStatements(t *testing.T) {
 	}
 	if got, _, err := store.Read(t.Context(), project.String(), "out.txt"); err != nil || string(got) != "x\n" {
 		t.Errorf("out.txt = %q, %v; want x", got, err)
+	}
+}
+
+// TestCPUMeterCountsTheStore: the meter gives the store process's CPU and
+// the machine's per task, beside this process's and the database's.
+func TestCPUMeterCountsTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dbtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// A stand-in for the store's process: busy for a while, then gone.
+	busy := exec.CommandContext(ctx, "sh", "-c", "end=$(($(date +%s) + 1)); while [ $(date +%s) -le $end ]; do :; done; sleep 5")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = busy.Process.Kill()
+		_ = busy.Wait()
+	})
+	m := startCPU(ctx, &database{pool: pool}, busy.Process.Pid)
+	time.Sleep(1500 * time.Millisecond)
+	c := m.perTask(10)
+	if c.StoreMS < 10 || c.MachineMS < c.StoreMS {
+		t.Errorf("per task of 10 over a second of a busy store: store %.2f ms, machine %.2f ms; want the store ≥ 10 ms, the machine at least the store's", c.StoreMS, c.MachineMS)
+	}
+	if none := startCPU(ctx, &database{pool: pool}, 0).perTask(10); none.StoreMS != 0 {
+		t.Errorf("without a store process: store %.2f ms, want 0", none.StoreMS)
 	}
 }

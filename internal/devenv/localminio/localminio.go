@@ -285,6 +285,9 @@ func (s *Server) Config() storage.S3Config {
 	return s.cfg
 }
 
+// Pid is the server process's id.
+func (s *Server) Pid() int { return s.child.Pid() }
+
 // Stop shuts the server down (SIGTERM) and waits for it to exit. If it has
 // not exited when ctx is done or after 30 s, Stop kills it. Then it removes
 // the directory if Start created it. Calling Stop again returns the result of
