@@ -239,9 +239,11 @@ type Attempt struct {
 	// EventsSince is the claim's lower bound of the task's events
 	// (sql.Claim.EventsSince); zero: none.
 	EventsSince time.Time
-	// DayCap is the project's own daily cap and day spend as the claim
-	// read them (sql.Claim.DayCap), which the first iteration boundary
-	// uses; nil: that boundary reads them.
+	// DayCap is the project's daily cap and day spend as the claim read
+	// them (sql.Claim.DayCap), which the first iteration boundary uses
+	// (with Config.ProjectMaxCostUSDPerDay for a project without a cap of
+	// its own, should the claim not have applied it); nil: that boundary
+	// reads them.
 	DayCap *agentsql.DayCap
 }
 

@@ -62,9 +62,10 @@ func TestDayCapCountsEveryTaskOfTheDay(t *testing.T) {
 	spend(t, pool, b, 0.125)
 	spend(t, pool, other, 9)
 
+	// Without a cap the spend is not summed: nothing reads it.
 	c := readCap(t, pool, project, 0)
-	if c.CapUSD != nil || c.SpentUSD != 0.875 {
-		t.Fatalf("no default, no override: cap %v spent %v, want none and 0.875", c.CapUSD, c.SpentUSD)
+	if c.CapUSD != nil || c.SpentUSD != 0 {
+		t.Fatalf("no default, no override: cap %v spent %v, want none and 0", c.CapUSD, c.SpentUSD)
 	}
 	if c.Reached(100) {
 		t.Fatal("no cap is never reached")
@@ -86,14 +87,14 @@ func TestDayCapCountsEveryTaskOfTheDay(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `DELETE FROM ai_tasks WHERE id = $1`, a); err != nil {
 		t.Fatal(err)
 	}
-	if c = readCap(t, pool, project, 0); c.SpentUSD != 0.875 {
+	if c = readCap(t, pool, project, 2); c.SpentUSD != 0.875 {
 		t.Fatalf("after the task was deleted the day's spend is %v, want 0.875", c.SpentUSD)
 	}
 	// The day turned: yesterday's spend is not today's.
 	if _, err := pool.Exec(t.Context(), `UPDATE project_day_spend SET day = day - 1 WHERE project_id = $1`, project); err != nil {
 		t.Fatal(err)
 	}
-	if c = readCap(t, pool, project, 0); c.SpentUSD != 0 {
+	if c = readCap(t, pool, project, 2); c.SpentUSD != 0 {
 		t.Fatalf("a new day starts at 0, got %v", c.SpentUSD)
 	}
 
@@ -210,7 +211,7 @@ func TestClaimReadsTheDayCap(t *testing.T) {
 	low := 0.5
 	setCap(t, pool, project, &low)
 
-	c, err := agentsql.ClaimAndStart(t.Context(), pool, task, 1, "test", time.Minute, true)
+	c, err := agentsql.ClaimAndStart(t.Context(), pool, task, 1, "test", time.Minute, true, 0)
 	if err != nil || !c.Claimed {
 		t.Fatalf("claim: claimed %t, %v", c.Claimed, err)
 	}
@@ -218,7 +219,7 @@ func TestClaimReadsTheDayCap(t *testing.T) {
 		t.Fatalf("the claim's day cap is %+v, want the project's own 0.5, 0.75 spent", c.DayCap)
 	}
 	// Not claimable again under another job: nothing changed, nothing read.
-	if c, err = agentsql.ClaimAndStart(t.Context(), pool, task, 2, "test", time.Minute, true); err != nil || c.Claimed || c.DayCap != nil {
+	if c, err = agentsql.ClaimAndStart(t.Context(), pool, task, 2, "test", time.Minute, true, 0); err != nil || c.Claimed || c.DayCap != nil {
 		t.Fatalf("a second claim: claimed %t, day cap %+v, %v; want neither", c.Claimed, c.DayCap, err)
 	}
 	// A project without a cap of its own: none, whatever the operator's
@@ -236,5 +237,65 @@ func TestClaimReadsTheDayCap(t *testing.T) {
 	own.CapUSD = &low
 	if got := own.OrDefault(2); *got.CapUSD != low {
 		t.Errorf("the project's own cap %v gave way to the operator's: %v", low, *got.CapUSD)
+	}
+}
+
+// TestClaimSumsTheDaySpendOnlyWhenCapped: the claim reads a project's spend
+// rows only when the project has a cap (its own or the default it is
+// given): a busy project's day holds a spend row per task, and an
+// uncapped project's sum was read on every claim and thrown away.
+func TestClaimSumsTheDaySpendOnlyWhenCapped(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := t.Context()
+	own := 1.0
+	for _, tc := range []struct {
+		name       string
+		ownCap     *float64
+		defaultCap float64
+		wantCap    *float64
+	}{
+		{name: "uncapped", wantCap: nil},
+		{name: "its own cap", ownCap: &own, wantCap: &own},
+		{name: "the default cap", defaultCap: 2, wantCap: new(2.0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			project := uuid.New()
+			for range 3 {
+				spend(t, pool, insertProjectTaskIn(t, pool, project, agentsql.StatusRunning), 0.25)
+			}
+			if tc.ownCap != nil {
+				setCap(t, pool, project, tc.ownCap)
+			}
+			task := insertProjectTaskIn(t, pool, project, agentsql.StatusQueued)
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			// The connection's counts not yet reported (its earlier
+			// transactions' too) before and after the claim.
+			spendScans := func() int64 {
+				var n int64
+				if err := tx.QueryRow(ctx, `SELECT coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0) FROM pg_stat_xact_user_tables
+					WHERE relname = 'project_day_spend'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			before := spendScans()
+			c, err := agentsql.ClaimAndStart(ctx, tx, task, 1, "test", time.Minute, true, tc.defaultCap)
+			if err != nil || !c.Claimed || c.DayCap == nil {
+				t.Fatalf("claim: claimed %t, day cap %+v, %v", c.Claimed, c.DayCap, err)
+			}
+			scans := spendScans() - before
+			got := c.DayCap
+			switch {
+			case tc.wantCap == nil && (got.CapUSD != nil || got.SpentUSD != 0 || scans != 0):
+				t.Errorf("uncapped: day cap %v, spent %v, %d scans of the spend rows; want no cap, 0 and none", got.CapUSD, got.SpentUSD, scans)
+			case tc.wantCap != nil && (got.CapUSD == nil || *got.CapUSD != *tc.wantCap || got.SpentUSD != 0.75 || scans == 0):
+				t.Errorf("day cap %v, spent %v, %d scans of the spend rows; want %v, 0.75 read", got.CapUSD, got.SpentUSD, scans, *tc.wantCap)
+			}
+		})
 	}
 }

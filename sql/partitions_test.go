@@ -635,7 +635,7 @@ func TestHolderBatchesSkipSealedDays(t *testing.T) {
 	fresh := insertTaskIn(t, pool, agentsql.StatusQueued)
 	claim := func(id uuid.UUID) agentsql.Claim {
 		t.Helper()
-		c, err := agentsql.ClaimAndStart(ctx, pool, id, 1, "test", time.Minute, false)
+		c, err := agentsql.ClaimAndStart(ctx, pool, id, 1, "test", time.Minute, false, 0)
 		if err != nil || !c.Claimed {
 			t.Fatalf("claim %s: %+v, %v", id, c, err)
 		}

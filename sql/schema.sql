@@ -852,8 +852,11 @@ CREATE FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric,
 BEGIN
     cap := coalesce((SELECT max_cost_usd_per_day FROM project_settings WHERE project_id = p_project_id),
                     nullif(greatest(p_default, 0), 0));
-    spent := coalesce((SELECT sum(cost) FROM project_day_spend
-                       WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+    spent := 0;
+    IF cap IS NOT NULL THEN
+        spent := coalesce((SELECT sum(cost) FROM project_day_spend
+                           WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+    END IF;
 END
 $$;
 

@@ -303,10 +303,11 @@ type Claim struct {
 	// pass it on (EventBatch.Since) so that their key check reads only
 	// those days. Zero: no bound (a task older than the floor column).
 	EventsSince time.Time
-	// DayCap is the project's own daily cap (CapUSD nil: none of its own;
-	// the operator's default is not applied) and its spend of the UTC day,
-	// as the claim's statement read them: every spend committed before the
-	// claim. Nil when not claimed.
+	// DayCap is the project's daily cap (its own, else the default the
+	// claim was given; CapUSD nil: none) and its spend of the UTC day, as
+	// the claim's statement read them: every spend committed before the
+	// claim. Without a cap the spend is not summed (0). Nil when not
+	// claimed.
 	DayCap *DayCap
 }
 
@@ -327,7 +328,7 @@ type OpenedChangeSet struct {
 // claim starts a new fence epoch: whatever held the task before can write
 // nothing more.
 func ClaimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration) (Claim, error) {
-	return claimTask(ctx, db, id, jobID, workerID, lease, nil)
+	return claimTask(ctx, db, id, jobID, workerID, lease, nil, 0)
 }
 
 // ClaimAndStart is ClaimTask that also starts the task in the same
@@ -336,18 +337,19 @@ func ClaimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 // started, stage_exit claim) and opens a build task's change set as
 // OpenChangeSet would (Claim.ChangeSet). afterCommit: the events are not
 // notified in the transaction; the caller announces them once it committed
-// (events.Announcer).
-func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, afterCommit bool) (Claim, error) {
+// (events.Announcer). defaultCapUSD is the daily cap of a project without
+// one of its own (0: none), for Claim.DayCap.
+func ClaimAndStart(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, afterCommit bool, defaultCapUSD float64) (Claim, error) {
 	mode := "notify"
 	if afterCommit {
 		mode = "after_commit"
 	}
-	return claimTask(ctx, db, id, jobID, workerID, lease, &mode)
+	return claimTask(ctx, db, id, jobID, workerID, lease, &mode, defaultCapUSD)
 }
 
 // claimTask claims; with startEvents set it also starts the task (see
 // ClaimAndStart).
-func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, startEvents *string) (Claim, error) {
+func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID string, lease time.Duration, startEvents *string, defaultCapUSD float64) (Claim, error) {
 	var (
 		c             Claim
 		csStatus      *string
@@ -362,8 +364,8 @@ func claimTask(ctx context.Context, db DBTX, id uuid.UUID, jobID int64, workerID
 			CASE WHEN k.events_id_floor IS NOT NULL THEN nullif(agentworker_event_floor(NULL, k.events_id_floor + 1), '-infinity') END,
 			d.cap::float8, d.spent::float8, `+taskColumns+`
 		FROM agentworker_claim_task($1, $2, $3, $4, $5, $6) c CROSS JOIN LATERAL (SELECT (c.task).*) k
-		LEFT JOIN LATERAL (SELECT cap, spent FROM agentworker_day_cap(k.project_id, 0) WHERE c.claimed) d ON true`,
-		id, jobID, workerID, lease, startEvents, startEvents != nil).
+		LEFT JOIN LATERAL (SELECT cap, spent FROM agentworker_day_cap(k.project_id, $7) WHERE c.claimed) d ON true`,
+		id, jobID, workerID, lease, startEvents, startEvents != nil, defaultCapUSD).
 		Scan(append([]any{&c.Claimed, &c.Checkpointed, &csStatus, &csCreated, &c.PauseRequested, &since, &capUSD, &spent}, taskDest(&c.Task)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("claim task %s: %w", id, ErrTaskNotFound)

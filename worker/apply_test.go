@@ -31,7 +31,7 @@ func TestCrashWhileApplyingIsFinishedByTheNextAttempt(t *testing.T) {
 	// The first attempt, by hand: a build task with no River job of its
 	// own, claimed by a worker that stages a.txt and marks the set applying.
 	id := h.insertWithoutJob(t, project, "build", "write a.txt")
-	c, err := agentsql.ClaimAndStart(ctx, h.pool, id, 999, "dead-worker", time.Minute, true)
+	c, err := agentsql.ClaimAndStart(ctx, h.pool, id, 999, "dead-worker", time.Minute, true, 0)
 	if err != nil || !c.Claimed || c.ChangeSet == nil || !c.ChangeSet.Created {
 		t.Fatalf("first claim = %+v, %v", c, err)
 	}

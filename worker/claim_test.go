@@ -45,7 +45,7 @@ func TestClaimWritesTheStartEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := time.Now().Add(-time.Second)
-			c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, afterCommit)
+			c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, afterCommit, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func TestClaimWritesTheStartEvents(t *testing.T) {
 			if err != nil || len(evs) != 1 || evs[0].Seq != 4 {
 				t.Fatalf("next write = %+v, %v; want seq 4", evs, err)
 			}
-			c2, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 8, "w2", time.Minute, afterCommit)
+			c2, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 8, "w2", time.Minute, afterCommit, 0)
 			if err != nil || c2.Claimed {
 				t.Fatalf("second claim = %+v, %v; want not claimed", c2, err)
 			}
@@ -196,7 +196,7 @@ func TestClaimOpensTheChangeSet(t *testing.T) {
 	t.Run("BuildCreatesIt", func(t *testing.T) {
 		t.Parallel()
 		task := insert(agentsql.TypeBuild)
-		c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, true)
+		c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, true, 0)
 		if err != nil || !c.Claimed {
 			t.Fatalf("claim = %+v, %v", c, err)
 		}
@@ -212,7 +212,7 @@ func TestClaimOpensTheChangeSet(t *testing.T) {
 		if _, err := pool.Exec(ctx, `UPDATE change_sets SET status = 'applying' WHERE task_id = $1`, task.ID); err != nil {
 			t.Fatal(err)
 		}
-		again, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w2", time.Minute, true)
+		again, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w2", time.Minute, true, 0)
 		if err != nil || !again.Claimed || again.Task.Fence == c.Task.Fence {
 			t.Fatalf("claim again = %+v, %v; want claimed under a new fence", again, err)
 		}
@@ -223,13 +223,13 @@ func TestClaimOpensTheChangeSet(t *testing.T) {
 	t.Run("NotClaimedOpensNothing", func(t *testing.T) {
 		t.Parallel()
 		task := insert(agentsql.TypeBuild)
-		if _, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, true); err != nil {
+		if _, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 7, "w1", time.Minute, true, 0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := pool.Exec(ctx, `DELETE FROM change_sets WHERE task_id = $1`, task.ID); err != nil {
 			t.Fatal(err)
 		}
-		c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 8, "w2", time.Minute, true)
+		c, err := agentsql.ClaimAndStart(ctx, pool, task.ID, 8, "w2", time.Minute, true, 0)
 		if err != nil || c.Claimed || c.ChangeSet != nil {
 			t.Fatalf("claim by another job = %+v, %v; want not claimed, no change set", c, err)
 		}
@@ -252,7 +252,7 @@ func TestClaimOpensTheChangeSet(t *testing.T) {
 			claim := agentsql.ClaimTask
 			if tc.start {
 				claim = func(ctx context.Context, db agentsql.DBTX, id uuid.UUID, job int64, w string, lease time.Duration) (agentsql.Claim, error) {
-					return agentsql.ClaimAndStart(ctx, db, id, job, w, lease, true)
+					return agentsql.ClaimAndStart(ctx, db, id, job, w, lease, true, 0)
 				}
 			}
 			c, err := claim(ctx, pool, task.ID, 7, "w1", time.Minute)

@@ -102,8 +102,9 @@ type Config struct {
 	// by the leader with the reconciler. Defaults to 10 minutes.
 	StuckIdleTimeout time.Duration
 	// ProjectMaxCostUSDPerDay is the daily cost cap of a project without
-	// its own: the reconciler resumes the tasks paused at their project's
-	// cap once the project is under it again (the cap raised, the UTC day
+	// its own: the claim reads the day's spend only for a capped project,
+	// and the reconciler resumes the tasks paused at their project's cap
+	// once the project is under it again (the cap raised, the UTC day
 	// turned). Defaults to 0: no cap.
 	ProjectMaxCostUSDPerDay float64
 	// Announcer, if set, announces the claim's events after it committed,
@@ -524,7 +525,7 @@ func (s *Service) sweepLeases(ctx context.Context) {
 // (one round trip, one commit: it is on every task's path from insert to
 // start). With an announcer, the events are announced once it committed.
 func (s *Service) claim(ctx context.Context, job *river.Job[TaskArgs]) (agentsql.Claim, error) {
-	c, err := agentsql.ClaimAndStart(ctx, s.pool, job.Args.TaskID, job.ID, s.cfg.ID, s.cfg.Lease, s.cfg.Announcer != nil)
+	c, err := agentsql.ClaimAndStart(ctx, s.pool, job.Args.TaskID, job.ID, s.cfg.ID, s.cfg.Lease, s.cfg.Announcer != nil, s.cfg.ProjectMaxCostUSDPerDay)
 	if err != nil {
 		return agentsql.Claim{}, err
 	}

@@ -162,17 +162,21 @@ CREATE OR REPLACE TRIGGER ai_tasks_count_day_spend AFTER UPDATE OF cost ON ai_ta
 
 -- A project's daily cap and what its tasks spent on the current UTC day.
 -- The cap is the project's own (project_settings), else p_default when it
--- is above 0; NULL: no cap. plpgsql, not sql: every claim calls it, and a
--- sql function with its own search_path is planned again at every call,
--- where plpgsql keeps its plans for the session.
+-- is above 0; NULL: no cap, and then spent is 0, not summed: every claim
+-- calls this, and a busy project's day has a spend row per task.
+-- plpgsql, not sql: a sql function with its own search_path is planned
+-- again at every call, where plpgsql keeps its plans for the session.
 CREATE OR REPLACE FUNCTION agentworker_day_cap(p_project_id uuid, p_default numeric,
     OUT cap numeric, OUT spent numeric)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     cap := coalesce((SELECT max_cost_usd_per_day FROM project_settings WHERE project_id = p_project_id),
                     nullif(greatest(p_default, 0), 0));
-    spent := coalesce((SELECT sum(cost) FROM project_day_spend
-                       WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+    spent := 0;
+    IF cap IS NOT NULL THEN
+        spent := coalesce((SELECT sum(cost) FROM project_day_spend
+                           WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+    END IF;
 END
 $$;
 

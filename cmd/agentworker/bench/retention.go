@@ -320,7 +320,7 @@ func measureRetention(ctx context.Context, pool *pgxpool.Pool, project uuid.UUID
 	m.insert = took
 	claims := make([]agentsql.Claim, len(tasks))
 	for i, id := range tasks {
-		if claims[i], err = agentsql.ClaimAndStart(ctx, pool, id, int64(i+1), "bench", time.Hour, true); err != nil {
+		if claims[i], err = agentsql.ClaimAndStart(ctx, pool, id, int64(i+1), "bench", time.Hour, true, 0); err != nil {
 			return m, err
 		}
 		if !claims[i].Claimed {

@@ -377,7 +377,7 @@ func riverThroughput(ctx context.Context, opts Options, n int, groups []int, con
 // them, with groups' sizes; conversation is the checkpoint's messages.
 func replayWrites(ctx context.Context, db *database, store storage.Store, ann *events.Announcer, taskID uuid.UUID, jobID int64, groups []int, conversation []byte) error {
 	payload := []byte(`{"kind":"stage_enter","stage":"bench","timestamp":"2026-01-01T00:00:00Z"}`)
-	c, err := agentsql.ClaimAndStart(ctx, db.pool, taskID, jobID, "bench", time.Minute, true)
+	c, err := agentsql.ClaimAndStart(ctx, db.pool, taskID, jobID, "bench", time.Minute, true, 0)
 	if err != nil || !c.Claimed {
 		return fmt.Errorf("claim %s (claimed %t): %w", taskID, c.Claimed, err)
 	}
