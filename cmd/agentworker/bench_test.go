@@ -70,6 +70,9 @@ func TestBenchQuickSmoke(t *testing.T) {
 			t.Errorf("%s = %v, want a measured figure", name, v)
 		}
 	}
+	if len(r.ThroughputRounds) != 1 || r.ThroughputRounds[0].TasksPerS != r.TasksPerS {
+		t.Errorf("throughput rounds %+v, want the quick run's one round of %v tasks/s", r.ThroughputRounds, r.TasksPerS)
+	}
 	for name, runs := range map[string][]bench.ReplicaRun{"replicas": r.Replicas.Runs, "replicas.bounded": r.Replicas.Bounded.Runs} {
 		if len(runs) != 2 {
 			t.Fatalf("%s = %+v, want two runs", name, runs)

@@ -95,6 +95,9 @@ type Report struct {
 	RiverJobsPerS       float64 `json:"river_jobs_per_s"`
 	RiverSameWritesPerS float64 `json:"river_same_writes_per_s"`
 	EventsPerTask       int     `json:"events_per_task"`
+	// ThroughputRounds are the alternated rounds TasksPerS and
+	// RiverSameWritesPerS are the medians of.
+	ThroughputRounds []ThroughputRound `json:"throughput_rounds"`
 	// ThroughputCPU is the CPU per task of our run and of River's same
 	// writes.
 	ThroughputCPU ThroughputCPU `json:"throughput_cpu"`

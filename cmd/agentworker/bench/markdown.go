@@ -24,6 +24,14 @@ func (r Report) Markdown() string {
 		row(fmt.Sprintf("throughput, %d tasks (per s)", r.Tasks), fmt.Sprintf("%.0f", r.TasksPerS),
 			fmt.Sprintf("no-op %.0f; same writes %.0f", r.RiverJobsPerS, r.RiverSameWritesPerS),
 			fmt.Sprintf("≥ 0.8× same writes (now %.2f×), ≥ 1,000/s", ratio(r.TasksPerS, r.RiverSameWritesPerS)))
+		if len(r.ThroughputRounds) > 1 {
+			var ours, river []string
+			for _, rd := range r.ThroughputRounds {
+				ours = append(ours, fmt.Sprintf("%.0f", rd.TasksPerS))
+				river = append(river, fmt.Sprintf("%.0f", rd.RiverSameWritesPerS))
+			}
+			row("throughput rounds, alternated (per s; the row above: their medians)", strings.Join(ours, ", "), "same writes "+strings.Join(river, ", "), "")
+		}
 		if c := r.ThroughputCPU; c.Ours != (CPUPerTask{}) {
 			cpu := func(c CPUPerTask) string {
 				s := fmt.Sprintf("%.2f + %.2f = %.2f", c.ProcessMS, c.PostgresMS, c.ProcessMS+c.PostgresMS)

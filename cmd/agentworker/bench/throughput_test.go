@@ -110,3 +110,18 @@ func TestCPUMeterCountsTheStore(t *testing.T) {
 		t.Errorf("without a store process: store %.2f ms, want 0", none.StoreMS)
 	}
 }
+
+// TestMedianRun: each figure of alternated rounds is its own median.
+func TestMedianRun(t *testing.T) {
+	t.Parallel()
+	runs := []throughputRun{
+		{perS: 200, cpu: CPUPerTask{ProcessMS: 3, PostgresMS: 4, StoreMS: 2, MachineMS: 10, ModelApart: true}},
+		{perS: 150, cpu: CPUPerTask{ProcessMS: 2, PostgresMS: 5, StoreMS: 3, MachineMS: 12, ModelApart: true}},
+		{perS: 180, cpu: CPUPerTask{ProcessMS: 4, PostgresMS: 3, StoreMS: 1, MachineMS: 9, ModelApart: true}},
+	}
+	perS, cpu := medianRun(runs)
+	want := CPUPerTask{ProcessMS: 3, PostgresMS: 4, StoreMS: 2, MachineMS: 10, ModelApart: true}
+	if perS != 180 || cpu != want {
+		t.Errorf("medianRun = %v, %+v; want 180, %+v", perS, cpu, want)
+	}
+}
