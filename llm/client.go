@@ -427,9 +427,10 @@ func (c *Client) stream(ctx context.Context, send option.RequestOption, onDelta 
 	return c.response(&acc.ChatCompletion)
 }
 
-// body is a call's request body: openai-go encodes all of it but the tools,
-// which go in as encoded (Tool.Encode, or now for a tool without its wire
-// form), and "stream" when streamed. Handed to openai-go as a Marshaler's
+// body is a call's request body: openai-go encodes all of it but the
+// messages (encodeMessages), the tools, which go in as encoded
+// (Tool.Encode, or now for a tool without its wire form), and "stream"
+// when streamed. Handed to openai-go as a Marshaler's
 // output, a dozen encoded schemas were scanned again on every call, most
 // of a request's encoding.
 func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, error) {
@@ -440,10 +441,24 @@ func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, erro
 	if stream {
 		params.StreamOptions.IncludeUsage = openai.Bool(true)
 	}
-	body, err := params.MarshalJSON()
+	messages, err := encodeMessages(req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	rest, err := params.MarshalJSON()
+	if err == nil && (len(rest) < 2 || rest[0] != '{') {
+		err = fmt.Errorf("not an object: %.40s", rest)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
+	// {"messages":[...], then the rest's fields: messages first, as
+	// openai-go puts them.
+	body := append(append(make([]byte, 0, len(messages)+len(rest)+16), `{"messages":`...), messages...)
+	if fields := bytes.TrimSpace(rest[1 : len(rest)-1]); len(fields) > 0 {
+		body = append(append(body, ','), fields...)
+	}
+	body = append(body, '}')
 	if len(req.Tools) > 0 {
 		tools := []byte{'['}
 		for i, t := range req.Tools {
@@ -507,17 +522,8 @@ func (t Tool) wireForm() ([]byte, error) {
 // params converts req to openai-go request parameters, all but its tools
 // (body adds them).
 func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNewParams, error) {
-	params := openai.ChatCompletionNewParams{
-		Model:    shared.ChatModel(c.modelOf(req)),
-		Messages: make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)),
-	}
-	for i, m := range req.Messages {
-		p, err := messageParam(m)
-		if err != nil {
-			return params, fmt.Errorf("convert message %d: %w", i, err)
-		}
-		params.Messages = append(params.Messages, p)
-	}
+	// The messages are encoded apart (encodeMessages) and set in body.
+	params := openai.ChatCompletionNewParams{Model: shared.ChatModel(c.modelOf(req))}
 	if rs := req.ResponseSchema; rs != nil {
 		params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
 			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: rs.Name, Schema: rs.Schema, Strict: openai.Bool(rs.Strict)},
@@ -527,41 +533,6 @@ func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNe
 		params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(string(choice))}
 	}
 	return params, nil
-}
-
-// messageParam converts one message to its openai-go form.
-func messageParam(m Message) (openai.ChatCompletionMessageParamUnion, error) {
-	switch m.Role {
-	case RoleSystem:
-		return openai.SystemMessage(m.Content), nil
-	case RoleUser:
-		return openai.UserMessage(m.Content), nil
-	case RoleTool:
-		if m.ToolCallID == "" {
-			return openai.ChatCompletionMessageParamUnion{}, errors.New("tool message without tool_call_id")
-		}
-		return openai.ToolMessage(m.Content, m.ToolCallID), nil
-	case RoleAssistant:
-		var p openai.ChatCompletionAssistantMessageParam
-		// Content may only be left out when the message calls tools.
-		if m.Content != "" || len(m.ToolCalls) == 0 {
-			p.Content.OfString = openai.String(m.Content)
-		}
-		for _, tc := range m.ToolCalls {
-			p.ToolCalls = append(p.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID: tc.ID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-						Name:      tc.Name,
-						Arguments: tc.Arguments,
-					},
-				},
-			})
-		}
-		return openai.ChatCompletionMessageParamUnion{OfAssistant: &p}, nil
-	default:
-		return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
-	}
 }
 
 // response converts the first choice of a completion to a Response.

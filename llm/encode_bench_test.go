@@ -3,6 +3,7 @@ package llm
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -31,15 +32,25 @@ func BenchmarkRequestEncoding(b *testing.B) {
 	msgs := []Message{{Role: RoleSystem, Content: "You are a coding agent."}, {Role: RoleUser, Content: "create hello.txt"},
 		{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c1", Name: "tool_1", Arguments: `{"arg0":"hello.txt"}`}}},
 		{Role: RoleTool, ToolCallID: "c1", Content: "done"}}
+	// A build's tenth call: a system prompt with the project's context,
+	// nine tool calls and their results.
+	long := []Message{{Role: RoleSystem, Content: strings.Repeat("Follow the project's rules; <keep> the \"style\" & tests green.\n", 100)},
+		{Role: RoleUser, Content: "add a settings page"}}
+	for i := range 9 {
+		id := fmt.Sprintf("c%d", i)
+		long = append(long, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: id, Name: "read_file", Arguments: fmt.Sprintf(`{"path":"src/f%d.ts"}`, i)}}},
+			Message{Role: RoleTool, ToolCallID: id, Content: strings.Repeat("export const x = () => { return \"<div>\" + y; };\n", 20)})
+	}
 	c := &Client{model: "m"}
 	for _, bc := range []struct {
 		name  string
+		msgs  []Message
 		tools []Tool
-	}{{"SchemasPerRequest", tools}, {"EncodedOnce", encoded}, {"NoTools", nil}} {
+	}{{"SchemasPerRequest", msgs, tools}, {"EncodedOnce", msgs, encoded}, {"NoTools", msgs, nil}, {"TenthCall", long, encoded}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := c.body(Request{Messages: msgs, Tools: bc.tools}, ToolChoiceAuto, true); err != nil {
+				if _, err := c.body(Request{Messages: bc.msgs, Tools: bc.tools}, ToolChoiceAuto, true); err != nil {
 					b.Fatal(err)
 				}
 			}
