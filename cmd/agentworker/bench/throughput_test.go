@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentworker/agentworker/events"
+	"github.com/agentworker/agentworker/internal/devenv/proccpu"
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/storage/storagetest"
 	"github.com/agentworker/agentworker/testing/dbtest"
@@ -91,8 +92,8 @@ func TestCPUMeterCountsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	// A stand-in for the store's process: busy for a while, then gone.
-	busy := exec.CommandContext(ctx, "sh", "-c", "end=$(($(date +%s) + 1)); while [ $(date +%s) -le $end ]; do :; done; sleep 5")
+	// A stand-in for the store's process: busy until killed.
+	busy := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +101,21 @@ func TestCPUMeterCountsTheStore(t *testing.T) {
 		_ = busy.Process.Kill()
 		_ = busy.Wait()
 	})
-	m := startCPU(ctx, &database{pool: pool}, busy.Process.Pid)
-	time.Sleep(1500 * time.Millisecond)
+	pid := busy.Process.Pid
+	m := startCPU(ctx, &database{pool: pool}, pid)
+	start, _ := proccpu.Ticks(pid)
+	// However loaded the machine, it gets 20 ticks (200 ms) in time.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if now, _ := proccpu.Ticks(pid); now-start >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the busy process got under 200 ms of CPU in a minute")
+		}
+	}
 	c := m.perTask(10)
-	if c.StoreMS < 10 || c.MachineMS < c.StoreMS {
-		t.Errorf("per task of 10 over a second of a busy store: store %.2f ms, machine %.2f ms; want the store ≥ 10 ms, the machine at least the store's", c.StoreMS, c.MachineMS)
+	if c.StoreMS < 20 || c.MachineMS < c.StoreMS {
+		t.Errorf("per task of 10 over 200 ms of a busy store: store %.2f ms, machine %.2f ms; want the store ≥ 20 ms, the machine at least the store's", c.StoreMS, c.MachineMS)
 	}
 	if none := startCPU(ctx, &database{pool: pool}, 0).perTask(10); none.StoreMS != 0 {
 		t.Errorf("without a store process: store %.2f ms, want 0", none.StoreMS)
