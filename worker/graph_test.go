@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -65,15 +64,19 @@ func TestDependentTasksRunInOrder(t *testing.T) {
 
 // TestUrgentTaskOvertakes: when more tasks are ready than the worker has
 // slots, a priority-1 task inserted after priority-4 ones starts first.
+// The slots free one at a time: River starts the jobs of one fetch
+// together, in no order (with all four freed at once the urgent task and
+// two routine ones were fetched together and claimed in any order).
 func TestUrgentTaskOvertakes(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free)
+	release, done := make(chan struct{}, 4), make(chan struct{})
+	t.Cleanup(func() { close(done) })
 	h := setup(t, setupOpts{concurrency: 4, responder: scripted.Func(func(req *scripted.Request) scripted.Reply {
 		if _, msg := req.LastUserMessage(); msg == "hold" {
-			<-release
+			select {
+			case <-release:
+			case <-done:
+			}
 		}
 		return llmtest.Text("done")
 	})})
@@ -99,9 +102,11 @@ func TestUrgentTaskOvertakes(t *testing.T) {
 		routine = append(routine, insert("routine", 4))
 	}
 	urgent := insert("urgent", 1)
-	free()
-
+	release <- struct{}{} // one slot frees
 	_, u := h.waitDone(t, urgent)
+	for range 3 {
+		release <- struct{}{}
+	}
 	for _, id := range routine {
 		_, r := h.waitDone(t, id)
 		if r.StartedAt.Before(*u.StartedAt) {
