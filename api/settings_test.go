@@ -135,3 +135,28 @@ func TestTaskReadShowsTreeSpend(t *testing.T) {
 		t.Fatalf("root after its child was deleted: own $%v, tree %+v; want $1 and the tree's $7", v.CostUSD, *v.Tree)
 	}
 }
+
+// TestProjectSettingsSpendWithoutCap: a project without a cap (neither its
+// own nor the operator's) still shows what it spent today.
+func TestProjectSettingsSpendWithoutCap(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{})
+	projectID := uuid.New()
+	tok := e.token(t, "", "authenticated", projectID)
+	var task uuid.UUID
+	if err := e.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'paused') RETURNING id`,
+		projectID).Scan(&task); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(t.Context(), `UPDATE ai_tasks SET cost = 1.25 WHERE id = $1`, task); err != nil {
+		t.Fatal(err)
+	}
+	rp := e.call(t, "GET", "/v1/projects/"+projectID.String()+"/settings", tok, "", nil)
+	var s api.ProjectSettings
+	if err := json.Unmarshal(rp.body, &s); rp.status != http.StatusOK || err != nil {
+		t.Fatalf("GET settings: %d %s (%v)", rp.status, rp.body, err)
+	}
+	if s.CapUSD != nil || s.SpentTodayUSD != 1.25 {
+		t.Errorf("settings %+v, want no cap and 1.25 spent today", s)
+	}
+}

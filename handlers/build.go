@@ -59,8 +59,8 @@ type taskRun struct {
 	// pauseRead is the pause request the last checkpoint read, for the
 	// iteration boundary right after it; nil: read it there.
 	pauseRead *bool
-	// dayCapRead is the project's own cap and day spend the claim read,
-	// for the first iteration boundary; nil: read them there.
+	// dayCapRead is the project's cap and day spend the claim read, for
+	// the first iteration boundary; nil: read them there.
 	dayCapRead *agentsql.DayCap
 	// cappedRead is whether the project had a cap of its own when the
 	// last checkpoint was saved, for the iteration boundary right after

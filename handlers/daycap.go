@@ -79,8 +79,11 @@ func (r *taskRun) underDayCap(ctx context.Context) error {
 		return nil
 	}
 	var c agentsql.DayCap
-	if claimed != nil {
-		c = claimed.OrDefault(rn.cfg.ProjectMaxCostUSDPerDay)
+	// The claim's read serves unless it found no cap where this runner
+	// has a default (the claim was given another): its spend was not
+	// summed then.
+	if claimed != nil && (claimed.CapUSD != nil || !defaulted) {
+		c = *claimed
 	} else {
 		var err error
 		if c, err = agentsql.ReadDayCap(ctx, rn.deps.Pool, r.task.ProjectID, rn.cfg.ProjectMaxCostUSDPerDay); err != nil {

@@ -240,10 +240,9 @@ type Attempt struct {
 	// (sql.Claim.EventsSince); zero: none.
 	EventsSince time.Time
 	// DayCap is the project's daily cap and day spend as the claim read
-	// them (sql.Claim.DayCap), which the first iteration boundary uses
-	// (with Config.ProjectMaxCostUSDPerDay for a project without a cap of
-	// its own, should the claim not have applied it); nil: that boundary
-	// reads them.
+	// them (sql.Claim.DayCap, given the same default cap), which the first
+	// iteration boundary uses; nil, or no cap where
+	// Config.ProjectMaxCostUSDPerDay sets one: that boundary reads them.
 	DayCap *agentsql.DayCap
 }
 

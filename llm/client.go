@@ -446,7 +446,7 @@ func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, erro
 		return nil, err
 	}
 	rest, err := params.MarshalJSON()
-	if err == nil && (len(rest) < 2 || rest[0] != '{') {
+	if rest = bytes.TrimSpace(rest); err == nil && (len(rest) < 2 || rest[0] != '{' || rest[len(rest)-1] != '}') {
 		err = fmt.Errorf("not an object: %.40s", rest)
 	}
 	if err != nil {

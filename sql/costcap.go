@@ -26,20 +26,13 @@ func (c DayCap) Reached(unrecorded float64) bool {
 	return c.CapUSD != nil && c.SpentUSD+unrecorded >= *c.CapUSD
 }
 
-// OrDefault is c with defaultUSD as its cap when it has none of its own
-// and defaultUSD is above 0, as ReadDayCap applies the operator's cap.
-func (c DayCap) OrDefault(defaultUSD float64) DayCap {
-	if c.CapUSD == nil && defaultUSD > 0 {
-		c.CapUSD = &defaultUSD
-	}
-	return c
-}
-
 // ReadDayCap returns project's cap (its own, else defaultUSD when above 0)
-// and its spend of the current UTC day.
+// and its spend of the current UTC day, with a cap or without (the
+// project's settings show it).
 func ReadDayCap(ctx context.Context, db DBTX, projectID uuid.UUID, defaultUSD float64) (DayCap, error) {
 	var c DayCap
-	if err := db.QueryRow(ctx, `SELECT cap::float8, spent::float8 FROM agentworker_day_cap($1, $2)`,
+	if err := db.QueryRow(ctx, `SELECT c.cap::float8, (CASE WHEN c.cap IS NULL THEN agentworker_day_spend($1) ELSE c.spent END)::float8
+		FROM agentworker_day_cap($1, $2) c`,
 		projectID, defaultUSD).Scan(&c.CapUSD, &c.SpentUSD); err != nil {
 		return DayCap{}, fmt.Errorf("read the daily cap of project %s: %w", projectID, err)
 	}

@@ -62,10 +62,9 @@ func TestDayCapCountsEveryTaskOfTheDay(t *testing.T) {
 	spend(t, pool, b, 0.125)
 	spend(t, pool, other, 9)
 
-	// Without a cap the spend is not summed: nothing reads it.
 	c := readCap(t, pool, project, 0)
-	if c.CapUSD != nil || c.SpentUSD != 0 {
-		t.Fatalf("no default, no override: cap %v spent %v, want none and 0", c.CapUSD, c.SpentUSD)
+	if c.CapUSD != nil || c.SpentUSD != 0.875 {
+		t.Fatalf("no default, no override: cap %v spent %v, want none and 0.875", c.CapUSD, c.SpentUSD)
 	}
 	if c.Reached(100) {
 		t.Fatal("no cap is never reached")
@@ -222,21 +221,10 @@ func TestClaimReadsTheDayCap(t *testing.T) {
 	if c, err = agentsql.ClaimAndStart(t.Context(), pool, task, 2, "test", time.Minute, true, 0); err != nil || c.Claimed || c.DayCap != nil {
 		t.Fatalf("a second claim: claimed %t, day cap %+v, %v; want neither", c.Claimed, c.DayCap, err)
 	}
-	// A project without a cap of its own: none, whatever the operator's
-	// default, which the handler applies as ReadDayCap does.
+	// A project without a cap, claimed without a default: none, and no
+	// spend summed.
 	if c, err = agentsql.ClaimTask(t.Context(), pool, uncapped, 3, "test", time.Minute); err != nil || c.DayCap == nil || c.DayCap.CapUSD != nil || c.DayCap.SpentUSD != 0 {
 		t.Fatalf("claim of an uncapped project's task: day cap %+v, %v; want no cap, nothing spent", c.DayCap, err)
-	}
-	for _, def := range []float64{0, -1, 2} {
-		want := readCap(t, pool, projectOf(t, pool, uncapped), def)
-		if got := c.DayCap.OrDefault(def); (got.CapUSD == nil) != (want.CapUSD == nil) || got.CapUSD != nil && *got.CapUSD != *want.CapUSD {
-			t.Errorf("with the operator's cap %v the claim's read gives cap %v, ReadDayCap %v", def, got.CapUSD, want.CapUSD)
-		}
-	}
-	own := *c.DayCap
-	own.CapUSD = &low
-	if got := own.OrDefault(2); *got.CapUSD != low {
-		t.Errorf("the project's own cap %v gave way to the operator's: %v", low, *got.CapUSD)
 	}
 }
 

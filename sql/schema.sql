@@ -854,9 +854,19 @@ BEGIN
                     nullif(greatest(p_default, 0), 0));
     spent := 0;
     IF cap IS NOT NULL THEN
-        spent := coalesce((SELECT sum(cost) FROM project_day_spend
-                           WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+        spent := agentworker_day_spend(p_project_id);
     END IF;
+END
+$$;
+
+-- FUNCTION: agentworker_day_spend(uuid)
+CREATE FUNCTION public.agentworker_day_spend(p_project_id uuid) RETURNS numeric
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN coalesce((SELECT sum(cost) FROM project_day_spend
+                     WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
 END
 $$;
 
@@ -3365,6 +3375,9 @@ REVOKE ALL ON FUNCTION public.agentworker_create_event_partition(p_day date) FRO
 
 -- ACL: FUNCTION agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric)
 REVOKE ALL ON FUNCTION public.agentworker_day_cap(p_project_id uuid, p_default numeric, OUT cap numeric, OUT spent numeric) FROM PUBLIC;
+
+-- ACL: FUNCTION agentworker_day_spend(p_project_id uuid)
+REVOKE ALL ON FUNCTION public.agentworker_day_spend(p_project_id uuid) FROM PUBLIC;
 
 -- ACL: FUNCTION agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer)
 REVOKE ALL ON FUNCTION public.agentworker_delete_finished_tasks(p_before timestamp with time zone, p_limit integer) FROM PUBLIC;

@@ -194,20 +194,23 @@ func (c *ListCache) listWhole(ctx context.Context, projectID string) ([]FileInfo
 	}
 	// The caller owns what List returns: the kept listing is a copy.
 	c.setFiles(k, slices.Clone(files), at)
+	c.order.MoveToBack(k.elem) // kept now, so the newest
 	c.evict(k)
 	return files, nil
 }
 
-// setFiles replaces k's listing; the caller holds c.mu.
+// setFiles replaces k's listing, keeping the count of files; the caller
+// holds c.mu and places k in the order.
 func (c *ListCache) setFiles(k *keptListing, files []FileInfo, at time.Time) {
 	c.files += len(files) - len(k.files)
-	switch {
-	case at.IsZero():
-		c.order.MoveToFront(k.elem)
-	case !at.Equal(k.at):
-		c.order.MoveToBack(k.elem) // kept now, so the newest
-	}
 	k.files, k.at = files, at
+}
+
+// drop forgets k's listing (its entry stays, first to go); the caller
+// holds c.mu.
+func (c *ListCache) drop(k *keptListing) {
+	c.setFiles(k, nil, time.Time{})
+	c.order.MoveToFront(k.elem)
 }
 
 // ListRecent implements RecentLister from the project's kept listing when
@@ -314,12 +317,17 @@ func (c *ListCache) wrote(projectID string, set *FileInfo, remove string) {
 		} else {
 			files = slices.Insert(files, i, *set)
 		}
+		if len(files) > c.cfg.MaxFiles {
+			// As a listing past MaxFiles is not kept.
+			c.drop(k)
+			return
+		}
 		c.setFiles(k, files, k.at)
 		c.evict(k)
 	case set == nil && remove != "":
 		c.setFiles(k, slices.DeleteFunc(slices.Clone(k.files), func(f FileInfo) bool { return f.Path == remove }), k.at)
 	default:
-		c.setFiles(k, nil, time.Time{})
+		c.drop(k)
 	}
 }
 

@@ -224,10 +224,20 @@ func TestListCacheBounds(t *testing.T) {
 	c1 := storagetest.Write(t, s3, "c", "x.ts", "c")
 	requests.take()
 	checkRecent(t, c, "c", "", 0, []storage.FileInfo{c1})
-	// a's listing was the oldest: it made room for c's.
+	// big's entry (its listing past MaxFiles, not kept) and a's, the
+	// oldest listing, made room for c's.
 	checkRecent(t, c, "a", "", 0, []storage.FileInfo{a1})
 	if sent := requests.take(); len(sent) != 2 {
 		t.Errorf("a third project sent %v, want its listing and a's again", sent)
+	}
+	// A write through the cache that takes a kept listing past MaxFiles
+	// drops it, as a listing past MaxFiles is not kept.
+	a2 := storagetest.Write(t, c, "a", "y.ts", "y")
+	a3 := storagetest.Write(t, c, "a", "z.ts", "z")
+	requests.take()
+	checkRecent(t, c, "a", "", 0, []storage.FileInfo{a1, a2, a3})
+	if sent := requests.take(); len(sent) != 1 {
+		t.Errorf("a past MaxFiles by a write sent %v, want a listing", sent)
 	}
 }
 

@@ -70,7 +70,6 @@ func TestDependentTasksRunInOrder(t *testing.T) {
 func TestUrgentTaskOvertakes(t *testing.T) {
 	t.Parallel()
 	release, done := make(chan struct{}, 4), make(chan struct{})
-	t.Cleanup(func() { close(done) })
 	h := setup(t, setupOpts{concurrency: 4, responder: scripted.Func(func(req *scripted.Request) scripted.Reply {
 		if _, msg := req.LastUserMessage(); msg == "hold" {
 			select {
@@ -80,6 +79,9 @@ func TestUrgentTaskOvertakes(t *testing.T) {
 		}
 		return llmtest.Text("done")
 	})})
+	// Registered after setup's, so run before them: no holder is left
+	// waiting while the worker stops.
+	t.Cleanup(func() { close(done) })
 	project := uuid.New()
 	insert := func(prompt string, priority int) uuid.UUID {
 		t.Helper()

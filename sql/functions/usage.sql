@@ -160,12 +160,21 @@ $$;
 CREATE OR REPLACE TRIGGER ai_tasks_count_day_spend AFTER UPDATE OF cost ON ai_tasks
     FOR EACH ROW WHEN (NEW.cost > OLD.cost) EXECUTE FUNCTION ai_tasks_count_day_spend();
 
+-- What a project's tasks spent on the current UTC day. plpgsql, not sql:
+-- a sql function with its own search_path is planned again at every call,
+-- where plpgsql keeps its plans for the session.
+CREATE OR REPLACE FUNCTION agentworker_day_spend(p_project_id uuid) RETURNS numeric
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT sum(cost) FROM project_day_spend
+                     WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+END
+$$;
+
 -- A project's daily cap and what its tasks spent on the current UTC day.
 -- The cap is the project's own (project_settings), else p_default when it
 -- is above 0; NULL: no cap, and then spent is 0, not summed: every claim
 -- calls this, and a busy project's day has a spend row per task.
--- plpgsql, not sql: a sql function with its own search_path is planned
--- again at every call, where plpgsql keeps its plans for the session.
 CREATE OR REPLACE FUNCTION agentworker_day_cap(p_project_id uuid, p_default numeric,
     OUT cap numeric, OUT spent numeric)
 LANGUAGE plpgsql STABLE AS $$
@@ -174,8 +183,7 @@ BEGIN
                     nullif(greatest(p_default, 0), 0));
     spent := 0;
     IF cap IS NOT NULL THEN
-        spent := coalesce((SELECT sum(cost) FROM project_day_spend
-                           WHERE project_id = p_project_id AND day = (now() AT TIME ZONE 'UTC')::date), 0);
+        spent := agentworker_day_spend(p_project_id);
     END IF;
 END
 $$;
@@ -217,6 +225,7 @@ SELECT agentworker_make_internal(VARIADIC ARRAY[
     'ai_tasks_count_day_spend()',
     'ai_tasks_set_root()',
     'ai_tasks_roll_up_tree()',
+    'agentworker_day_spend(uuid)',
     'agentworker_day_cap(uuid, numeric)',
     'agentworker_resume_under_cap(numeric, uuid)']::regprocedure[]);
 REVOKE ALL ON usage_daily, project_usage_daily FROM PUBLIC, anon, authenticated, service_role;

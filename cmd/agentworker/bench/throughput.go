@@ -36,20 +36,18 @@ func runThroughput(ctx context.Context, opts Options, r *Report) error {
 		n, rounds = 1000, 1
 	}
 	r.Tasks = n
+	noop, err := riverThroughput(ctx, opts, n, nil, nil)
+	if err != nil {
+		return err
+	}
+	r.RiverJobsPerS = noop.perS
 	var ours, same []throughputRun
-	for i := range rounds {
+	for range rounds {
 		o, err := oursThroughput(ctx, opts, n)
 		if err != nil {
 			return err
 		}
 		ours = append(ours, o)
-		if i == 0 {
-			noop, err := riverThroughput(ctx, opts, n, nil, nil)
-			if err != nil {
-				return err
-			}
-			r.RiverJobsPerS = noop.perS
-		}
 		sw, err := riverThroughput(ctx, opts, n, o.groups, o.conversation)
 		if err != nil {
 			return err
@@ -136,17 +134,21 @@ type CPUPerTask struct {
 type cpuMeter struct {
 	self0    time.Duration
 	backends *backendCPU
-	storePID int
+	storePID int // 0: no store process, or its first read failed
 	store0   int64
-	machine0 float64
+	machine0 float64 // negative: the first read failed
 }
 
 func startCPU(ctx context.Context, db *database, storePID int) *cpuMeter {
-	m := &cpuMeter{self0: selfCPU(), backends: newBackendCPU(ctx, db), storePID: storePID}
+	m := &cpuMeter{self0: selfCPU(), backends: newBackendCPU(ctx, db), machine0: -1}
 	if storePID != 0 {
-		m.store0, _ = proccpu.Ticks(storePID)
+		if t, ok := proccpu.Ticks(storePID); ok {
+			m.storePID, m.store0 = storePID, t
+		}
 	}
-	m.machine0, _, _ = proccpu.Machine()
+	if busy, _, ok := proccpu.Machine(); ok {
+		m.machine0 = busy
+	}
 	return m
 }
 
@@ -162,7 +164,7 @@ func (m *cpuMeter) perTask(n int) CPUPerTask {
 			c.StoreMS = perTask(time.Duration(t-m.store0) * proccpu.Tick)
 		}
 	}
-	if busy, _, ok := proccpu.Machine(); ok {
+	if busy, _, ok := proccpu.Machine(); ok && m.machine0 >= 0 {
 		c.MachineMS = ratio((busy-m.machine0)*1000, float64(n))
 	}
 	return c
