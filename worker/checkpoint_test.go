@@ -370,6 +370,38 @@ func TestProjectDayCapPausesTheTask(t *testing.T) {
 	assertNoRepeats(t, reqs)
 }
 
+// TestOverTheDayCapBeforeTheFirstCall: a task of a project already past
+// the operator's daily cap pauses before its first model call, whether the
+// claim was given the cap (it sums the day's spend) or only the runner has
+// it (the first call reads the spend itself: the claim summed none).
+func TestOverTheDayCapBeforeTheFirstCall(t *testing.T) {
+	t.Parallel()
+	for _, runnerOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("runnerOnly=%t", runnerOnly), func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, setupOpts{responder: scripted.Queue(llmtest.Call("finish", map[string]string{"summary": "done"})),
+				dayCap: 0.5, dayCapRunnerOnly: runnerOnly})
+			project := uuid.New()
+			var earlier uuid.UUID
+			if err := h.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'paused') RETURNING id`,
+				project).Scan(&earlier); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.pool.Exec(t.Context(), `UPDATE ai_tasks SET cost = 1 WHERE id = $1`, earlier); err != nil {
+				t.Fatal(err)
+			}
+			id := h.insertTask(t, project, "build", "write a file")
+			h.waitStatus(t, id, agentsql.StatusPaused)
+			if got := len(h.llm.Requests()); got != 0 {
+				t.Errorf("model calls of a project past its cap = %d, want 0", got)
+			}
+			if items := h.openItems(t, id, handlers.ReasonBudgetExceeded); len(items) != 1 || !strings.Contains(items[0].Content, "$1.0000 spent today") {
+				t.Errorf("open budget_exceeded items = %+v, want one saying $1.0000 spent today", items)
+			}
+		})
+	}
+}
+
 // TestProjectOwnCapPausesTheTask: with no operator's cap, a project's own
 // cap (set by its owner) pauses its task before the next model call.
 func TestProjectOwnCapPausesTheTask(t *testing.T) {

@@ -59,6 +59,9 @@ type setupOpts struct {
 	retryBackoff  time.Duration
 	rateLimit     llm.RateLimitConfig
 	dayCap        float64 // the projects' daily cost cap (PROJECT_MAX_COST_USD_PER_DAY)
+	// dayCapRunnerOnly gives dayCap to the runner, not to the worker's
+	// claim.
+	dayCapRunnerOnly bool
 }
 
 // setup starts the whole pipeline against a real Postgres, a real MinIO and
@@ -111,7 +114,9 @@ func setup(t *testing.T, o setupOpts) *harness {
 	}
 	wc := o.workerConfig
 	wc.Concurrency, wc.Logger, wc.Announcer = max(o.concurrency, 4), logger, ann
-	wc.ProjectMaxCostUSDPerDay = o.dayCap
+	if !o.dayCapRunnerOnly {
+		wc.ProjectMaxCostUSDPerDay = o.dayCap
+	}
 	if o.lease != 0 {
 		wc.Lease = o.lease
 	}
