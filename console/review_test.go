@@ -84,7 +84,11 @@ func TestReviewQueueInChromium(t *testing.T) {
 	run(t, ctx, "comment on the diff's first line", click(`#tab-changes`), visible(line),
 		until(`document.getElementById("changes-status").textContent.startsWith("Waiting for your review")`),
 		click(line), visible(line+`.selected`), visible(line+` + #comment-form`),
-		keys(`#comment-body`, "not v1"), click(`#comment-submit`),
+		// The diff redraws while the comment is typed (here: its tab
+		// shown again, without taking the focus; in a CI run: the task's
+		// events arriving): the box keeps the focus, the typing goes on.
+		keys(`#comment-body`, "not"), chromedp.Evaluate[chromedp.Void](`document.getElementById("tab-changes").click()`),
+		chromedp.Sleep(500*time.Millisecond), visible(line+` + #comment-form`), chromedp.KeyEvent(" v1"), click(`#comment-submit`),
 		visible(`#changes .file-diff[data-path="a.txt"] .line[data-line="1"] + ul.thread li.comment[data-line="1"]`))
 	var numbers []string
 	eval(t, ctx, `[...document.querySelectorAll('#changes .file-diff[data-path="a.txt"] .line')].map(r => r.className + "|" + r.querySelector('.ln.old').textContent + "|" + r.querySelector('.ln.new').textContent + "|" + r.querySelector('.text').textContent)`, &numbers)

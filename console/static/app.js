@@ -622,6 +622,9 @@ async function loadChanges(id) {
   document.body.dataset.changes = cs.status;
   document.body.dataset.changesVersion = String(version);
   const where = commentOn;
+  const box = $("comment-body");
+  const typing = document.activeElement === box;
+  const [from, to] = [box.selectionStart, box.selectionEnd];
   closeComment();
   const general = renderChanges($("changes"), cs.files, cm.comments);
   renderGeneral($("comments"), general);
@@ -633,6 +636,11 @@ async function loadChanges(id) {
   if (row && inReview) {
     commentOn = where;
     selectLine($("changes"), row, $("comment-form"));
+    // Moving the box took its focus: whoever was typing types on.
+    if (typing) {
+      box.focus();
+      box.setSelectionRange(from, to);
+    }
   }
 }
 const reloadChanges = debounce((id) => { if (current && current.id === id) loadChanges(id); }, 300);
