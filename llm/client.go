@@ -434,10 +434,7 @@ func (c *Client) stream(ctx context.Context, send option.RequestOption, onDelta 
 // output, a dozen encoded schemas were scanned again on every call, most
 // of a request's encoding.
 func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, error) {
-	params, err := c.params(req, choice)
-	if err != nil {
-		return nil, err
-	}
+	params := c.params(req, choice)
 	if stream {
 		params.StreamOptions.IncludeUsage = openai.Bool(true)
 	}
@@ -521,7 +518,7 @@ func (t Tool) wireForm() ([]byte, error) {
 
 // params converts req to openai-go request parameters, all but its tools
 // (body adds them).
-func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNewParams, error) {
+func (c *Client) params(req Request, choice ToolChoice) openai.ChatCompletionNewParams {
 	// The messages are encoded apart (encodeMessages) and set in body.
 	params := openai.ChatCompletionNewParams{Model: shared.ChatModel(c.modelOf(req))}
 	if rs := req.ResponseSchema; rs != nil {
@@ -532,7 +529,7 @@ func (c *Client) params(req Request, choice ToolChoice) (openai.ChatCompletionNe
 	if len(req.Tools) > 0 && choice != "" {
 		params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String(string(choice))}
 	}
-	return params, nil
+	return params
 }
 
 // response converts the first choice of a completion to a Response.
