@@ -21,7 +21,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
-	"github.com/tidwall/sjson"
 
 	"github.com/agentworker/agentworker/tracing"
 )
@@ -98,6 +97,9 @@ type Client struct {
 	// requiredUnsupported is set once the endpoint has rejected tool_choice
 	// "required"; later calls send "auto" instead.
 	requiredUnsupported atomic.Bool
+	// paramFieldsKept is paramFields' encodings by paramKey.
+	paramsMu        sync.Mutex
+	paramFieldsKept map[paramKey][]byte
 }
 
 // New returns a client for cfg after applying its defaults. It fails when
@@ -427,20 +429,84 @@ func (c *Client) stream(ctx context.Context, send option.RequestOption, onDelta 
 	return c.response(&acc.ChatCompletion)
 }
 
-// body is a call's request body: openai-go encodes all of it but the
-// messages (encodeMessages), the tools, which go in as encoded
-// (Tool.Encode, or now for a tool without its wire form), and "stream"
-// when streamed. Handed to openai-go as a Marshaler's
-// output, a dozen encoded schemas were scanned again on every call, most
-// of a request's encoding.
+// body is a call's request body: {"messages":…} (encodeMessages), the
+// fields openai-go encodes of the call's parameters (paramFields), the
+// tools as encoded (Tool.Encode, or now for a tool without its wire form)
+// and "stream" when streamed, in the order openai-go writes them. Built
+// by appending: setting the tools and "stream" into the body with a JSON
+// editor scanned the whole conversation twice a call.
 func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, error) {
-	params := c.params(req, choice)
-	if stream {
-		params.StreamOptions.IncludeUsage = openai.Bool(true)
-	}
 	messages, err := encodeMessages(req.Messages)
 	if err != nil {
 		return nil, err
+	}
+	fields, err := c.paramFields(req, choice, stream)
+	if err != nil {
+		return nil, err
+	}
+	tools := make([][]byte, len(req.Tools))
+	size := len(messages) + len(fields) + 48
+	for i, t := range req.Tools {
+		if tools[i] = t.wire; tools[i] == nil {
+			if tools[i], err = t.wireForm(); err != nil {
+				return nil, err
+			}
+		}
+		size += len(tools[i]) + 1
+	}
+	body := append(make([]byte, 0, size), `{"messages":`...)
+	body = append(body, messages...)
+	if len(fields) > 0 {
+		body = append(append(body, ','), fields...)
+	}
+	if len(tools) > 0 {
+		body = append(body, `,"tools":[`...)
+		for i, wire := range tools {
+			if i > 0 {
+				body = append(body, ',')
+			}
+			body = append(body, wire...)
+		}
+		body = append(body, ']')
+	}
+	if stream {
+		body = append(body, `,"stream":true`...)
+	}
+	return append(body, '}'), nil
+}
+
+// paramKey is what a call's parameters besides its messages and tools
+// depend on, for a call without a response schema.
+type paramKey struct {
+	model  string
+	choice ToolChoice // "" without tools
+	stream bool
+}
+
+// maxParamFields bounds the encoded parameters kept: a task names its
+// model, so the keys are the tasks' to choose.
+const maxParamFields = 64
+
+// paramFields is the fields openai-go encodes of the call's parameters
+// (params), without their braces. They are the same for every call of a
+// model and tool choice, so they are kept (up to maxParamFields).
+func (c *Client) paramFields(req Request, choice ToolChoice, stream bool) ([]byte, error) {
+	key := paramKey{model: c.modelOf(req), stream: stream}
+	if len(req.Tools) > 0 {
+		key.choice = choice
+	}
+	keep := req.ResponseSchema == nil
+	if keep {
+		c.paramsMu.Lock()
+		fields, ok := c.paramFieldsKept[key]
+		c.paramsMu.Unlock()
+		if ok {
+			return fields, nil
+		}
+	}
+	params := c.params(req, choice)
+	if stream {
+		params.StreamOptions.IncludeUsage = openai.Bool(true)
 	}
 	rest, err := params.MarshalJSON()
 	if rest = bytes.TrimSpace(rest); err == nil && (len(rest) < 2 || rest[0] != '{' || rest[len(rest)-1] != '}') {
@@ -449,37 +515,18 @@ func (c *Client) body(req Request, choice ToolChoice, stream bool) ([]byte, erro
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
-	// {"messages":[...], then the rest's fields: messages first, as
-	// openai-go puts them.
-	body := append(append(make([]byte, 0, len(messages)+len(rest)+16), `{"messages":`...), messages...)
-	if fields := bytes.TrimSpace(rest[1 : len(rest)-1]); len(fields) > 0 {
-		body = append(append(body, ','), fields...)
-	}
-	body = append(body, '}')
-	if len(req.Tools) > 0 {
-		tools := []byte{'['}
-		for i, t := range req.Tools {
-			wire := t.wire
-			if wire == nil {
-				if wire, err = t.wireForm(); err != nil {
-					return nil, err
-				}
-			}
-			if i > 0 {
-				tools = append(tools, ',')
-			}
-			tools = append(tools, wire...)
+	fields := bytes.TrimSpace(rest[1 : len(rest)-1])
+	if keep {
+		c.paramsMu.Lock()
+		if c.paramFieldsKept == nil {
+			c.paramFieldsKept = map[paramKey][]byte{}
 		}
-		if body, err = sjson.SetRawBytes(body, "tools", append(tools, ']')); err != nil {
-			return nil, fmt.Errorf("encode request tools: %w", err)
+		if len(c.paramFieldsKept) < maxParamFields {
+			c.paramFieldsKept[key] = fields
 		}
+		c.paramsMu.Unlock()
 	}
-	if stream {
-		if body, err = sjson.SetBytes(body, "stream", true); err != nil {
-			return nil, fmt.Errorf("encode request: %w", err)
-		}
-	}
-	return body, nil
+	return fields, nil
 }
 
 // functionTool is t as openai-go's request parameter.

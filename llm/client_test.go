@@ -223,6 +223,65 @@ func TestCompleteOmitsToolChoiceWithoutTools(t *testing.T) {
 	}
 }
 
+// TestCallParametersKeptApart: one client's calls each send their own
+// model, tool choice, streaming and response format, though the encoded
+// parameters are kept from call to call.
+func TestCallParametersKeptApart(t *testing.T) {
+	t.Parallel()
+
+	srv := llmtest.New(t, llmtest.Text("ok"), llmtest.Text("ok"), llmtest.Text("ok"), llmtest.Text("ok"),
+		llmtest.Text("ok"), llmtest.Text("ok"), llmtest.Text("ok"))
+	client := newClient(t, srv, nil)
+	tools := representativeRequest().Tools
+	schema := &llm.ResponseSchema{Name: "answer", Schema: map[string]any{"type": "object"}, Strict: true}
+	calls := []struct {
+		model, choice string
+		tools         bool
+		stream        bool
+		schema        bool
+	}{
+		{"", "auto", true, false, false},
+		{"", "required", true, false, false},
+		{"other-model", "auto", true, false, false},
+		{"", "auto", true, true, false},
+		{"", "", false, false, false},
+		{"", "", false, false, true},
+		{"", "auto", true, false, false}, // the first again
+	}
+	for i, call := range calls {
+		req := userRequest("hi")
+		req.Model = call.model
+		if call.tools {
+			req.Tools, req.ToolChoice = tools, llm.ToolChoice(call.choice)
+		}
+		if call.stream {
+			req.OnDelta = func(string) {}
+		}
+		if call.schema {
+			req.ResponseSchema = schema
+		}
+		if _, err := client.Complete(t.Context(), req); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		got := srv.Requests()[i]
+		wantModel := call.model
+		if wantModel == "" {
+			wantModel = srv.Config().Model
+		}
+		var body struct {
+			ResponseFormat json.RawMessage `json:"response_format"`
+		}
+		if err := json.Unmarshal(got.Body, &body); err != nil {
+			t.Fatalf("call %d: decode body: %v", i, err)
+		}
+		if got.Model != wantModel || got.ToolChoice != call.choice || got.Stream != call.stream ||
+			got.StreamOptions.IncludeUsage != call.stream || (body.ResponseFormat != nil) != call.schema {
+			t.Errorf("call %d sent model %q, tool_choice %q, stream %v (usage %v), response_format %s; want %+v",
+				i, got.Model, got.ToolChoice, got.Stream, got.StreamOptions.IncludeUsage, body.ResponseFormat, call)
+		}
+	}
+}
+
 // representativeRequest has every kind of message, tools and tool_choice.
 func representativeRequest() llm.Request {
 	return llm.Request{
