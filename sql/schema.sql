@@ -2924,13 +2924,13 @@ CREATE TRIGGER ai_tasks_enqueue AFTER INSERT ON public.ai_tasks REFERENCING NEW 
 CREATE TRIGGER ai_tasks_enter_review BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status IS DISTINCT FROM old.status) AND (new.status <> ALL (ARRAY['queued'::text, 'running'::text])))) EXECUTE FUNCTION public.ai_tasks_enter_review();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns
-CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND ((((((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR (new.events_archive_key IS DISTINCT FROM old.events_archive_key)) OR (new.events_archived_seq IS DISTINCT FROM old.events_archived_seq)) OR (new.events_archived_at IS DISTINCT FROM old.events_archived_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
+CREATE TRIGGER ai_tasks_guard_columns BEFORE UPDATE OF attempt, retries, fence, river_job_id, lease_owner, lease_expires_at, events_archive_key, events_archived_seq, events_archived_at, last_seq ON public.ai_tasks FOR EACH ROW WHEN (((COALESCE(current_setting('agentworker.machine'::text, true), ''::text) <> 'on'::text) AND ((((((((((new.attempt IS DISTINCT FROM old.attempt) OR (new.retries IS DISTINCT FROM old.retries)) OR (new.fence IS DISTINCT FROM old.fence)) OR (new.river_job_id IS DISTINCT FROM old.river_job_id)) OR (new.lease_owner IS DISTINCT FROM old.lease_owner)) OR (new.lease_expires_at IS DISTINCT FROM old.lease_expires_at)) OR (new.events_archive_key IS DISTINCT FROM old.events_archive_key)) OR (new.events_archived_seq IS DISTINCT FROM old.events_archived_seq)) OR (new.events_archived_at IS DISTINCT FROM old.events_archived_at)) OR ((new.last_seq IS DISTINCT FROM old.last_seq) AND (pg_trigger_depth() = 0) AND (COALESCE(current_setting('agentworker.seq'::text, true), ''::text) <> 'statement'::text))))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_columns_insert
 CREATE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.attempt <> 0) OR (new.retries <> 0) OR (new.last_seq <> 0) OR (new.fence <> 0) OR (new.river_job_id IS NOT NULL) OR (new.lease_owner IS NOT NULL) OR (new.lease_expires_at IS NOT NULL) OR (new.events_archive_key IS NOT NULL) OR (new.events_archived_seq <> 0) OR (new.events_archived_at IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_guard_columns();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_events_id_floor
-CREATE TRIGGER ai_tasks_guard_events_id_floor BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN ((new.events_id_floor IS DISTINCT FROM old.events_id_floor)) EXECUTE FUNCTION public.ai_tasks_guard_events_id_floor();
+CREATE TRIGGER ai_tasks_guard_events_id_floor BEFORE UPDATE OF events_id_floor ON public.ai_tasks FOR EACH ROW WHEN ((new.events_id_floor IS DISTINCT FROM old.events_id_floor)) EXECUTE FUNCTION public.ai_tasks_guard_events_id_floor();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_insert
 CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH ROW EXECUTE FUNCTION public.ai_tasks_guard_status();
@@ -2939,7 +2939,7 @@ CREATE TRIGGER ai_tasks_guard_insert BEFORE INSERT ON public.ai_tasks FOR EACH R
 CREATE TRIGGER ai_tasks_guard_status BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN ((new.status IS DISTINCT FROM old.status)) EXECUTE FUNCTION public.ai_tasks_guard_status();
 
 -- TRIGGER: ai_tasks ai_tasks_guard_trace_id
-CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS DISTINCT FROM old.trace_id) OR (new.trace_parent IS DISTINCT FROM old.trace_parent))) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
+CREATE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE OF trace_id, trace_parent ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS DISTINCT FROM old.trace_id) OR (new.trace_parent IS DISTINCT FROM old.trace_parent))) EXECUTE FUNCTION public.ai_tasks_guard_trace_id();
 
 -- TRIGGER: ai_tasks ai_tasks_hold_for_dependencies
 CREATE TRIGGER ai_tasks_hold_for_dependencies BEFORE UPDATE OF status ON public.ai_tasks FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (old.status <> ALL (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))) EXECUTE FUNCTION public.ai_tasks_hold_for_dependencies();
@@ -2951,7 +2951,7 @@ CREATE TRIGGER ai_tasks_inbox_completed AFTER UPDATE OF status ON public.ai_task
 CREATE TRIGGER ai_tasks_inherit_trace_id BEFORE INSERT ON public.ai_tasks FOR EACH ROW WHEN (((new.trace_id IS NULL) AND (new.parent_task_id IS NOT NULL))) EXECUTE FUNCTION public.ai_tasks_inherit_trace_id();
 
 -- TRIGGER: ai_tasks ai_tasks_keep_root
-CREATE TRIGGER ai_tasks_keep_root BEFORE UPDATE ON public.ai_tasks FOR EACH ROW WHEN (((new.parent_task_id IS DISTINCT FROM old.parent_task_id) OR (new.root_task_id IS DISTINCT FROM old.root_task_id))) EXECUTE FUNCTION public.ai_tasks_set_root();
+CREATE TRIGGER ai_tasks_keep_root BEFORE UPDATE OF parent_task_id, root_task_id ON public.ai_tasks FOR EACH ROW WHEN (((new.parent_task_id IS DISTINCT FROM old.parent_task_id) OR (new.root_task_id IS DISTINCT FROM old.root_task_id))) EXECUTE FUNCTION public.ai_tasks_set_root();
 
 -- TRIGGER: ai_tasks ai_tasks_project_fixed
 CREATE TRIGGER ai_tasks_project_fixed BEFORE UPDATE OF project_id ON public.ai_tasks FOR EACH ROW WHEN ((new.project_id IS DISTINCT FROM old.project_id)) EXECUTE FUNCTION public.agentworker_project_fixed();

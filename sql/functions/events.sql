@@ -127,7 +127,7 @@ $$;
 -- Every writer, the worker included: a raised floor would hide events.
 -- App roles have no column privilege on it either (ai_tasks' privileges
 -- are per column, the baseline's section 6).
-CREATE OR REPLACE TRIGGER ai_tasks_guard_events_id_floor BEFORE UPDATE ON ai_tasks
+CREATE OR REPLACE TRIGGER ai_tasks_guard_events_id_floor BEFORE UPDATE OF events_id_floor ON ai_tasks
     FOR EACH ROW WHEN (NEW.events_id_floor IS DISTINCT FROM OLD.events_id_floor)
     EXECUTE FUNCTION ai_tasks_guard_events_id_floor();
 

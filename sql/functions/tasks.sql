@@ -160,7 +160,14 @@ CREATE OR REPLACE TRIGGER ai_tasks_guard_columns_insert BEFORE INSERT ON ai_task
         OR NEW.events_archive_key IS NOT NULL OR NEW.events_archived_seq <> 0 OR NEW.events_archived_at IS NOT NULL)
     EXECUTE FUNCTION ai_tasks_guard_columns();
 
-CREATE OR REPLACE TRIGGER ai_tasks_guard_columns BEFORE UPDATE ON ai_tasks
+-- The guards of an update name the columns they watch (UPDATE OF): an
+-- update that sets none of them (an event batch's last_seq aside, a
+-- checkpoint, a finish) skips them before their WHEN clause, which
+-- Postgres would otherwise parse again for every statement. A change can
+-- only come from the update's SET list: no trigger that fires before these
+-- (name order) sets the columns they watch.
+CREATE OR REPLACE TRIGGER ai_tasks_guard_columns BEFORE UPDATE OF attempt, retries, fence, river_job_id, lease_owner,
+    lease_expires_at, events_archive_key, events_archived_seq, events_archived_at, last_seq ON ai_tasks
     FOR EACH ROW WHEN (coalesce(current_setting('agentworker.machine', true), '') <> 'on'
         AND ((NEW.attempt, NEW.retries, NEW.fence, NEW.river_job_id, NEW.lease_owner, NEW.lease_expires_at,
               NEW.events_archive_key, NEW.events_archived_seq, NEW.events_archived_at)
@@ -272,7 +279,7 @@ $$;
 
 -- Every writer, the worker included: a trace id and the span it joins name
 -- where a task came from, which nothing later changes.
-CREATE OR REPLACE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE ON ai_tasks
+CREATE OR REPLACE TRIGGER ai_tasks_guard_trace_id BEFORE UPDATE OF trace_id, trace_parent ON ai_tasks
     FOR EACH ROW WHEN (NEW.trace_id IS DISTINCT FROM OLD.trace_id OR NEW.trace_parent IS DISTINCT FROM OLD.trace_parent)
     EXECUTE FUNCTION ai_tasks_guard_trace_id();
 

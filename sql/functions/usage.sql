@@ -122,7 +122,7 @@ $$;
 CREATE OR REPLACE TRIGGER ai_tasks_set_root BEFORE INSERT ON ai_tasks
     FOR EACH ROW EXECUTE FUNCTION ai_tasks_set_root();
 
-CREATE OR REPLACE TRIGGER ai_tasks_keep_root BEFORE UPDATE ON ai_tasks
+CREATE OR REPLACE TRIGGER ai_tasks_keep_root BEFORE UPDATE OF parent_task_id, root_task_id ON ai_tasks
     FOR EACH ROW WHEN (NEW.parent_task_id IS DISTINCT FROM OLD.parent_task_id OR NEW.root_task_id IS DISTINCT FROM OLD.root_task_id)
     EXECUTE FUNCTION ai_tasks_set_root();
 
