@@ -28,6 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"testing"
@@ -112,18 +113,28 @@ func serverConfig() (storage.S3Config, error) {
 }
 
 // removeBucket empties and removes the bucket of cfg if it exists.
-func removeBucket(cfg storage.S3Config) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func removeBucket(cfg storage.S3Config) error { return removeBucketVia(cfg, nil) }
+
+// removeBucketVia is removeBucket with its transport wrapped by wrap, when
+// not nil. The objects go in requests of up to a thousand (S3's
+// DeleteObjects): a bench fills its bucket with thousands, and one request
+// an object outlasted the deadline on a loaded run.
+func removeBucketVia(cfg storage.S3Config, wrap func(http.RoundTripper) http.RoundTripper) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	transport, err := minio.DefaultTransport(cfg.UseSSL)
 	if err != nil {
 		return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)
 	}
 	defer transport.CloseIdleConnections()
+	var rt http.RoundTripper = transport
+	if wrap != nil {
+		rt = wrap(transport)
+	}
 	client, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure:    cfg.UseSSL,
-		Transport: transport,
+		Transport: rt,
 	})
 	if err != nil {
 		return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)
@@ -135,13 +146,29 @@ func removeBucket(cfg storage.S3Config) error {
 		}
 		return nil
 	}
-	for oi := range client.ListObjectsIter(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
-		if oi.Err != nil {
-			return fmt.Errorf("remove bucket %q: list: %w", cfg.Bucket, oi.Err)
+	var listErr error
+	objects := func(yield func(minio.ObjectInfo) bool) {
+		for oi := range client.ListObjectsIter(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+			if oi.Err != nil {
+				listErr = oi.Err
+				return
+			}
+			if !yield(oi) {
+				return
+			}
 		}
-		if err := client.RemoveObject(ctx, cfg.Bucket, oi.Key, minio.RemoveObjectOptions{}); err != nil {
-			return fmt.Errorf("remove bucket %q: remove object %q: %w", cfg.Bucket, oi.Key, err)
+	}
+	removed, err := client.RemoveObjectsWithIter(ctx, cfg.Bucket, objects, minio.RemoveObjectsOptions{})
+	if err != nil {
+		return fmt.Errorf("remove bucket %q: remove objects: %w", cfg.Bucket, err)
+	}
+	for r := range removed {
+		if r.Err != nil {
+			return fmt.Errorf("remove bucket %q: remove object %q: %w", cfg.Bucket, r.ObjectName, r.Err)
 		}
+	}
+	if listErr != nil {
+		return fmt.Errorf("remove bucket %q: list: %w", cfg.Bucket, listErr)
 	}
 	if err := client.RemoveBucket(ctx, cfg.Bucket); err != nil {
 		return fmt.Errorf("remove bucket %q: %w", cfg.Bucket, err)

@@ -3,15 +3,19 @@ package s3test_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"go.uber.org/goleak"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentworker/agentworker/storage"
 	"github.com/agentworker/agentworker/testing/s3test"
@@ -99,6 +103,55 @@ func TestConfig(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestRemoveBucketInFewRequests: the cleanup removes a bucket holding more
+// objects than one delete request takes in a few requests, not one an
+// object (a bench's bucket of thousands outlasted the cleanup's deadline on a
+// loaded CI run).
+func TestRemoveBucketInFewRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := s3test.Config(t)
+	s, err := storage.NewS3(ctx, cfg)
+	if err != nil {
+		t.Fatalf("NewS3: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	const objects = 1100
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := range objects {
+		g.Go(func() error {
+			_, err := s.Write(ctx, fmt.Sprintf("p%d", i%7), fmt.Sprintf("f%04d.txt", i), []byte("x"))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("write %d objects: %v", objects, err)
+	}
+	var requests atomic.Int64
+	err = s3test.RemoveBucket(cfg, func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			requests.Add(1)
+			return next.RoundTrip(r)
+		})
+	})
+	if err != nil {
+		t.Fatalf("remove the bucket of %d objects: %v", objects, err)
+	}
+	// A probe, the listing's pages (a thousand keys each), the deletes'
+	// (a thousand each), the bucket.
+	if n := requests.Load(); n > 10 {
+		t.Errorf("removing a bucket of %d objects took %d requests, want at most 10", objects, n)
+	}
+	if _, err := s.Stat(ctx, "p0", "f0000.txt"); err == nil {
+		t.Errorf("an object is left after the bucket was removed")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestWithoutMinIO runs this package's tests in a child process that cannot
 // find a minio binary, as on a fresh clone: they skip, each with one line
