@@ -234,9 +234,35 @@ func browse(t *testing.T, d time.Duration) context.Context {
 	if err := chromedp.Do(tab); err != nil { // starts the browser, without a timeout
 		t.Fatalf("start chromium: %v", err)
 	}
+	tabs.Store(t, tab)
+	t.Cleanup(func() { tabs.Delete(t) })
 	ctx, cancel := context.WithTimeout(tab, d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// tabs holds each test's tab without browse's bound, so that a step that
+// ran out of time can still say what the page showed.
+var tabs sync.Map // *testing.T → context.Context
+
+// logPage logs what t's page shows: its address, whether it loaded, and
+// the start of its text. A step that waited past its bound says no more
+// than "context deadline exceeded" (a CI run's runs view did).
+func logPage(t *testing.T) {
+	t.Helper()
+	tab, ok := tabs.Load(t)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(tab.(context.Context), 10*time.Second)
+	defer cancel()
+	state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({url: location.href, ready: document.readyState,
+		text: document.body ? document.body.innerText.slice(0, 1500) : null})`))
+	if err != nil {
+		t.Logf("the page: not read: %v", err)
+		return
+	}
+	t.Logf("the page: %s", state)
 }
 
 // screenshot saves the page as name.png under $TEST_ARTIFACTS (else the
@@ -265,6 +291,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	if err := chromedp.Do(ctx, actions...); err != nil {
+		logPage(t)
 		t.Fatalf("%s: %v", what, err)
 	}
 }
