@@ -22,18 +22,10 @@ func TestProjectSettings(t *testing.T) {
 	path := "/v1/projects/" + projectID.String() + "/settings"
 
 	// A task that spent a dollar today and paused at the cap.
-	var task uuid.UUID
-	if err := e.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'paused') RETURNING id`,
-		projectID).Scan(&task); err != nil {
+	task := spentTask(t, e, projectID, 1)
+	if _, err := e.pool.Exec(t.Context(), `INSERT INTO inbox_items (project_id, task_id, kind, reason, title)
+		SELECT project_id, id, 'await_user_input', 'budget_exceeded', 'capped' FROM ai_tasks WHERE id = $1`, task); err != nil {
 		t.Fatal(err)
-	}
-	for _, q := range []string{
-		`UPDATE ai_tasks SET cost = 1 WHERE id = $1`,
-		`INSERT INTO inbox_items (project_id, task_id, kind, reason, title) SELECT project_id, id, 'await_user_input', 'budget_exceeded', 'capped' FROM ai_tasks WHERE id = $1`,
-	} {
-		if _, err := e.pool.Exec(t.Context(), q, task); err != nil {
-			t.Fatal(err)
-		}
 	}
 	read := func(rp reply) api.ProjectSettings {
 		t.Helper()
@@ -143,14 +135,7 @@ func TestProjectSettingsSpendWithoutCap(t *testing.T) {
 	e := setup(t, envOpts{})
 	projectID := uuid.New()
 	tok := e.token(t, "", "authenticated", projectID)
-	var task uuid.UUID
-	if err := e.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'paused') RETURNING id`,
-		projectID).Scan(&task); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(t.Context(), `UPDATE ai_tasks SET cost = 1.25 WHERE id = $1`, task); err != nil {
-		t.Fatal(err)
-	}
+	spentTask(t, e, projectID, 1.25)
 	rp := e.call(t, "GET", "/v1/projects/"+projectID.String()+"/settings", tok, "", nil)
 	var s api.ProjectSettings
 	if err := json.Unmarshal(rp.body, &s); rp.status != http.StatusOK || err != nil {
@@ -159,4 +144,18 @@ func TestProjectSettingsSpendWithoutCap(t *testing.T) {
 	if s.CapUSD != nil || s.SpentTodayUSD != 1.25 {
 		t.Errorf("settings %+v, want no cap and 1.25 spent today", s)
 	}
+}
+
+// spentTask inserts a paused chat task of project that spent cost today.
+func spentTask(t *testing.T, e *env, project uuid.UUID, cost float64) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := e.pool.QueryRow(t.Context(), `INSERT INTO ai_tasks (project_id, type, prompt, status) VALUES ($1, 'chat', 'x', 'paused') RETURNING id`,
+		project).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(t.Context(), `UPDATE ai_tasks SET cost = $2 WHERE id = $1`, id, cost); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
