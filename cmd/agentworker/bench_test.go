@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +31,8 @@ func TestBenchQuickSmoke(t *testing.T) {
 	s3 := s3test.Config(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--json")
+	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--json", "--cpuprofile", profile)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbtest.NewURL(t), "S3_ENDPOINT="+s3.Endpoint, "S3_ACCESS_KEY="+s3.AccessKey,
 		"S3_SECRET_KEY="+s3.SecretKey, "S3_BUCKET="+s3.Bucket, "LOG_LEVEL=error", "OPENAI_BASE_URL=", "OPENAI_API_KEY=")
 	out, err := cmd.Output()
@@ -121,5 +127,31 @@ func TestBenchQuickSmoke(t *testing.T) {
 			t.Errorf("the markdown table shows no %q:\n%s", want, md)
 		}
 	}
+	// The throughput scenario labels its runs in the CPU profile, so that
+	// -tagfocus run=ours shows the worker alone: a sample's label strings
+	// are in the profile's string table.
+	if raw, err := readGzip(profile); err != nil {
+		t.Errorf("--cpuprofile: %v", err)
+	} else {
+		for _, label := range []string{"river_same_writes", "ours"} {
+			if !bytes.Contains(raw, []byte(label)) {
+				t.Errorf("the CPU profile names no %q: the throughput runs are not labelled", label)
+			}
+		}
+	}
 	t.Logf("bench --quick: %s", out)
+}
+
+// readGzip is a gzipped file's bytes (a pprof profile's protobuf).
+func readGzip(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return io.ReadAll(zr)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -43,12 +44,19 @@ func runThroughput(ctx context.Context, opts Options, r *Report) error {
 	r.RiverJobsPerS = noop.perS
 	var ours, same []throughputRun
 	for range rounds {
-		o, err := oursThroughput(ctx, opts, n)
+		// Labelled, as is every goroutine each run starts: --cpuprofile's
+		// profile splits by run (go tool pprof -tagfocus run=ours).
+		var o, sw throughputRun
+		pprof.Do(ctx, pprof.Labels("run", "ours"), func(ctx context.Context) {
+			o, err = oursThroughput(ctx, opts, n)
+		})
 		if err != nil {
 			return err
 		}
 		ours = append(ours, o)
-		sw, err := riverThroughput(ctx, opts, n, o.groups, o.conversation)
+		pprof.Do(ctx, pprof.Labels("run", "river_same_writes"), func(ctx context.Context) {
+			sw, err = riverThroughput(ctx, opts, n, o.groups, o.conversation)
+		})
 		if err != nil {
 			return err
 		}
