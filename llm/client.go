@@ -82,7 +82,11 @@ type Config struct {
 
 // Client calls the Chat Completions API. It is safe for concurrent use.
 type Client struct {
-	chat       openai.ChatCompletionService
+	// api posts the chat bodies the client builds (body) as they are:
+	// openai-go's chat service would encode its params struct first, an
+	// empty one, whose by-value frames grew a fresh goroutine's stack on
+	// every call.
+	api        openai.Client
 	images     openai.ImageService
 	model      string
 	imageModel string
@@ -172,7 +176,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	// The services, unlike openai.NewClient, do not read OPENAI_*
 	// environment variables: cfg is the only source of settings.
-	c.chat = openai.NewChatCompletionService(opts...)
+	c.api = openai.Client{Options: opts}
 	c.images = openai.NewImageService(opts...)
 	return c, nil
 }
@@ -369,7 +373,6 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 	if err != nil {
 		return Response{}, err
 	}
-	send := option.WithRequestBody("application/json", body)
 	// Four bytes a token; the answer's usage corrects the estimate.
 	tokens := float64(len(body)) / 4
 	var resp Response
@@ -378,14 +381,14 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 	ctx, span := tracing.StartChat(ctx, model, c.host)
 	waited, err := c.paced(ctx, model, tokens, req.OnRateLimitWait, func(ctx context.Context) (err error) {
 		if req.OnDelta == nil {
-			completion, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send)
-			if err != nil {
+			var completion *openai.ChatCompletion
+			if err := c.api.Post(ctx, chatPath, body, &completion); err != nil {
 				return c.convertError(ctx, err)
 			}
 			resp, err = c.response(completion)
 			return err
 		}
-		resp, err = c.stream(ctx, send, req.OnDelta)
+		resp, err = c.stream(ctx, body, req.OnDelta)
 		return err
 	})
 	if err != nil {
@@ -403,8 +406,8 @@ func (c *Client) complete(ctx context.Context, req Request, choice ToolChoice) (
 }
 
 // stream makes one streamed call, reporting content fragments to onDelta.
-func (c *Client) stream(ctx context.Context, send option.RequestOption, onDelta func(string)) (Response, error) {
-	stream := c.newStream(ctx, send)
+func (c *Client) stream(ctx context.Context, body []byte, onDelta func(string)) (Response, error) {
+	stream := c.newStream(ctx, body)
 	defer stream.Close()
 
 	var acc openai.ChatCompletionAccumulator

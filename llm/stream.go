@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
@@ -60,11 +59,14 @@ func (c *streamChunk) sdk() openai.ChatCompletionChunk {
 	return out
 }
 
-// newStream sends a streamed chat completion request through openai-go's
-// chat service (its retries, auth and error types), takes the response
-// unread, and reads its events as streamChunks. send carries the body.
-func (c *Client) newStream(ctx context.Context, send option.RequestOption) *ssestream.Stream[streamChunk] {
+// newStream posts a streamed chat completion request through openai-go
+// (its retries, auth and error types), takes the response unread, and
+// reads its events as streamChunks.
+func (c *Client) newStream(ctx context.Context, body []byte) *ssestream.Stream[streamChunk] {
 	var raw *http.Response
-	_, err := c.chat.New(ctx, openai.ChatCompletionNewParams{}, send, option.WithResponseBodyInto(&raw))
+	err := c.api.Post(ctx, chatPath, body, &raw)
 	return ssestream.NewStream[streamChunk](ssestream.NewDecoder(raw), err)
 }
+
+// chatPath is the Chat Completions endpoint, under the client's base URL.
+const chatPath = "chat/completions"
