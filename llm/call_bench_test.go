@@ -13,7 +13,9 @@ import (
 // against a loopback stand-in of the provider: what a call costs the
 // client and the stand-in together, a fresh stack's growth included.
 func BenchmarkCallOnAFreshGoroutine(b *testing.B) {
-	srv := llmtest.NewWith(b, scripted.Func(func(*scripted.Request) scripted.Reply { return llmtest.Text("done") }))
+	// A build's first call: one tool call back.
+	reply := llmtest.Call("write_file", map[string]string{"path": "out.txt", "content": "hello"})
+	srv := llmtest.NewWith(b, scripted.Func(func(*scripted.Request) scripted.Reply { return reply }))
 	client, err := llm.New(srv.Config())
 	if err != nil {
 		b.Fatal(err)

@@ -410,26 +410,22 @@ func (c *Client) stream(ctx context.Context, body []byte, onDelta func(string)) 
 	stream := c.newStream(ctx, body)
 	defer stream.Close()
 
-	var acc openai.ChatCompletionAccumulator
+	var fold streamFold
 	for stream.Next() {
-		current := stream.Current()
-		chunk := current.sdk()
-		if !acc.AddChunk(chunk) {
-			return Response{}, fmt.Errorf("accumulate stream chunk %q: malformed chunk", chunk.ID)
+		chunk := stream.Current()
+		if err := fold.add(&chunk); err != nil {
+			return Response{}, err
 		}
-		for _, choice := range chunk.Choices {
-			if choice.Index == 0 && choice.Delta.Content != "" {
-				onDelta(choice.Delta.Content)
+		for i := range chunk.Choices {
+			if chunk.Choices[i].Index == 0 && chunk.Choices[i].Delta.Content != "" {
+				onDelta(chunk.Choices[i].Delta.Content)
 			}
 		}
 	}
 	if err := stream.Err(); err != nil {
 		return Response{}, c.convertError(ctx, err)
 	}
-	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
-		return Response{}, fmt.Errorf("read stream: ended before a finish reason: %w", io.ErrUnexpectedEOF)
-	}
-	return c.response(&acc.ChatCompletion)
+	return fold.response()
 }
 
 // body is a call's request body: {"messages":…} (encodeMessages), the

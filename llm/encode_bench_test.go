@@ -59,8 +59,8 @@ func BenchmarkRequestEncoding(b *testing.B) {
 }
 
 // BenchmarkChunkDecoding decodes one streamed tool-call chunk as a call's
-// every chunk is: into openai-go's chunk type, and into streamChunk handed
-// on as that type (what stream does).
+// every chunk is: into openai-go's chunk type, and into streamChunk folded
+// into a call's answer (what stream does).
 func BenchmarkChunkDecoding(b *testing.B) {
 	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1764000000,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ath\":\"out"}}]},"finish_reason":null}]}`)
 	b.Run("SDKChunk", func(b *testing.B) {
@@ -79,7 +79,10 @@ func BenchmarkChunkDecoding(b *testing.B) {
 			if err := json.Unmarshal(data, &c); err != nil {
 				b.Fatal(err)
 			}
-			_ = c.sdk()
+			var f streamFold
+			if err := f.add(&c); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

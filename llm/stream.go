@@ -2,9 +2,11 @@ package llm
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 
-	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
@@ -12,7 +14,7 @@ import (
 // made of. openai-go's own chunk type decodes through reflection and keeps
 // every field's raw JSON beside it: with a dozen chunks a call that was a
 // tenth of a busy worker's CPU. This one is decoded by encoding/json and
-// handed to openai-go's accumulator as its chunk type (sdk).
+// folded by streamFold.
 type streamChunk struct {
 	ID      string `json:"id"`
 	Model   string `json:"model"`
@@ -41,22 +43,97 @@ type streamChunk struct {
 	} `json:"usage"`
 }
 
-// sdk is c as openai-go's chunk type, for its accumulator.
-func (c *streamChunk) sdk() openai.ChatCompletionChunk {
-	out := openai.ChatCompletionChunk{ID: c.ID, Model: c.Model, Choices: make([]openai.ChatCompletionChunkChoice, len(c.Choices))}
-	for i, ch := range c.Choices {
-		d := openai.ChatCompletionChunkChoiceDelta{Role: ch.Delta.Role, Content: ch.Delta.Content, Refusal: ch.Delta.Refusal}
-		if len(ch.Delta.ToolCalls) > 0 {
-			d.ToolCalls = make([]openai.ChatCompletionChunkChoiceDeltaToolCall, len(ch.Delta.ToolCalls))
-			for j, tc := range ch.Delta.ToolCalls {
-				d.ToolCalls[j] = openai.ChatCompletionChunkChoiceDeltaToolCall{Index: tc.Index, ID: tc.ID, Type: tc.Type,
-					Function: openai.ChatCompletionChunkChoiceDeltaToolCallFunction{Name: tc.Function.Name, Arguments: tc.Function.Arguments}}
-			}
-		}
-		out.Choices[i] = openai.ChatCompletionChunkChoice{Index: ch.Index, FinishReason: ch.FinishReason, Delta: d}
+// streamFold is a call's answer as its chunks arrive: the API's
+// accumulation rules for the one choice a call asks for (index 0).
+// openai-go's accumulator keeps every choice and guards a caller mutating
+// its result between chunks; its bookkeeping allocated about 55 KB a call
+// that streams a tool call, a third of a busy worker's allocations.
+type streamFold struct {
+	id           string
+	model        string
+	finishReason string
+	seen         bool // choice 0 arrived
+	content      strings.Builder
+	calls        []streamedCall
+	usage        Usage
+}
+
+type streamedCall struct {
+	id, typ    string
+	name, args strings.Builder
+}
+
+// maxChoiceIndex and maxToolCallGrowth bound what one chunk may make the
+// fold allocate: the API's 128 choices, and a tool call's index at most
+// 128 past the calls so far (sparse indices allowed, not unbounded ones).
+const (
+	maxChoiceIndex    = 127
+	maxToolCallGrowth = 128
+)
+
+// add folds c in, as openai-go's accumulator does: an id that changes
+// mid-stream, or an index out of bounds, is a malformed chunk; content,
+// names and arguments append; ids and types are set when given; the
+// finish reason and the model are the latest chunk's; usage adds up.
+func (f *streamFold) add(c *streamChunk) error {
+	if f.id != "" && c.ID != f.id {
+		return fmt.Errorf("accumulate stream chunk %q: malformed chunk: the stream was %q", c.ID, f.id)
 	}
-	out.Usage.PromptTokens, out.Usage.CompletionTokens, out.Usage.TotalTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens, c.Usage.TotalTokens
-	return out
+	f.id = c.ID
+	for i := range c.Choices {
+		choice := &c.Choices[i]
+		if choice.Index < 0 || choice.Index > maxChoiceIndex {
+			return fmt.Errorf("accumulate stream chunk %q: malformed chunk: choice index %d", c.ID, choice.Index)
+		}
+		if choice.Index != 0 {
+			continue
+		}
+		f.seen = true
+		f.finishReason = choice.FinishReason
+		f.content.WriteString(choice.Delta.Content)
+		for j := range choice.Delta.ToolCalls {
+			tc := &choice.Delta.ToolCalls[j]
+			index := tc.Index
+			if index == -1 {
+				index = 0
+			}
+			if index < 0 || index >= int64(len(f.calls))+maxToolCallGrowth {
+				return fmt.Errorf("accumulate stream chunk %q: malformed chunk: tool call index %d after %d calls", c.ID, tc.Index, len(f.calls))
+			}
+			for int64(len(f.calls)) <= index {
+				f.calls = append(f.calls, streamedCall{})
+			}
+			call := &f.calls[index]
+			if tc.ID != "" {
+				call.id = tc.ID
+			}
+			if tc.Type != "" {
+				call.typ = tc.Type
+			}
+			call.name.WriteString(tc.Function.Name)
+			call.args.WriteString(tc.Function.Arguments)
+		}
+	}
+	f.model = c.Model
+	f.usage = f.usage.Add(Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens, TotalTokens: c.Usage.TotalTokens})
+	return nil
+}
+
+// response is the folded answer; a stream that ended without a finish
+// reason was cut short.
+func (f *streamFold) response() (Response, error) {
+	if !f.seen || f.finishReason == "" {
+		return Response{}, fmt.Errorf("read stream: ended before a finish reason: %w", io.ErrUnexpectedEOF)
+	}
+	msg := Message{Role: RoleAssistant, Content: f.content.String()}
+	for i := range f.calls {
+		call := &f.calls[i]
+		if call.typ == "custom" {
+			continue // only function tools are ever offered
+		}
+		msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: call.id, Name: call.name.String(), Arguments: call.args.String()})
+	}
+	return Response{Message: msg, FinishReason: f.finishReason, Usage: f.usage, Model: f.model}, nil
 }
 
 // newStream posts a streamed chat completion request through openai-go
