@@ -586,14 +586,7 @@ func (c *Client) response(completion *openai.ChatCompletion) (Response, error) {
 	choice := completion.Choices[0]
 	msg := Message{Role: RoleAssistant, Content: choice.Message.Content}
 	for _, tc := range choice.Message.ToolCalls {
-		if tc.Type == "custom" {
-			continue // only function tools are ever offered
-		}
-		msg.ToolCalls = append(msg.ToolCalls, ToolCall{
-			ID:        tc.ID,
-			Name:      tc.Function.Name,
-			Arguments: tc.Function.Arguments,
-		})
+		msg.ToolCalls = appendToolCall(msg.ToolCalls, tc.Type, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}
 	model := completion.Model // empty: the model asked for (complete fills it in)
 	return Response{
@@ -606,6 +599,15 @@ func (c *Client) response(completion *openai.ChatCompletion) (Response, error) {
 		},
 		Model: model,
 	}, nil
+}
+
+// appendToolCall appends a tool call of the answer, of type typ, unless
+// it is a kind of tool never offered: only function tools are.
+func appendToolCall(calls []ToolCall, typ string, call ToolCall) []ToolCall {
+	if typ == "custom" {
+		return calls
+	}
+	return append(calls, call)
 }
 
 // convertError turns an openai-go error into an *APIError when the endpoint

@@ -128,10 +128,7 @@ func (f *streamFold) response() (Response, error) {
 	msg := Message{Role: RoleAssistant, Content: f.content.String()}
 	for i := range f.calls {
 		call := &f.calls[i]
-		if call.typ == "custom" {
-			continue // only function tools are ever offered
-		}
-		msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: call.id, Name: call.name.String(), Arguments: call.args.String()})
+		msg.ToolCalls = appendToolCall(msg.ToolCalls, call.typ, ToolCall{ID: call.id, Name: call.name.String(), Arguments: call.args.String()})
 	}
 	return Response{Message: msg, FinishReason: f.finishReason, Usage: f.usage, Model: f.model}, nil
 }
